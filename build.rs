@@ -1,0 +1,90 @@
+//! Build script: libfabric bindings (bindgen + a cc-compiled shim for the
+//! `static inline` calls), the SONAME, and optionally the C header.
+use std::{env, path::PathBuf};
+
+fn main() {
+    let lib = pkg_config_libfabric();
+    let out = PathBuf::from(env::var("OUT_DIR").unwrap());
+    let shim = out.join("fi_shim");
+
+    let mut builder = bindgen::Builder::default()
+        .header("src/sys/wrapper.h")
+        .allowlist_function("fi_.*")
+        .allowlist_type("fi_.*|fid.*")
+        .allowlist_var("FI_.*")
+        .blocklist_function("fi_(rx|tx)_size_left")
+        .wrap_static_fns(true)
+        .wrap_static_fns_path(&shim)
+        .rust_edition(bindgen::RustEdition::Edition2024)
+        .wrap_unsafe_ops(true)
+        .derive_default(true)
+        .layout_tests(false)
+        .parse_callbacks(Box::new(bindgen::CargoCallbacks::new()));
+    for inc in &lib.include {
+        builder = builder.clang_arg(format!("-I{inc}"));
+    }
+    builder
+        .generate()
+        .expect("bindgen failed on libfabric headers (is libfabric-dev >= 1.14 installed?)")
+        .write_to_file(out.join("bindings.rs"))
+        .unwrap();
+
+    let mut cc = cc::Build::new();
+    cc.file(shim.with_extension("c")).include(env::current_dir().unwrap()).warnings(false);
+    for inc in &lib.include {
+        cc.include(inc);
+    }
+    cc.compile("fabriclib_fi_shim");
+
+    for dir in &lib.link_dirs {
+        println!("cargo:rustc-link-search=native={dir}");
+    }
+    println!("cargo:rustc-link-lib=dylib=fabric");
+    println!("cargo:rerun-if-changed=src/sys/wrapper.h");
+    println!("cargo:rerun-if-changed=build.rs");
+
+    // The SONAME carries the ABI version: 0.y.z -> libfabriclib.so.0.y, x.y.z -> .so.x
+    // (cargo-c's rule). CMake installs the real file plus the links.
+    let major = env::var("CARGO_PKG_VERSION_MAJOR").unwrap();
+    let minor = env::var("CARGO_PKG_VERSION_MINOR").unwrap();
+    let soname = if major == "0" { format!("libfabriclib.so.0.{minor}") } else { format!("libfabriclib.so.{major}") };
+    if env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
+        println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,{soname}");
+    }
+
+    #[cfg(feature = "gen-header")]
+    gen_header();
+}
+
+struct Lib {
+    include: Vec<String>,
+    link_dirs: Vec<String>,
+}
+
+/// Ask pkg-config for libfabric >= 1.14 (Debian 12 and Ubuntu 24.04 ship 1.17).
+fn pkg_config_libfabric() -> Lib {
+    let run = |args: &[&str]| {
+        std::process::Command::new("pkg-config").args(args).output().ok().filter(|o| o.status.success())
+    };
+    if run(&["--atleast-version=1.14", "libfabric"]).is_none() {
+        panic!("libfabric >= 1.14 not found by pkg-config: install libfabric-dev (Debian/Ubuntu) or set PKG_CONFIG_PATH");
+    }
+    let words = |flag: &str, strip: &str| -> Vec<String> {
+        let o = run(&[flag, "libfabric"]).unwrap();
+        String::from_utf8_lossy(&o.stdout)
+            .split_whitespace()
+            .filter_map(|w| w.strip_prefix(strip).map(str::to_owned))
+            .collect()
+    };
+    Lib { include: words("--cflags-only-I", "-I"), link_dirs: words("--libs-only-L", "-L") }
+}
+
+#[cfg(feature = "gen-header")]
+fn gen_header() {
+    let crate_dir = env::var("CARGO_MANIFEST_DIR").unwrap();
+    let config = cbindgen::Config::from_file(format!("{crate_dir}/cbindgen.toml")).unwrap();
+    cbindgen::generate_with_config(&crate_dir, config)
+        .expect("cbindgen failed")
+        .write_to_file(format!("{crate_dir}/include/fabriclib.h"));
+    println!("cargo:rerun-if-changed=src/capi");
+}

@@ -1,0 +1,370 @@
+//! The libfabric domain: one `FI_EP_RDM` endpoint with its fabric, domain,
+//! address vector and completion queue.
+//!
+//! Provider quirks this file handles (measured, see the README's provider
+//! table): `mr_mode` bits are obeyed as returned (remote base = VA only with
+//! `FI_MR_VIRT_ADDR`, a unique requested key per domain, the local `desc`
+//! always passed, `fi_mr_bind`/`fi_mr_enable` with `FI_MR_ENDPOINT`); a remote
+//! write with immediate is recognised as `FI_REMOTE_CQ_DATA && !FI_RECV`
+//! (flags and `len` of that completion differ between providers); `-FI_EAGAIN`
+//! from a post means "progress, then retry"; every op gets an `fi_context2`
+//! slot so providers that require `FI_CONTEXT`/`FI_CONTEXT2` (EFA) work.
+use super::{Completion, Domain, LocalMr, PeerId, Post, WriteWr};
+use crate::config::EngineConfig;
+use crate::error::{Error, Result, Status};
+use crate::sys::*;
+use crate::wire::RemoteKey;
+use std::collections::HashMap;
+use std::ffi::{CStr, CString, c_char, c_void};
+use std::ptr::null_mut;
+
+unsafe extern "C" {
+    fn strdup(s: *const c_char) -> *mut c_char;
+}
+
+const CQ_BATCH: usize = 64;
+
+fn fi_err(what: &str, ret: i64) -> Error {
+    // SAFETY: fi_strerror returns a pointer to a static string for any value.
+    let msg = unsafe { CStr::from_ptr(fi_strerror((-ret) as i32)) }.to_string_lossy();
+    Error::new(Status::Provider, format!("{what}: {msg} ({ret})"))
+}
+
+fn check(what: &str, ret: i64) -> Result<()> {
+    if ret < 0 { Err(fi_err(what, ret)) } else { Ok(()) }
+}
+
+/// An op context as libfabric sees it: the provider may use `fi` while the
+/// op is in flight (FI_CONTEXT modes); `token` is ours.
+#[repr(C)]
+struct CtxSlot {
+    fi: fi_context2,
+    token: u64,
+}
+
+/// A fixed pool of op contexts with stable addresses; its size bounds the
+/// ops in flight, so a full pool reads as `Post::Again`.
+struct CtxPool {
+    slots: Box<[CtxSlot]>,
+    free: Vec<u32>,
+}
+
+impl CtxPool {
+    fn new(n: usize) -> CtxPool {
+        let slots = (0..n).map(|_| CtxSlot { fi: fi_context2::default(), token: 0 }).collect();
+        CtxPool { slots, free: (0..n as u32).rev().collect() }
+    }
+    fn take(&mut self, token: u64) -> Option<*mut c_void> {
+        let i = self.free.pop()? as usize;
+        self.slots[i].token = token;
+        Some(&mut self.slots[i] as *mut CtxSlot as *mut c_void)
+    }
+    fn index(&self, ctx: *mut c_void) -> Option<usize> {
+        let base = self.slots.as_ptr() as usize;
+        let off = (ctx as usize).checked_sub(base)?;
+        let i = off / size_of::<CtxSlot>();
+        (off % size_of::<CtxSlot>() == 0 && i < self.slots.len()).then_some(i)
+    }
+    /// Returns the slot of a completed op and gives back its token.
+    fn release(&mut self, ctx: *mut c_void) -> Option<u64> {
+        let i = self.index(ctx)?;
+        self.free.push(i as u32);
+        Some(self.slots[i].token)
+    }
+    fn in_use(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+}
+
+pub struct FabricDomain {
+    info: *mut fi_info,
+    fabric: *mut fid_fabric,
+    domain: *mut fid_domain,
+    av: *mut fid_av,
+    cq: *mut fid_cq,
+    ep: *mut fid_ep,
+    provider: String,
+    addr: Vec<u8>,
+    mr_mode: u64,
+    max_msg: usize,
+    next_key: u64,
+    peers: HashMap<Box<[u8]>, PeerId>,
+    ctx: CtxPool,
+    cq_buf: Vec<fi_cq_data_entry>,
+}
+
+// SAFETY: the libfabric objects are owned by this value and used by one
+// thread at a time (the worker that owns the domain; FI_THREAD_DOMAIN).
+unsafe impl Send for FabricDomain {}
+
+impl FabricDomain {
+    fn getinfo(provider: &str, node: Option<&str>) -> Result<*mut fi_info> {
+        // SAFETY: hints is a fresh fi_info from fi_allocinfo with all attr
+        // structs allocated; strings we put in it are malloc'ed (fi_freeinfo frees them).
+        unsafe {
+            let hints = fi_allocinfo();
+            if hints.is_null() {
+                return Err(Error::new(Status::Provider, "fi_allocinfo failed"));
+            }
+            (*hints).caps = (FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_WRITE | FI_SEND | FI_RECV) as u64;
+            (*hints).mode = FI_CONTEXT | FI_CONTEXT2;
+            (*(*hints).ep_attr).type_ = fi_ep_type_FI_EP_RDM;
+            let d = &mut *(*hints).domain_attr;
+            d.mr_mode = (FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT) as i32;
+            d.threading = fi_threading_FI_THREAD_DOMAIN;
+            let name = CString::new(provider).map_err(|_| Error::new(Status::InvalidArgument, "provider name contains NUL"))?;
+            (*(*hints).fabric_attr).prov_name = strdup(name.as_ptr());
+            let mut info = null_mut();
+            let mut ret = fi_getinfo(FI_API_VERSION, std::ptr::null(), std::ptr::null(), 0, hints, &mut info) as i64;
+            // Bind socket providers to the configured address; providers that do
+            // not use IP addresses (shm, efa) would derive a clashing name from it.
+            let ip = [FI_SOCKADDR, FI_SOCKADDR_IN, FI_SOCKADDR_IN6];
+            if let (Some(n), true) = (node, ret == 0 && ip.contains(&(*info).addr_format)) {
+                fi_freeinfo(info);
+                info = null_mut();
+                let n = CString::new(n).map_err(|_| Error::new(Status::InvalidArgument, "bind address contains NUL"))?;
+                ret = fi_getinfo(FI_API_VERSION, n.as_ptr(), std::ptr::null(), FI_SOURCE, hints, &mut info) as i64;
+            }
+            fi_freeinfo(hints);
+            if ret < 0 || info.is_null() {
+                let mut e = fi_err(&format!("fi_getinfo(provider \"{provider}\", FI_EP_RDM, FI_MSG|FI_RMA)"), ret.min(-1));
+                e.status = Status::Unsupported;
+                return Err(e);
+            }
+            Ok(info)
+        }
+    }
+
+    fn open_with(provider: &str, node: Option<&str>) -> Result<FabricDomain> {
+        let info = Self::getinfo(provider, node)?;
+        // SAFETY: info is a valid fi_info list from fi_getinfo; we use its first
+        // entry, and every object opened below is closed in Drop (fields start null).
+        unsafe {
+            let mut d = FabricDomain {
+                info,
+                fabric: null_mut(),
+                domain: null_mut(),
+                av: null_mut(),
+                cq: null_mut(),
+                ep: null_mut(),
+                provider: CStr::from_ptr((*(*info).fabric_attr).prov_name).to_string_lossy().into_owned(),
+                addr: Vec::new(),
+                mr_mode: (*(*info).domain_attr).mr_mode as u64,
+                max_msg: (*(*info).ep_attr).max_msg_size,
+                next_key: 1,
+                peers: HashMap::new(),
+                ctx: CtxPool::new(0),
+                cq_buf: vec![fi_cq_data_entry::default(); CQ_BATCH],
+            };
+            let depth = (*(*info).tx_attr).size + (*(*info).rx_attr).size;
+            d.ctx = CtxPool::new(depth.max(256));
+            check("fi_fabric", fi_fabric((*info).fabric_attr, &mut d.fabric, null_mut()) as i64)?;
+            check("fi_domain", fi_domain(d.fabric, info, &mut d.domain, null_mut()) as i64)?;
+            let mut cq_attr = fi_cq_attr {
+                size: (depth * 2).max(4096),
+                format: fi_cq_format_FI_CQ_FORMAT_DATA,
+                wait_obj: fi_wait_obj_FI_WAIT_NONE,
+                ..Default::default()
+            };
+            check("fi_cq_open", fi_cq_open(d.domain, &mut cq_attr, &mut d.cq, null_mut()) as i64)?;
+            let mut av_attr = fi_av_attr { type_: fi_av_type_FI_AV_TABLE, count: 64, ..Default::default() };
+            check("fi_av_open", fi_av_open(d.domain, &mut av_attr, &mut d.av, null_mut()) as i64)?;
+            check("fi_endpoint", fi_endpoint(d.domain, info, &mut d.ep, null_mut()) as i64)?;
+            check("fi_ep_bind(av)", fi_ep_bind(d.ep, &mut (*d.av).fid, 0) as i64)?;
+            check("fi_ep_bind(cq)", fi_ep_bind(d.ep, &mut (*d.cq).fid, (FI_TRANSMIT | FI_RECV) as u64) as i64)?;
+            check("fi_enable", fi_enable(d.ep) as i64)?;
+            let mut buf = vec![0u8; 256];
+            let mut len = buf.len();
+            check("fi_getname", fi_getname(&mut (*d.ep).fid, buf.as_mut_ptr().cast(), &mut len) as i64)?;
+            buf.truncate(len);
+            d.addr = buf;
+            Ok(d)
+        }
+    }
+
+    fn post_result(&mut self, what: &str, ret: isize, ctx: *mut c_void) -> Result<Post> {
+        if ret == 0 {
+            return Ok(Post::Posted);
+        }
+        self.ctx.release(ctx);
+        if ret == -(FI_EAGAIN as isize) { Ok(Post::Again) } else { Err(fi_err(what, ret as i64)) }
+    }
+}
+
+impl Domain for FabricDomain {
+    fn open(cfg: &EngineConfig, _index: usize) -> Result<Self> {
+        let bind = cfg.bind_addr();
+        let mut errors = Vec::new();
+        for p in cfg.providers() {
+            match Self::open_with(&p, bind.as_deref()) {
+                Ok(d) => return Ok(d),
+                Err(e) => errors.push(format!("{p}: {}", e.message)),
+            }
+        }
+        Err(Error::new(Status::Unsupported, format!("no usable libfabric provider: {}", errors.join("; "))))
+    }
+
+    fn provider(&self) -> &str {
+        &self.provider
+    }
+
+    fn address(&self) -> &[u8] {
+        &self.addr
+    }
+
+    fn max_msg_size(&self) -> usize {
+        self.max_msg
+    }
+
+    fn register(&mut self, ptr: *mut u8, len: usize) -> Result<LocalMr> {
+        let access = (FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | FI_SEND | FI_RECV) as u64;
+        // Requested keys must be unique per domain on providers without FI_MR_PROV_KEY.
+        let key = self.next_key;
+        self.next_key += 1;
+        let mut mr: *mut fid_mr = null_mut();
+        // SAFETY: domain is open; ptr/len describe memory the caller keeps alive
+        // until deregister; mr is closed on every error path.
+        unsafe {
+            let ret = fi_mr_reg(self.domain, ptr as *const c_void, len, access, 0, key, 0, &mut mr, null_mut());
+            check("fi_mr_reg", ret as i64)?;
+            if self.mr_mode & FI_MR_ENDPOINT as u64 != 0 {
+                let r = fi_mr_bind(mr, &mut (*self.ep).fid, 0);
+                let r = if r == 0 { fi_mr_enable(mr) } else { r };
+                if r != 0 {
+                    fi_close(&mut (*mr).fid);
+                    return Err(fi_err("fi_mr_bind/fi_mr_enable", r as i64));
+                }
+            }
+            let rkey = fi_mr_key(mr);
+            if rkey == u64::MAX {
+                fi_close(&mut (*mr).fid);
+                return Err(Error::new(Status::Unsupported, "fi_mr_key: key not available (FI_MR_RAW is not supported)"));
+            }
+            let remote_base = if self.mr_mode & FI_MR_VIRT_ADDR as u64 != 0 { ptr as u64 } else { 0 };
+            Ok(LocalMr { raw: mr.cast(), desc: fi_mr_desc(mr), remote: RemoteKey { remote_base, key: rkey } })
+        }
+    }
+
+    fn deregister(&mut self, mr: &LocalMr) {
+        // SAFETY: raw is an fid_mr from register, closed exactly once (the worker drops LocalMr after this).
+        unsafe {
+            fi_close(&mut (*(mr.raw as *mut fid_mr)).fid);
+        }
+    }
+
+    fn resolve(&mut self, addr: &[u8]) -> Result<PeerId> {
+        if let Some(p) = self.peers.get(addr) {
+            return Ok(*p);
+        }
+        let mut fi_addr: fi_addr_t = FI_ADDR_UNSPEC_;
+        // SAFETY: av is open; addr is a provider address blob of addr.len() bytes.
+        let n = unsafe { fi_av_insert(self.av, addr.as_ptr().cast(), 1, &mut fi_addr, 0, null_mut()) };
+        if n != 1 {
+            return Err(Error::new(
+                Status::Malformed,
+                format!("{}: fi_av_insert refused a peer address of {} bytes ({n})", self.provider, addr.len()),
+            ));
+        }
+        self.peers.insert(addr.into(), fi_addr);
+        Ok(fi_addr)
+    }
+
+    fn post_write(&mut self, wr: &WriteWr, token: u64) -> Result<Post> {
+        let Some(ctx) = self.ctx.take(token) else { return Ok(Post::Again) };
+        // SAFETY: the local buffer and desc belong to a registered region that the
+        // request keeps alive until this op completes; ctx is a stable pool slot.
+        let ret = unsafe {
+            match wr.imm {
+                Some(imm) => fi_writedata(
+                    self.ep, wr.local.cast(), wr.len, wr.desc, imm as u64, wr.peer, wr.remote_addr, wr.key, ctx,
+                ),
+                None => fi_write(self.ep, wr.local.cast(), wr.len, wr.desc, wr.peer, wr.remote_addr, wr.key, ctx),
+            }
+        };
+        self.post_result("fi_write", ret, ctx)
+    }
+
+    fn post_send(&mut self, peer: PeerId, buf: *const u8, len: usize, desc: *mut c_void, token: u64) -> Result<Post> {
+        let Some(ctx) = self.ctx.take(token) else { return Ok(Post::Again) };
+        // SAFETY: buf is a registered staging buffer owned by the worker until completion.
+        let ret = unsafe { fi_send(self.ep, buf.cast(), len, desc, peer, ctx) };
+        self.post_result("fi_send", ret, ctx)
+    }
+
+    fn post_recv(&mut self, buf: *mut u8, len: usize, desc: *mut c_void, token: u64) -> Result<Post> {
+        let Some(ctx) = self.ctx.take(token) else { return Ok(Post::Again) };
+        // SAFETY: buf is a registered receive buffer owned by the worker until completion.
+        let ret = unsafe { fi_recv(self.ep, buf.cast(), len, desc, FI_ADDR_UNSPEC_, ctx) };
+        self.post_result("fi_recv", ret, ctx)
+    }
+
+    fn poll(&mut self, out: &mut Vec<Completion>) -> Result<usize> {
+        // SAFETY: cq_buf has CQ_BATCH entries; fi_cq_read writes at most that many.
+        let n = unsafe { fi_cq_read(self.cq, self.cq_buf.as_mut_ptr().cast(), CQ_BATCH) };
+        if n > 0 {
+            for i in 0..n as usize {
+                let e = self.cq_buf[i];
+                let has_data = e.flags & FI_REMOTE_CQ_DATA as u64 != 0;
+                if e.flags & FI_RECV as u64 != 0 {
+                    if let Some(token) = self.ctx.release(e.op_context) {
+                        let imm = has_data.then_some(e.data as u32);
+                        out.push(Completion::Recv { token, len: e.len, imm });
+                    }
+                } else if has_data {
+                    out.push(Completion::RemoteWrite { imm: e.data as u32 });
+                } else if let Some(token) = self.ctx.release(e.op_context) {
+                    out.push(Completion::Done { token });
+                }
+            }
+            return Ok(n as usize);
+        }
+        if n == -(FI_EAVAIL as isize) {
+            let mut err = fi_cq_err_entry::default();
+            // SAFETY: cq is open and reported an error entry.
+            let r = unsafe { fi_cq_readerr(self.cq, &mut err, 0) };
+            if r == 1 {
+                // A failed remote-side event has no context of ours: nothing to fail locally.
+                if let Some(token) = self.ctx.release(err.op_context) {
+                    out.push(Completion::Failed { token, errno: err.err });
+                }
+            }
+            return Ok(1);
+        }
+        if n == -(FI_EAGAIN as isize) { Ok(0) } else { Err(fi_err("fi_cq_read", n as i64)) }
+    }
+
+    fn in_flight(&self) -> usize {
+        self.ctx.in_use()
+    }
+}
+
+impl Drop for FabricDomain {
+    fn drop(&mut self) {
+        // SAFETY: each object was opened by open_with (or is null) and is closed
+        // once, endpoint first, as libfabric requires.
+        unsafe {
+            if !self.ep.is_null() {
+                fi_close(&mut (*self.ep).fid);
+            }
+            if !self.av.is_null() {
+                fi_close(&mut (*self.av).fid);
+            }
+            if !self.cq.is_null() {
+                fi_close(&mut (*self.cq).fid);
+            }
+            if !self.domain.is_null() {
+                fi_close(&mut (*self.domain).fid);
+            }
+            if !self.fabric.is_null() {
+                fi_close(&mut (*self.fabric).fid);
+            }
+            fi_freeinfo(self.info);
+        }
+    }
+}
+
+/// Human-readable text for a libfabric error number (positive errno).
+pub fn strerror(errno: i32) -> String {
+    // SAFETY: fi_strerror returns a static string.
+    unsafe { CStr::from_ptr(fi_strerror(errno.abs())) }.to_string_lossy().into_owned()
+}

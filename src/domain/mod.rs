@@ -1,0 +1,85 @@
+//! One NIC. The trait is the whole contract between the worker and a
+//! backend: open, register memory, resolve peers, post work requests, poll
+//! completions. The worker is generic over it (static dispatch on the hot
+//! path). Implementations: libfabric (`fabric.rs`); verbs comes later.
+pub mod fabric;
+
+use crate::config::EngineConfig;
+use crate::error::Result;
+use crate::wire::RemoteKey;
+use std::ffi::c_void;
+
+/// A provider-side handle for one registered region in one domain.
+#[derive(Clone, Copy, Debug)]
+pub struct LocalMr {
+    /// Backend object (e.g. `fid_mr*`), released by `Domain::deregister`.
+    pub raw: *mut c_void,
+    /// The local descriptor passed with every work request that touches it.
+    pub desc: *mut c_void,
+    /// What a peer needs to write into it through this domain.
+    pub remote: RemoteKey,
+}
+
+// SAFETY: the pointers are provider handles only dereferenced by the provider,
+// and fabriclib uses them only on the worker thread that owns the domain.
+unsafe impl Send for LocalMr {}
+unsafe impl Sync for LocalMr {}
+
+/// A peer resolved in one domain (libfabric: an `fi_addr_t`).
+pub type PeerId = u64;
+
+/// One write work request: `len` bytes from `local` to `remote_addr` of `peer`.
+#[derive(Clone, Copy, Debug)]
+pub struct WriteWr {
+    pub local: *const u8,
+    pub len: usize,
+    pub desc: *mut c_void,
+    pub peer: PeerId,
+    pub remote_addr: u64,
+    pub key: u64,
+    pub imm: Option<u32>,
+}
+
+/// What posting a work request did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Post {
+    Posted,
+    /// The send queue (or the context pool) is full: progress, then retry.
+    Again,
+}
+
+/// A completion, already classified.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Completion {
+    /// A write or send posted with `token` finished (its source buffer is free again).
+    Done { token: u64 },
+    /// A write, send or receive posted with `token` failed.
+    Failed { token: u64, errno: i32 },
+    /// A receive posted with `token` got `len` bytes (and the sender's immediate, if any).
+    Recv { token: u64, len: usize, imm: Option<u32> },
+    /// A remote write carrying `imm` landed in our memory.
+    RemoteWrite { imm: u32 },
+}
+
+/// One NIC as the worker sees it.
+pub trait Domain: Sized + Send + 'static {
+    /// Opens domain number `index` of an engine.
+    fn open(cfg: &EngineConfig, index: usize) -> Result<Self>;
+    /// The provider actually in use (e.g. `tcp;ofi_rxm`).
+    fn provider(&self) -> &str;
+    /// This domain's address, as peers pass it to `resolve`.
+    fn address(&self) -> &[u8];
+    /// Largest single work request; bigger writes are split.
+    fn max_msg_size(&self) -> usize;
+    fn register(&mut self, ptr: *mut u8, len: usize) -> Result<LocalMr>;
+    fn deregister(&mut self, mr: &LocalMr);
+    /// Turns a peer's domain address into a `PeerId` (idempotent).
+    fn resolve(&mut self, addr: &[u8]) -> Result<PeerId>;
+    fn post_write(&mut self, wr: &WriteWr, token: u64) -> Result<Post>;
+    fn post_send(&mut self, peer: PeerId, buf: *const u8, len: usize, desc: *mut c_void, token: u64) -> Result<Post>;
+    fn post_recv(&mut self, buf: *mut u8, len: usize, desc: *mut c_void, token: u64) -> Result<Post>;
+    /// Reads up to a batch of completions into `out`; returns how many.
+    fn poll(&mut self, out: &mut Vec<Completion>) -> Result<usize>;
+    /// Operations posted and not yet completed.
+    fn in_flight(&self) -> usize;
+}

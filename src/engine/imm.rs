@@ -1,0 +1,84 @@
+//! ImmCounter: counts remote writes per 32-bit immediate, independent of
+//! arrival order and of how a transfer was sharded over domains.
+//!
+//! Immediates that arrive before an expectation is set are kept and count
+//! towards it. When the count reaches the expectation, `count` is subtracted
+//! (the surplus stays for the next expectation) and the expectation fires
+//! once and is removed.
+use super::notify::{Notifier, OnDone};
+use crate::bail;
+use crate::error::Result;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// A cheap hasher for u32 keys (Fibonacci multiply); no per-imm SipHash.
+#[derive(Default)]
+pub struct ImmHasher(u64);
+impl Hasher for ImmHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 << 8 | *b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.0 = (v as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+struct Entry {
+    arrived: u64,
+    expect: Option<(u64, OnDone)>,
+}
+
+#[derive(Default)]
+pub struct ImmCounter {
+    map: HashMap<u32, Entry, BuildHasherDefault<ImmHasher>>,
+}
+
+impl ImmCounter {
+    /// Arms an expectation of `count` immediates `imm`.
+    pub fn expect(&mut self, imm: u32, count: u32, done: OnDone, n: &Notifier) -> Result<()> {
+        if count == 0 {
+            bail!(InvalidArgument, "expect_imm_count: count must be at least 1");
+        }
+        let e = self.map.entry(imm).or_insert(Entry { arrived: 0, expect: None });
+        if e.expect.is_some() {
+            bail!(AlreadyExists, "immediate {imm:#x} already has an expectation; wait for it to fire");
+        }
+        e.expect = Some((count as u64, done));
+        self.check(imm, n);
+        Ok(())
+    }
+
+    /// Counts one arrived immediate.
+    pub fn arrived(&mut self, imm: u32, n: &Notifier) {
+        self.map.entry(imm).or_insert(Entry { arrived: 0, expect: None }).arrived += 1;
+        self.check(imm, n);
+    }
+
+    fn check(&mut self, imm: u32, n: &Notifier) {
+        let Some(e) = self.map.get_mut(&imm) else { return };
+        if let Some((want, _)) = &e.expect {
+            if e.arrived >= *want {
+                let (want, done) = e.expect.take().unwrap();
+                e.arrived -= want;
+                n.fire(done, Ok(()));
+            }
+        }
+        if e.arrived == 0 && e.expect.is_none() {
+            self.map.remove(&imm);
+        }
+    }
+
+    /// Ends every armed expectation with `err` (shutdown).
+    pub fn fail_all(&mut self, err: &crate::error::Error, n: &Notifier) {
+        for (_, e) in self.map.drain() {
+            if let Some((_, done)) = e.expect {
+                n.fire(done, Err(err.clone()));
+            }
+        }
+    }
+}

@@ -1,0 +1,441 @@
+//! The TransferEngine: the Rust API. It validates every request against the
+//! regions it names (the only bounds check software providers get), then
+//! hands it to the DomainGroup worker through a lock-free queue.
+//!
+//! Immediate-count rules (identical on every provider and domain count):
+//! - `submit_single_write` with an immediate: **1** immediate (the write is
+//!   one work request; it must fit the provider's `max_msg_size`).
+//! - `submit_paged_writes` with an immediate: **1 per page**.
+//! - `submit_scatter` with an immediate: **1 per destination** (on that peer).
+//! - `submit_barrier`: **1 per destination**.
+//! - Writes without an immediate deliver none; sends never count.
+pub mod imm;
+pub mod notify;
+
+use crate::config::EngineConfig;
+use crate::domain::fabric::FabricDomain;
+use crate::error::{Error, Result, Status};
+use crate::group::request::{Ctrl, MrInner, Request, ScatterItem, Shape};
+use crate::group::{self, GroupInfo, MAX_SEND, Shared};
+use crate::wire::{MrDesc, NetAddr, RemoteKey};
+use crate::bail;
+use notify::OnDone;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread::JoinHandle;
+
+/// Single writes without an immediate larger than this are sharded by bytes over all domains.
+const SHARD_MIN: u64 = 256 * 1024;
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A registered local region (source of writes, target of peers' writes).
+/// Cloning is cheap; the registration ends when the last clone and the last
+/// request using it are gone.
+#[derive(Clone)]
+pub struct MrHandle(pub(crate) Arc<MrInner>);
+
+impl MrHandle {
+    pub fn ptr(&self) -> *mut u8 {
+        self.0.ptr as *mut u8
+    }
+    pub fn len(&self) -> usize {
+        self.0.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.len == 0
+    }
+    /// The descriptor a peer needs to write here.
+    pub fn descriptor(&self) -> &Arc<MrDesc> {
+        &self.0.desc
+    }
+    /// The engine this region belongs to.
+    pub fn engine_id(&self) -> u64 {
+        self.0.engine_id
+    }
+}
+
+/// Pages on one side of a paged write: page `i` starts at `offset + indices[i] * stride`.
+#[derive(Clone, Copy, Debug)]
+pub struct Pages<'a> {
+    pub indices: &'a [u32],
+    pub stride: u64,
+    pub offset: u64,
+}
+
+/// One destination of a scatter: `len` bytes from `src_offset` of the source
+/// region to `dst_offset` of `dst`.
+#[derive(Clone, Debug)]
+pub struct ScatterDst {
+    pub len: u64,
+    pub src_offset: u64,
+    pub dst: Arc<MrDesc>,
+    pub dst_offset: u64,
+}
+
+/// A handle to a pre-resolved group of peers (see `add_peer_group`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PeerGroup(pub u64);
+
+pub struct TransferEngine {
+    id: u64,
+    shared: Arc<Shared>,
+    info: GroupInfo,
+    worker: Option<JoinHandle<()>>,
+    callbacks: Option<JoinHandle<()>>,
+    groups: Mutex<HashMap<u64, Arc<[NetAddr]>>>,
+}
+
+fn check_range(what: &str, off: u64, len: u64, region: u64) -> Result<()> {
+    match off.checked_add(len) {
+        Some(end) if end <= region => Ok(()),
+        _ => bail!(OutOfBounds, "{what}: bytes [{off}, {off}+{len}) fall outside the {region}-byte region"),
+    }
+}
+
+impl TransferEngine {
+    /// Opens `cfg.domains` domains of the configured provider and starts the
+    /// worker and callback threads.
+    pub fn new(cfg: &EngineConfig) -> Result<TransferEngine> {
+        let (notifier, callbacks) = notify::spawn_callback_thread()
+            .map_err(|e| Error::new(Status::Provider, format!("cannot start the callback thread: {e}")))?;
+        let (shared, info, worker) = group::spawn::<FabricDomain>(cfg, notifier)?;
+        Ok(TransferEngine {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            shared,
+            info,
+            worker: Some(worker),
+            callbacks: Some(callbacks),
+            groups: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// This engine's address, to hand to peers out of band.
+    pub fn main_address(&self) -> &NetAddr {
+        &self.info.address
+    }
+
+    /// The libfabric provider in use (e.g. `tcp;ofi_rxm`).
+    pub fn provider(&self) -> &str {
+        &self.info.provider
+    }
+
+    pub fn domains(&self) -> usize {
+        self.info.address.domains.len()
+    }
+
+    /// The largest write one work request may carry on this engine's provider.
+    pub fn max_msg_size(&self) -> usize {
+        self.info.max_msg
+    }
+
+    fn rpc<T>(&self, make: impl FnOnce(mpsc::Sender<Result<T>>) -> Ctrl) -> Result<T> {
+        self.alive()?;
+        let (tx, rx) = mpsc::channel();
+        self.shared.ctrl.push(make(tx));
+        self.shared.wake();
+        rx.recv().unwrap_or_else(|_| Err(notify::shutdown_error()))
+    }
+
+    fn alive(&self) -> Result<()> {
+        if self.shared.stop.load(Ordering::Acquire) {
+            bail!(Shutdown, "the engine is shut down");
+        }
+        Ok(())
+    }
+
+    /// Registers `len` bytes at `ptr` in every domain. The memory must stay
+    /// valid until the returned handle (and every request using it) is gone.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be readable and writable memory that outlives the registration.
+    pub unsafe fn register(&self, ptr: *mut u8, len: usize) -> Result<MrHandle> {
+        if ptr.is_null() {
+            bail!(InvalidArgument, "register: NULL pointer");
+        }
+        if len == 0 {
+            bail!(InvalidArgument, "register: zero length");
+        }
+        if (ptr as usize).checked_add(len).is_none() {
+            bail!(InvalidArgument, "register: region wraps the address space");
+        }
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let locals = self.rpc(|reply| Ctrl::Register { id, ptr: ptr as usize, len, reply })?;
+        let desc = Arc::new(MrDesc {
+            base: ptr as u64,
+            len: len as u64,
+            owner: self.info.address.clone(),
+            keys: locals.iter().map(|m| m.remote).collect::<Vec<RemoteKey>>(),
+        });
+        Ok(MrHandle(Arc::new(MrInner {
+            id,
+            engine_id: self.id,
+            ptr: ptr as usize,
+            len,
+            locals,
+            desc,
+            shared: self.shared.clone(),
+        })))
+    }
+
+    fn own(&self, mr: &MrHandle) -> Result<()> {
+        if mr.0.engine_id != self.id {
+            bail!(BadHandle, "memory region belongs to another engine");
+        }
+        Ok(())
+    }
+
+    fn check_peer(&self, owner: &NetAddr) -> Result<()> {
+        if owner.domains.len() != self.domains() {
+            bail!(
+                InvalidArgument,
+                "peer has {} domains, this engine {}: peers must use the same domain count",
+                owner.domains.len(),
+                self.domains()
+            );
+        }
+        Ok(())
+    }
+
+    fn submit(&self, shape: Shape, imm: Option<u32>, src_mr: Option<&MrHandle>, done: OnDone) -> Result<()> {
+        self.alive()?;
+        let req = Request { shape, imm, done, src_mr: src_mr.map(|m| m.0.clone()) };
+        if let Err(req) = self.shared.data.push(req) {
+            // Not fired: a submit that returns an error never calls back.
+            std::mem::forget(req.done);
+            bail!(Again, "the submission queue is full ({} requests); retry later", self.shared.data.capacity());
+        }
+        self.shared.wake();
+        Ok(())
+    }
+
+    /// Sends a copy of `msg` (at most 64 KiB) to domain 0 of the engine at `to`;
+    /// `msg` may be reused as soon as this returns. The peer needs a posted
+    /// receive buffer at least as large (see `submit_recvs`).
+    pub fn submit_send(&self, to: &NetAddr, msg: &[u8], done: OnDone) -> Result<()> {
+        self.check_peer(to)?;
+        if msg.len() > MAX_SEND {
+            bail!(InvalidArgument, "submit_send: {} bytes is over the {MAX_SEND}-byte message limit", msg.len());
+        }
+        self.submit(Shape::Send { to: to.clone(), msg: msg.into() }, None, None, done)
+    }
+
+    /// Posts `count` receive buffers of `len` bytes on domain 0. Every message
+    /// that arrives calls `cb` on the callback thread with its bytes (or an
+    /// error, e.g. `Truncated`); the buffer is reposted when `cb` returns. At
+    /// shutdown `cb` is called once more with `Shutdown`.
+    pub fn submit_recvs(&self, len: usize, count: usize, cb: impl Fn(Result<&[u8]>) + Send + Sync + 'static) -> Result<()> {
+        if len == 0 || count == 0 {
+            bail!(InvalidArgument, "submit_recvs: buffer length and count must be at least 1");
+        }
+        if len > MAX_SEND || count > 65536 {
+            bail!(InvalidArgument, "submit_recvs: at most 65536 buffers of at most {MAX_SEND} bytes");
+        }
+        self.rpc(|reply| Ctrl::RecvPool { len, count, cb: Arc::new(cb), reply })
+    }
+
+    /// Fires `done` once `count` writes carrying immediate `imm` have landed
+    /// here (immediates that arrived earlier count too). One expectation per
+    /// immediate value at a time.
+    pub fn expect_imm_count(&self, imm: u32, count: u32, done: OnDone) -> Result<()> {
+        if count == 0 {
+            bail!(InvalidArgument, "expect_imm_count: count must be at least 1");
+        }
+        self.rpc(|reply| Ctrl::Expect { imm, count, done, reply })
+    }
+
+    /// Writes `len` bytes from `src_offset` of `src` to `dst_offset` of `dst`.
+    /// With an immediate, the receiver counts exactly one `imm` once all bytes
+    /// have landed; `len` may then be 0 (a notification only).
+    pub fn submit_single_write(
+        &self,
+        len: u64,
+        imm: Option<u32>,
+        src: &MrHandle,
+        src_offset: u64,
+        dst: &Arc<MrDesc>,
+        dst_offset: u64,
+        done: OnDone,
+    ) -> Result<()> {
+        self.own(src)?;
+        self.check_peer(&dst.owner)?;
+        if len == 0 && imm.is_none() {
+            bail!(InvalidArgument, "submit_single_write: zero length without an immediate");
+        }
+        check_range("single write source", src_offset, len, src.len() as u64)?;
+        check_range("single write destination", dst_offset, len, dst.len)?;
+        let max = self.max_msg_size() as u64;
+        let chunk = match imm {
+            Some(_) if len > max => bail!(
+                InvalidArgument,
+                "a write with an immediate is one work request: {len} bytes is over max_msg_size {max}; use paged writes"
+            ),
+            Some(_) => len.max(1),
+            None if len >= SHARD_MIN && self.domains() > 1 => len.div_ceil(self.domains() as u64).next_multiple_of(4096).min(max),
+            None => len.min(max),
+        };
+        let shape = Shape::Single { src: src.0.ptr + src_offset as usize, dst: dst.clone(), dst_off: dst_offset, len, chunk };
+        self.submit(shape, imm, Some(src), done)
+    }
+
+    /// Writes `src_pages.indices.len()` pages of `page_len` bytes; page `i`
+    /// goes from source page `src_pages.indices[i]` to destination page
+    /// `dst_pages.indices[i]`. Pages are sharded over the domains. With an
+    /// immediate, the receiver counts one `imm` per page.
+    #[allow(clippy::too_many_arguments)]
+    pub fn submit_paged_writes(
+        &self,
+        page_len: u64,
+        imm: Option<u32>,
+        src: &MrHandle,
+        src_pages: Pages<'_>,
+        dst: &Arc<MrDesc>,
+        dst_pages: Pages<'_>,
+        done: OnDone,
+    ) -> Result<()> {
+        self.own(src)?;
+        self.check_peer(&dst.owner)?;
+        if page_len == 0 {
+            bail!(InvalidArgument, "submit_paged_writes: zero page length");
+        }
+        if page_len > self.max_msg_size() as u64 {
+            bail!(InvalidArgument, "submit_paged_writes: page of {page_len} bytes is over max_msg_size");
+        }
+        if src_pages.indices.is_empty() {
+            bail!(InvalidArgument, "submit_paged_writes: no pages");
+        }
+        if src_pages.indices.len() != dst_pages.indices.len() {
+            bail!(
+                InvalidArgument,
+                "submit_paged_writes: {} source pages but {} destination pages",
+                src_pages.indices.len(),
+                dst_pages.indices.len()
+            );
+        }
+        for (side, p, region) in [("source", &src_pages, src.len() as u64), ("destination", &dst_pages, dst.len)] {
+            let max_idx = p.indices.iter().copied().max().unwrap_or(0) as u64;
+            let start = max_idx.checked_mul(p.stride).and_then(|s| s.checked_add(p.offset));
+            match start {
+                Some(s) => check_range(&format!("paged write {side} page {max_idx}"), s, page_len, region)?,
+                None => bail!(OutOfBounds, "paged write {side}: page {max_idx} * stride overflows"),
+            }
+        }
+        let shape = Shape::Paged {
+            page_len,
+            src: src.0.ptr + src_pages.offset as usize,
+            src_stride: src_pages.stride,
+            src_idx: src_pages.indices.into(),
+            dst: dst.clone(),
+            dst_off: dst_pages.offset,
+            dst_stride: dst_pages.stride,
+            dst_idx: dst_pages.indices.into(),
+        };
+        self.submit(shape, imm, Some(src), done)
+    }
+
+    /// Pre-resolves a list of peer engine addresses, so scatters and barriers
+    /// to them skip per-destination lookups. Destination `i` of a scatter or
+    /// barrier submitted with the group must belong to peer `i`.
+    pub fn add_peer_group(&self, addrs: &[NetAddr]) -> Result<PeerGroup> {
+        if addrs.is_empty() {
+            bail!(InvalidArgument, "add_peer_group: no peers");
+        }
+        for a in addrs {
+            self.check_peer(a)?;
+        }
+        let id = self.rpc(|reply| Ctrl::AddGroup { addrs: addrs.to_vec(), reply })?;
+        self.groups.lock().unwrap().insert(id, addrs.into());
+        Ok(PeerGroup(id))
+    }
+
+    fn check_group(&self, group: Option<PeerGroup>, owners: impl ExactSizeIterator<Item = NetAddr>) -> Result<Option<u64>> {
+        let Some(PeerGroup(g)) = group else { return Ok(None) };
+        let members = self.groups.lock().unwrap().get(&g).cloned();
+        let Some(members) = members else { bail!(BadHandle, "unknown peer group {g}") };
+        if members.len() != owners.len() {
+            bail!(InvalidArgument, "peer group {g} has {} peers but {} destinations were given", members.len(), owners.len());
+        }
+        for (i, o) in owners.enumerate() {
+            if members[i] != o {
+                bail!(InvalidArgument, "destination {i} does not belong to peer {i} of group {g}");
+            }
+        }
+        Ok(Some(g))
+    }
+
+    /// Writes a different slice of `src` to each destination (each to its own
+    /// peer). With an immediate, each destination's owner counts one `imm`.
+    pub fn submit_scatter(
+        &self,
+        group: Option<PeerGroup>,
+        imm: Option<u32>,
+        src: &MrHandle,
+        dsts: &[ScatterDst],
+        done: OnDone,
+    ) -> Result<()> {
+        self.own(src)?;
+        if dsts.is_empty() {
+            bail!(InvalidArgument, "submit_scatter: no destinations");
+        }
+        let max = self.max_msg_size() as u64;
+        for (i, d) in dsts.iter().enumerate() {
+            self.check_peer(&d.dst.owner)?;
+            if d.len == 0 && imm.is_none() {
+                bail!(InvalidArgument, "submit_scatter: destination {i} has zero length and no immediate");
+            }
+            if d.len > max {
+                bail!(InvalidArgument, "submit_scatter: destination {i}: {} bytes is over max_msg_size {max}", d.len);
+            }
+            check_range(&format!("scatter destination {i} source"), d.src_offset, d.len, src.len() as u64)?;
+            check_range(&format!("scatter destination {i}"), d.dst_offset, d.len, d.dst.len)?;
+        }
+        let g = self.check_group(group, dsts.iter().map(|d| d.dst.owner.clone()))?;
+        let items = dsts
+            .iter()
+            .map(|d| ScatterItem { len: d.len, src_offset: d.src_offset, dst: d.dst.clone(), dst_offset: d.dst_offset })
+            .collect();
+        self.submit(Shape::Scatter { src: src.0.ptr, items, group: g }, imm, Some(src), done)
+    }
+
+    /// A zero-byte write carrying `imm` to each destination region: each
+    /// destination's owner counts one `imm`.
+    pub fn submit_barrier(&self, group: Option<PeerGroup>, imm: u32, dsts: &[Arc<MrDesc>], done: OnDone) -> Result<()> {
+        if dsts.is_empty() {
+            bail!(InvalidArgument, "submit_barrier: no destinations");
+        }
+        for d in dsts {
+            self.check_peer(&d.owner)?;
+        }
+        let g = self.check_group(group, dsts.iter().map(|d| d.owner.clone()))?;
+        self.submit(Shape::Barrier { dsts: dsts.into(), group: g }, Some(imm), None, done)
+    }
+
+    /// Stops the engine: every pending request ends (`Shutdown` unless it had
+    /// already finished on the wire), then both threads are joined. Called by Drop.
+    pub fn shutdown(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        if let Some(t) = self.worker.take() {
+            if let Some(th) = t.thread().clone().into() {
+                th.unpark();
+            }
+            let _ = t.join();
+        }
+        if let Some(cb) = self.callbacks.take() {
+            // Destroying the engine from its own callback cannot join that thread.
+            if cb.thread().id() != std::thread::current().id() {
+                let _ = cb.join();
+            }
+        }
+    }
+}
+
+impl Drop for TransferEngine {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

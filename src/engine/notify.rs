@@ -1,0 +1,97 @@
+//! How a finished request tells its caller: a callback run on the engine's
+//! callback thread, or an atomic store into a flag word the caller owns.
+use crate::error::{Result, Status};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
+
+/// Bit set in a completion flag once the request has ended; the low 16 bits
+/// then hold its status (0 = success).
+pub const FLAG_DONE: u32 = 0x1_0000;
+
+/// Encodes a result the way it is stored into a completion flag.
+pub fn flag_value(res: &Result<()>) -> u32 {
+    FLAG_DONE | res.as_ref().map(|_| 0).unwrap_or_else(|e| e.status as u32)
+}
+
+/// A caller-owned flag word (C API). The caller guarantees it stays valid
+/// until the engine has stored into it.
+#[derive(Clone, Copy, Debug)]
+pub struct RawFlag(pub(crate) *const AtomicU32);
+// SAFETY: the pointer is only used for one atomic store; the caller keeps it alive.
+unsafe impl Send for RawFlag {}
+
+impl RawFlag {
+    /// # Safety
+    /// `p` must be non-null, 4-byte aligned and valid until the engine stores into it.
+    pub unsafe fn new(p: *mut u32) -> RawFlag {
+        RawFlag(p as *const AtomicU32)
+    }
+}
+
+pub type DoneCallback = Box<dyn FnOnce(Result<()>) + Send>;
+
+/// What to do when a request (or an immediate expectation) ends. Fires exactly once.
+pub enum OnDone {
+    /// Nobody is told.
+    Nothing,
+    /// Called on the callback thread with the outcome.
+    Callback(DoneCallback),
+    /// `flag_value(outcome)` is stored with release ordering, from the worker thread.
+    Flag(Arc<AtomicU32>),
+    /// As `Flag`, into caller-owned memory (C API).
+    RawFlag(RawFlag),
+}
+
+impl OnDone {
+    pub fn callback(f: impl FnOnce(Result<()>) + Send + 'static) -> OnDone {
+        OnDone::Callback(Box::new(f))
+    }
+}
+
+pub type Job = Box<dyn FnOnce() + Send>;
+
+/// The worker's handle on the callback thread.
+#[derive(Clone)]
+pub struct Notifier {
+    tx: Sender<Job>,
+}
+
+impl Notifier {
+    pub fn fire(&self, done: OnDone, res: Result<()>) {
+        match done {
+            OnDone::Nothing => {}
+            OnDone::Callback(cb) => self.run(Box::new(move || cb(res))),
+            OnDone::Flag(f) => f.store(flag_value(&res), Ordering::Release),
+            // SAFETY: the caller promised the flag is valid until this store.
+            OnDone::RawFlag(RawFlag(p)) => unsafe { (*p).store(flag_value(&res), Ordering::Release) },
+        }
+    }
+
+    /// Runs `job` on the callback thread.
+    pub fn run(&self, job: Job) {
+        // The callback thread outlives every worker, so this only fails during
+        // teardown, when nothing is left to call anyway.
+        let _ = self.tx.send(job);
+    }
+}
+
+/// Starts the callback thread. It ends when every `Notifier` is dropped, after
+/// running what was queued. A panicking callback is caught and reported on
+/// stderr; the thread goes on.
+pub fn spawn_callback_thread() -> std::io::Result<(Notifier, std::thread::JoinHandle<()>)> {
+    let (tx, rx): (Sender<Job>, Receiver<Job>) = std::sync::mpsc::channel();
+    let handle = std::thread::Builder::new().name("fabriclib-cb".into()).spawn(move || {
+        for job in rx {
+            if catch_unwind(AssertUnwindSafe(job)).is_err() {
+                eprintln!("fabriclib: a completion callback panicked; the engine goes on");
+            }
+        }
+    })?;
+    Ok((Notifier { tx }, handle))
+}
+
+pub fn shutdown_error() -> crate::error::Error {
+    crate::error::Error::new(Status::Shutdown, "the engine shut down before the request completed")
+}

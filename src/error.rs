@@ -1,0 +1,107 @@
+//! Errors and status codes. The numeric codes are the C ABI's
+//! `fabriclib_status` values; keep them stable.
+use std::fmt;
+
+/// Why an operation failed (or could not be started).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(i32)]
+pub enum Status {
+    /// Success.
+    Ok = 0,
+    /// Not an error: a queue is full right now; try again later.
+    Again = 1,
+    /// A required pointer was NULL, a length or count was zero, or an argument is out of its range.
+    InvalidArgument = 2,
+    /// An offset, length or page index falls outside a registered region (local or remote).
+    OutOfBounds = 3,
+    /// A handle was destroyed, belongs to another engine, or is not a fabriclib handle.
+    BadHandle = 4,
+    /// A serialized address or descriptor is truncated, corrupt or of an unknown version.
+    Malformed = 5,
+    /// The thing already exists (for example a second expectation on one immediate).
+    AlreadyExists = 6,
+    /// libfabric (or the NIC) reported an error; the last-error message has the details.
+    Provider = 7,
+    /// The configuration or the provider does not support this.
+    Unsupported = 8,
+    /// The engine is shutting down or has shut down; the request did not complete.
+    Shutdown = 9,
+    /// A Rust panic was caught at the C boundary (a bug in fabriclib: please report it).
+    Panic = 10,
+    /// An output buffer is too small; the required size was written to the length out-pointer.
+    BufferTooSmall = 11,
+    /// A received message did not fit the receive buffer.
+    Truncated = 12,
+}
+
+impl Status {
+    pub const ALL: [Status; 13] = [
+        Status::Ok,
+        Status::Again,
+        Status::InvalidArgument,
+        Status::OutOfBounds,
+        Status::BadHandle,
+        Status::Malformed,
+        Status::AlreadyExists,
+        Status::Provider,
+        Status::Unsupported,
+        Status::Shutdown,
+        Status::Panic,
+        Status::BufferTooSmall,
+        Status::Truncated,
+    ];
+
+    /// A short static description.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Again => "try again: queue full",
+            Status::InvalidArgument => "invalid argument",
+            Status::OutOfBounds => "out of bounds of a registered region",
+            Status::BadHandle => "bad handle (destroyed, foreign or not a fabriclib handle)",
+            Status::Malformed => "malformed serialized address or descriptor",
+            Status::AlreadyExists => "already exists",
+            Status::Provider => "provider (libfabric) error",
+            Status::Unsupported => "unsupported",
+            Status::Shutdown => "engine shut down",
+            Status::Panic => "internal panic caught at the C boundary",
+            Status::BufferTooSmall => "buffer too small",
+            Status::Truncated => "message truncated: receive buffer too small",
+        }
+    }
+
+    pub fn from_code(code: i32) -> Option<Status> {
+        Status::ALL.iter().copied().find(|s| *s as i32 == code)
+    }
+}
+
+/// An error: a status plus a human-readable message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Error {
+    pub status: Status,
+    pub message: String,
+}
+
+impl Error {
+    pub fn new(status: Status, message: impl Into<String>) -> Error {
+        Error { status, message: message.into() }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.status.as_str(), self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Shorthand for `Err(Error::new(status, format!(...)))`.
+#[macro_export]
+macro_rules! bail {
+    ($status:ident, $($fmt:tt)+) => {
+        return Err($crate::error::Error::new($crate::error::Status::$status, format!($($fmt)+)))
+    };
+}

@@ -1,0 +1,21 @@
+//! fabriclib: an RDMA point-to-point transfer engine for LLM systems.
+//!
+//! Layers, top to bottom (one direction of dependency):
+//! `capi` (C ABI) → `engine` (TransferEngine, validation, ImmCounter,
+//! callbacks) → `group` (the DomainGroup worker: sharding, posting,
+//! completion aggregation) → `domain` (one NIC: the `Domain` trait and its
+//! libfabric implementation) → `sys` (libfabric bindings).
+pub mod capi;
+pub mod config;
+pub mod domain;
+pub mod engine;
+pub mod error;
+pub mod group;
+pub mod sys;
+pub mod wire;
+
+pub use config::EngineConfig;
+pub use engine::notify::{FLAG_DONE, OnDone};
+pub use engine::{MrHandle, Pages, PeerGroup, ScatterDst, TransferEngine};
+pub use error::{Error, Result, Status};
+pub use wire::{MrDesc, NetAddr};

@@ -1,0 +1,231 @@
+//! Serialized forms exchanged out of band: an engine's address and a memory
+//! region's remote descriptor.
+//!
+//! Both are compact little-endian binary, start with a 4-byte header
+//! (`b"FL"`, format version, kind) and are length-checked when parsed: a
+//! truncated, padded, corrupt or unknown-version blob is a `Malformed`
+//! error, never a crash.
+//!
+//! ```text
+//! address    = "FL" 0x01 0x41 ndomains:u8 { len:u16 bytes[len] }*ndomains
+//! descriptor = "FL" 0x01 0x44 base:u64 len:u64 address-body
+//!              { remote_base:u64 key:u64 }*ndomains
+//! ```
+//! `address-body` is the address without its 4-byte header.
+use crate::error::{Error, Result, Status};
+
+pub const FORMAT_VERSION: u8 = 1;
+const KIND_ADDRESS: u8 = 0x41; // 'A'
+const KIND_DESCRIPTOR: u8 = 0x44; // 'D'
+/// Most domains (NICs) one engine may have.
+pub const MAX_DOMAINS: usize = 8;
+/// Longest provider address we accept (EFA's is 32 bytes, sockaddr_in6 28).
+pub const MAX_DOMAIN_ADDR: usize = 256;
+
+/// An engine's address: one provider address per domain, in domain order.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct NetAddr {
+    pub domains: Vec<Box<[u8]>>,
+}
+
+/// Where domain `d` of the owner addresses the region: `remote_base + offset`, with `key`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RemoteKey {
+    pub remote_base: u64,
+    pub key: u64,
+}
+
+/// A registered region as a remote peer sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct MrDesc {
+    /// The owner's virtual address of the region's first byte (informational).
+    pub base: u64,
+    /// Length in bytes: every write into the region is checked against it.
+    pub len: u64,
+    /// The owner's engine address.
+    pub owner: NetAddr,
+    /// One key per domain of the owner, in domain order.
+    pub keys: Vec<RemoteKey>,
+}
+
+fn malformed(what: &str) -> Error {
+    Error::new(Status::Malformed, what.to_string())
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8]> {
+        if self.buf.len() < n {
+            return Err(malformed(&format!("truncated {what}")));
+        }
+        let (head, rest) = self.buf.split_at(n);
+        self.buf = rest;
+        Ok(head)
+    }
+    fn u8(&mut self, what: &str) -> Result<u8> {
+        Ok(self.take(1, what)?[0])
+    }
+    fn u16(&mut self, what: &str) -> Result<u16> {
+        Ok(u16::from_le_bytes(self.take(2, what)?.try_into().unwrap()))
+    }
+    fn u64(&mut self, what: &str) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.take(8, what)?.try_into().unwrap()))
+    }
+    fn header(&mut self, kind: u8, what: &str) -> Result<()> {
+        let h = self.take(4, what)?;
+        if &h[..2] != b"FL" {
+            return Err(malformed(&format!("{what}: not a fabriclib blob (bad magic)")));
+        }
+        if h[2] != FORMAT_VERSION {
+            return Err(malformed(&format!("{what}: unsupported format version {} (this library reads {FORMAT_VERSION})", h[2])));
+        }
+        if h[3] != kind {
+            return Err(malformed(&format!("{what}: wrong blob kind 0x{:02x}", h[3])));
+        }
+        Ok(())
+    }
+    fn finish(&self, what: &str) -> Result<()> {
+        if self.buf.is_empty() { Ok(()) } else { Err(malformed(&format!("{what}: {} trailing bytes", self.buf.len()))) }
+    }
+}
+
+impl NetAddr {
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = vec![b'F', b'L', FORMAT_VERSION, KIND_ADDRESS];
+        self.write_body(&mut out);
+        out
+    }
+
+    fn write_body(&self, out: &mut Vec<u8>) {
+        out.push(self.domains.len() as u8);
+        for d in &self.domains {
+            out.extend_from_slice(&(d.len() as u16).to_le_bytes());
+            out.extend_from_slice(d);
+        }
+    }
+
+    pub fn parse(buf: &[u8]) -> Result<NetAddr> {
+        let mut r = Reader { buf };
+        r.header(KIND_ADDRESS, "address")?;
+        let a = Self::read_body(&mut r)?;
+        r.finish("address")?;
+        Ok(a)
+    }
+
+    fn read_body(r: &mut Reader<'_>) -> Result<NetAddr> {
+        let n = r.u8("address domain count")? as usize;
+        if n == 0 || n > MAX_DOMAINS {
+            return Err(malformed(&format!("address: {n} domains (expected 1..={MAX_DOMAINS})")));
+        }
+        let mut domains = Vec::with_capacity(n);
+        for _ in 0..n {
+            let len = r.u16("address length")? as usize;
+            if len == 0 || len > MAX_DOMAIN_ADDR {
+                return Err(malformed(&format!("address: domain address of {len} bytes")));
+            }
+            domains.push(r.take(len, "domain address")?.into());
+        }
+        Ok(NetAddr { domains })
+    }
+}
+
+impl MrDesc {
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = vec![b'F', b'L', FORMAT_VERSION, KIND_DESCRIPTOR];
+        out.extend_from_slice(&self.base.to_le_bytes());
+        out.extend_from_slice(&self.len.to_le_bytes());
+        self.owner.write_body(&mut out);
+        for k in &self.keys {
+            out.extend_from_slice(&k.remote_base.to_le_bytes());
+            out.extend_from_slice(&k.key.to_le_bytes());
+        }
+        out
+    }
+
+    pub fn parse(buf: &[u8]) -> Result<MrDesc> {
+        let mut r = Reader { buf };
+        r.header(KIND_DESCRIPTOR, "descriptor")?;
+        let base = r.u64("descriptor base")?;
+        let len = r.u64("descriptor length")?;
+        if len == 0 {
+            return Err(malformed("descriptor: zero-length region"));
+        }
+        if base.checked_add(len).is_none() {
+            return Err(malformed("descriptor: base + length overflows"));
+        }
+        let owner = NetAddr::read_body(&mut r)?;
+        let mut keys = Vec::with_capacity(owner.domains.len());
+        for _ in 0..owner.domains.len() {
+            keys.push(RemoteKey { remote_base: r.u64("remote base")?, key: r.u64("remote key")? });
+        }
+        r.finish("descriptor")?;
+        Ok(MrDesc { base, len, owner, keys })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn sample() -> MrDesc {
+        MrDesc {
+            base: 0x7f00_0000_1000,
+            len: 1 << 20,
+            owner: NetAddr { domains: vec![vec![1u8; 16].into(), vec![2u8; 18].into()] },
+            keys: vec![RemoteKey { remote_base: 0, key: 7 }, RemoteKey { remote_base: 0x7f00_0000_1000, key: 9 }],
+        }
+    }
+
+    #[test]
+    fn descriptor_round_trips_and_every_truncation_is_malformed() {
+        let d = sample();
+        let bytes = d.to_bytes();
+        assert_eq!(MrDesc::parse(&bytes).unwrap(), d);
+        for cut in 0..bytes.len() {
+            assert_eq!(MrDesc::parse(&bytes[..cut]).unwrap_err().status, Status::Malformed, "cut at {cut}");
+        }
+        let mut padded = bytes.clone();
+        padded.push(0);
+        assert_eq!(MrDesc::parse(&padded).unwrap_err().status, Status::Malformed);
+    }
+
+    #[test]
+    fn wrong_version_kind_and_magic_are_refused() {
+        let a = sample().owner.to_bytes();
+        assert_eq!(NetAddr::parse(&a).unwrap(), sample().owner);
+        for (i, v) in [(0usize, b'X'), (2, 2), (3, KIND_DESCRIPTOR)] {
+            let mut b = a.clone();
+            b[i] = v;
+            let e = NetAddr::parse(&b).unwrap_err();
+            assert_eq!(e.status, Status::Malformed);
+        }
+        // An address is not a descriptor and vice versa.
+        assert!(MrDesc::parse(&a).is_err());
+        assert!(NetAddr::parse(&sample().to_bytes()).is_err());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 4096, ..ProptestConfig::default() })]
+        // Fuzz: arbitrary bytes never panic; whatever parses re-encodes to the same bytes.
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            if let Ok(a) = NetAddr::parse(&bytes) { prop_assert_eq!(a.to_bytes(), bytes.clone()); }
+            if let Ok(d) = MrDesc::parse(&bytes) { prop_assert_eq!(d.to_bytes(), bytes); }
+        }
+
+        // Fuzz: valid blobs with random corruption never panic.
+        #[test]
+        fn mutated_descriptors_never_panic(pos in 0usize..80, val in any::<u8>(), cut in 0usize..90) {
+            let mut b = sample().to_bytes();
+            let p = pos % b.len();
+            b[p] = val;
+            b.truncate(cut.min(b.len()));
+            let _ = MrDesc::parse(&b);
+            let _ = NetAddr::parse(&b);
+        }
+    }
+}

@@ -1,0 +1,391 @@
+//! Multi-process loopback tests: this process runs one engine, and spawns
+//! peer processes (this same binary with `--peer`) that run the others, over
+//! real libfabric providers. Every test compares bytes (as region hashes) and
+//! counts immediates, on every provider of the matrix and with 1 and 2
+//! domains.
+//!
+//! Run: `cargo test --test loopback` (all), or with a filter:
+//! `cargo test --test loopback -- paged`. Providers: `FABRICLIB_TEST_PROVIDERS`
+//! (comma-separated; default `tcp;ofi_rxm,shm`).
+mod peer;
+mod util;
+
+use fabriclib::{EngineConfig, FLAG_DONE, MrDesc, MrHandle, NetAddr, OnDone, Pages, ScatterDst, Status, TransferEngine};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc::channel;
+use std::time::{Duration, Instant};
+use util::{Peer, Rng, WAIT, fnv64, to_hex};
+
+type TestResult = Result<(), String>;
+
+/// One side's engine plus a registered region.
+struct Local {
+    engine: TransferEngine,
+    mem: Vec<u8>,
+    mr: MrHandle,
+}
+
+fn local(provider: &str, domains: usize, region: usize, seed: u64) -> Result<Local, String> {
+    let cfg = EngineConfig {
+        provider: Some(provider.into()),
+        bind_addr: Some("127.0.0.1".into()),
+        domains,
+        ..Default::default()
+    };
+    let engine = TransferEngine::new(&cfg).map_err(|e| e.to_string())?;
+    let mut mem = vec![0u8; region];
+    Rng(seed).fill(&mut mem);
+    // SAFETY: mem lives in Local next to the handle and is dropped after it.
+    let mr = unsafe { engine.register(mem.as_mut_ptr(), region) }.map_err(|e| e.to_string())?;
+    Ok(Local { engine, mem, mr })
+}
+
+fn peers(provider: &str, domains: usize, n: usize, region: usize) -> Result<Vec<Peer>, String> {
+    (0..n).map(|_| Peer::spawn(provider, domains, region)).collect()
+}
+
+fn desc(p: &Peer) -> Arc<MrDesc> {
+    Arc::new(MrDesc::parse(&p.desc).unwrap())
+}
+
+fn addr(p: &Peer) -> NetAddr {
+    NetAddr::parse(&p.addr).unwrap()
+}
+
+fn flag() -> Arc<AtomicU32> {
+    Arc::new(AtomicU32::new(0))
+}
+
+/// Waits for a completion flag and checks its status.
+fn wait_flag(f: &AtomicU32) -> TestResult {
+    let t = Instant::now();
+    loop {
+        let v = f.load(Ordering::Acquire);
+        if v & FLAG_DONE != 0 {
+            let st = Status::from_code((v & 0xffff) as i32);
+            return if st == Some(Status::Ok) { Ok(()) } else { Err(format!("request ended with {st:?}")) };
+        }
+        if t.elapsed() > WAIT {
+            return Err("request did not complete in time".into());
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// Writes without an immediate have no "landed" signal: poll the peer's hash.
+fn wait_hash(p: &mut Peer, want: &[u8]) -> TestResult {
+    let want = fnv64(want);
+    let t = Instant::now();
+    loop {
+        let got = p.hash()?;
+        if got == want {
+            return Ok(());
+        }
+        if t.elapsed() > Duration::from_secs(20) {
+            return Err(format!("peer region hash {got:016x}, expected {want:016x}"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn check_hash(p: &mut Peer, want: &[u8]) -> TestResult {
+    let got = p.hash()?;
+    if got != fnv64(want) { Err(format!("bytes differ: peer hash {got:016x}, expected {:016x}", fnv64(want))) } else { Ok(()) }
+}
+
+fn e2s(e: fabriclib::Error) -> String {
+    e.to_string()
+}
+
+fn single_writes(prov: &str, domains: usize) -> TestResult {
+    const R: usize = 1 << 20;
+    let l = local(prov, domains, R, 1)?;
+    let mut p = Peer::spawn(prov, domains, R)?;
+    let d = desc(&p);
+    let mut want = vec![0u8; R];
+    // A write with an immediate: exactly one immediate once every byte landed.
+    p.expect(7, 1);
+    let f = flag();
+    l.engine.submit_single_write(300_000, Some(7), &l.mr, 1000, &d, 5000, OnDone::Flag(f.clone())).map_err(e2s)?;
+    wait_flag(&f)?;
+    want[5000..305_000].copy_from_slice(&l.mem[1000..301_000]);
+    p.fired(7)?;
+    check_hash(&mut p, &want)?;
+    // Zero bytes, immediate only.
+    p.expect(8, 1);
+    l.engine.submit_single_write(0, Some(8), &l.mr, 0, &d, 0, OnDone::Nothing).map_err(e2s)?;
+    p.fired(8)?;
+    // Immediates that land before the expectation count towards it.
+    let (f1, f2) = (flag(), flag());
+    l.engine.submit_single_write(16, Some(11), &l.mr, 0, &d, R as u64 - 16, OnDone::Flag(f1.clone())).map_err(e2s)?;
+    l.engine.submit_single_write(16, Some(11), &l.mr, 16, &d, R as u64 - 32, OnDone::Flag(f2.clone())).map_err(e2s)?;
+    wait_flag(&f1)?;
+    wait_flag(&f2)?;
+    std::thread::sleep(Duration::from_millis(50));
+    p.expect(11, 2);
+    p.fired(11)?;
+    want[R - 16..].copy_from_slice(&l.mem[..16]);
+    want[R - 32..R - 16].copy_from_slice(&l.mem[16..32]);
+    // A large write without an immediate (sharded by bytes over the domains).
+    let (tx, rx) = channel();
+    l.engine
+        .submit_single_write(600_000, None, &l.mr, 400_000, &d, 400_000, OnDone::callback(move |r| tx.send(r).unwrap()))
+        .map_err(e2s)?;
+    rx.recv_timeout(WAIT).map_err(|e| e.to_string())?.map_err(e2s)?;
+    want[400_000..1_000_000].copy_from_slice(&l.mem[400_000..1_000_000]);
+    wait_hash(&mut p, &want)
+}
+
+fn paged_writes(prov: &str, domains: usize) -> TestResult {
+    const PAGE: u64 = 2048;
+    const PAGES: usize = 10_000;
+    const SLOTS: usize = 10_240;
+    // Source pages are PAGE bytes at stride 2*PAGE after a 512-byte offset.
+    let src_len = 512 + SLOTS * 2 * PAGE as usize;
+    let dst_len = SLOTS * PAGE as usize;
+    let l = local(prov, domains, src_len, 2)?;
+    let mut p = Peer::spawn(prov, domains, dst_len)?;
+    let d = desc(&p);
+    let mut rng = Rng(99);
+    let src_idx: Vec<u32> = rng.perm(SLOTS)[..PAGES].to_vec();
+    let dst_idx: Vec<u32> = rng.perm(SLOTS)[..PAGES].to_vec();
+    p.expect(77, PAGES as u32);
+    let f = flag();
+    l.engine
+        .submit_paged_writes(
+            PAGE,
+            Some(77),
+            &l.mr,
+            Pages { indices: &src_idx, stride: 2 * PAGE, offset: 512 },
+            &d,
+            Pages { indices: &dst_idx, stride: PAGE, offset: 0 },
+            OnDone::Flag(f.clone()),
+        )
+        .map_err(e2s)?;
+    wait_flag(&f)?;
+    p.fired(77)?;
+    let mut want = vec![0u8; dst_len];
+    for (s, t) in src_idx.iter().zip(&dst_idx) {
+        let so = 512 + *s as usize * 2 * PAGE as usize;
+        let to = *t as usize * PAGE as usize;
+        want[to..to + PAGE as usize].copy_from_slice(&l.mem[so..so + PAGE as usize]);
+    }
+    check_hash(&mut p, &want)
+}
+
+fn scatter_and_barrier(prov: &str, domains: usize) -> TestResult {
+    const R: usize = 256 * 1024;
+    let l = local(prov, domains, 1 << 20, 3)?;
+    let mut ps = peers(prov, domains, 3, R)?;
+    let dsts: Vec<ScatterDst> = (0..3)
+        .map(|i| ScatterDst { len: 10_000 + i * 1234, src_offset: i * 100_000 + 3, dst: desc(&ps[i as usize]), dst_offset: 777 * i })
+        .collect();
+    let mut wants = vec![vec![0u8; R]; 3];
+    for (i, s) in dsts.iter().enumerate() {
+        let (so, to, n) = (s.src_offset as usize, s.dst_offset as usize, s.len as usize);
+        wants[i][to..to + n].copy_from_slice(&l.mem[so..so + n]);
+    }
+    for p in ps.iter_mut() {
+        p.expect(5, 1);
+    }
+    let f = flag();
+    l.engine.submit_scatter(None, Some(5), &l.mr, &dsts, OnDone::Flag(f.clone())).map_err(e2s)?;
+    wait_flag(&f)?;
+    for (p, w) in ps.iter_mut().zip(&wants) {
+        p.fired(5)?;
+        check_hash(p, w)?;
+    }
+    // Through a peer group: same bytes to other offsets, one immediate per peer.
+    let group = l.engine.add_peer_group(&ps.iter().map(addr).collect::<Vec<_>>()).map_err(e2s)?;
+    let dsts2: Vec<ScatterDst> = dsts.iter().map(|s| ScatterDst { dst_offset: 200_000, ..s.clone() }).collect();
+    for (i, s) in dsts2.iter().enumerate() {
+        let (so, n) = (s.src_offset as usize, s.len as usize);
+        wants[i][200_000..200_000 + n].copy_from_slice(&l.mem[so..so + n]);
+        ps[i].expect(6, 1);
+    }
+    l.engine.submit_scatter(Some(group), Some(6), &l.mr, &dsts2, OnDone::Nothing).map_err(e2s)?;
+    for (p, w) in ps.iter_mut().zip(&wants) {
+        p.fired(6)?;
+        check_hash(p, w)?;
+    }
+    // Barriers: one immediate per destination, with and without the group.
+    let descs: Vec<Arc<MrDesc>> = ps.iter().map(desc).collect();
+    for p in ps.iter_mut() {
+        p.expect(9, 2);
+    }
+    let (f1, f2) = (flag(), flag());
+    l.engine.submit_barrier(None, 9, &descs, OnDone::Flag(f1.clone())).map_err(e2s)?;
+    l.engine.submit_barrier(Some(group), 9, &descs, OnDone::Flag(f2.clone())).map_err(e2s)?;
+    wait_flag(&f1)?;
+    wait_flag(&f2)?;
+    for p in ps.iter_mut() {
+        p.fired(9)?;
+    }
+    Ok(())
+}
+
+fn send_recv(prov: &str, domains: usize) -> TestResult {
+    let l = local(prov, domains, 4096, 4)?;
+    let mut p = Peer::spawn(prov, domains, 4096)?;
+    let (tx, rx) = channel::<Vec<u8>>();
+    let tx = std::sync::Mutex::new(tx);
+    l.engine
+        .submit_recvs(8192, 32, move |m| {
+            if let Ok(m) = m {
+                tx.lock().unwrap().send(m.to_vec()).unwrap();
+            }
+        })
+        .map_err(e2s)?;
+    p.send(&format!("PARENT {}", to_hex(&l.engine.main_address().to_bytes())));
+    p.send("ECHO 8192 32");
+    p.wait_for("ECHOING")?;
+    let to = addr(&p);
+    let mut rng = Rng(5);
+    // 200 round trips, one at a time, random sizes and bytes.
+    for i in 0..200 {
+        let mut msg = vec![0u8; 1 + rng.below(8000) as usize];
+        rng.fill(&mut msg);
+        l.engine.submit_send(&to, &msg, OnDone::Nothing).map_err(e2s)?;
+        let echo = rx.recv_timeout(WAIT).map_err(|e| format!("round trip {i}: {e}"))?;
+        if echo[0] != 0xEC || echo[1..] != msg[..] {
+            return Err(format!("round trip {i}: echo differs ({} vs {} bytes)", echo.len(), msg.len() + 1));
+        }
+    }
+    // 20 in flight at once: every one comes back exactly once.
+    let mut sent: Vec<Vec<u8>> = (0..20u8).map(|i| vec![i; 100 + i as usize]).collect();
+    for m in &sent {
+        l.engine.submit_send(&to, m, OnDone::Nothing).map_err(e2s)?;
+    }
+    let mut got: Vec<Vec<u8>> = (0..20).map(|_| rx.recv_timeout(WAIT).map(|m| m[1..].to_vec())).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
+    got.sort();
+    sent.sort();
+    if got != sent {
+        return Err("pipelined echoes differ".into());
+    }
+    Ok(())
+}
+
+fn four_threads(prov: &str, domains: usize) -> TestResult {
+    const Q: usize = 1 << 20;
+    let l = Arc::new(local(prov, domains, 4 * Q, 6)?);
+    let mut p = Peer::spawn(prov, domains, 4 * Q)?;
+    let d = desc(&p);
+    for t in 0..4 {
+        p.expect(100 + t, 256);
+        p.expect(200 + t, 16);
+    }
+    let handles: Vec<_> = (0..4u32)
+        .map(|t| {
+            let (l, d) = (l.clone(), d.clone());
+            std::thread::spawn(move || -> TestResult {
+                let base = t as u64 * Q as u64;
+                let idx: Vec<u32> = Rng(t as u64 + 1).perm(256);
+                let flags: Vec<_> = (0..17).map(|_| flag()).collect();
+                let pages = Pages { indices: &idx, stride: 2048, offset: base };
+                l.engine
+                    .submit_paged_writes(2048, Some(100 + t), &l.mr, pages, &d, pages, OnDone::Flag(flags[16].clone()))
+                    .map_err(e2s)?;
+                for i in 0..16u64 {
+                    let off = base + 512 * 1024 + i * 4096;
+                    l.engine
+                        .submit_single_write(4096, Some(200 + t), &l.mr, off, &d, off, OnDone::Flag(flags[i as usize].clone()))
+                        .map_err(e2s)?;
+                }
+                flags.iter().try_for_each(|f| wait_flag(f))
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().map_err(|_| "submit thread panicked".to_string())??;
+    }
+    let mut want = vec![0u8; 4 * Q];
+    for t in 0..4 {
+        for i in 0..256 {
+            let o = t * Q + i * 2048;
+            want[o..o + 2048].copy_from_slice(&l.mem[o..o + 2048]);
+        }
+        let o = t * Q + 512 * 1024;
+        want[o..o + 16 * 4096].copy_from_slice(&l.mem[o..o + 16 * 4096]);
+    }
+    for t in 0..4 {
+        p.fired(100 + t)?;
+        p.fired(200 + t)?;
+    }
+    check_hash(&mut p, &want)
+}
+
+fn bad_input(prov: &str, domains: usize) -> TestResult {
+    let l = local(prov, domains, 4096, 7)?;
+    let other = local(prov, domains, 4096, 8)?;
+    let p = Peer::spawn(prov, domains, 4096)?;
+    let d = desc(&p);
+    let expect = |r: fabriclib::Result<()>, s: Status, what: &str| -> TestResult {
+        match r {
+            Err(e) if e.status == s => Ok(()),
+            other => Err(format!("{what}: expected {s:?}, got {other:?}")),
+        }
+    };
+    let e = &l.engine;
+    expect(e.submit_single_write(0, None, &l.mr, 0, &d, 0, OnDone::Nothing), Status::InvalidArgument, "zero length")?;
+    expect(e.submit_single_write(1, None, &l.mr, 4096, &d, 0, OnDone::Nothing), Status::OutOfBounds, "src past end")?;
+    expect(e.submit_single_write(8, None, &l.mr, 0, &d, 4090, OnDone::Nothing), Status::OutOfBounds, "dst past end")?;
+    expect(e.submit_single_write(8, None, &l.mr, u64::MAX, &d, 0, OnDone::Nothing), Status::OutOfBounds, "offset overflow")?;
+    expect(e.submit_single_write(8, None, &other.mr, 0, &d, 0, OnDone::Nothing), Status::BadHandle, "foreign region")?;
+    let pg = |idx: &'static [u32]| Pages { indices: idx, stride: 1024, offset: 0 };
+    expect(e.submit_paged_writes(1024, None, &l.mr, pg(&[0, 3]), &d, pg(&[0, 4]), OnDone::Nothing), Status::OutOfBounds, "page index")?;
+    expect(e.submit_paged_writes(1024, None, &l.mr, pg(&[]), &d, pg(&[]), OnDone::Nothing), Status::InvalidArgument, "no pages")?;
+    expect(e.submit_paged_writes(0, None, &l.mr, pg(&[0]), &d, pg(&[0]), OnDone::Nothing), Status::InvalidArgument, "zero page")?;
+    expect(e.submit_scatter(None, None, &l.mr, &[], OnDone::Nothing), Status::InvalidArgument, "empty scatter")?;
+    expect(e.expect_imm_count(1, 0, OnDone::Nothing), Status::InvalidArgument, "count 0")?;
+    e.expect_imm_count(1, 5, OnDone::Nothing).map_err(e2s)?;
+    expect(e.expect_imm_count(1, 5, OnDone::Nothing), Status::AlreadyExists, "second expectation")?;
+    expect(e.submit_send(&addr(&p), &vec![0u8; 70_000], OnDone::Nothing), Status::InvalidArgument, "oversized send")?;
+    Ok(())
+}
+
+type Test = fn(&str, usize) -> TestResult;
+const TESTS: &[(&str, Test)] = &[
+    ("single_writes", single_writes),
+    ("paged_writes_10000_random_pages", paged_writes),
+    ("scatter_and_barrier_to_3_peers", scatter_and_barrier),
+    ("send_recv_round_trips", send_recv),
+    ("submits_from_4_threads", four_threads),
+    ("bad_input", bad_input),
+];
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--peer") {
+        peer::main(&args[2..]);
+    }
+    // The matrix picks providers itself; an inherited override would collapse it.
+    // SAFETY: no other thread runs yet.
+    unsafe { std::env::remove_var("FABRICLIB_PROVIDER") };
+    let filters: Vec<&String> = args[1..].iter().filter(|a| !a.starts_with("--")).collect();
+    let providers = std::env::var("FABRICLIB_TEST_PROVIDERS").unwrap_or_else(|_| "tcp;ofi_rxm,shm".into());
+    let (mut passed, mut failed) = (0, 0);
+    for prov in providers.split(',') {
+        for domains in [1, 2] {
+            for (name, test) in TESTS {
+                let full = format!("{name}[{prov},domains={domains}]");
+                if !filters.is_empty() && !filters.iter().any(|f| full.contains(f.as_str())) {
+                    continue;
+                }
+                let t = Instant::now();
+                match test(prov, domains) {
+                    Ok(()) => {
+                        passed += 1;
+                        println!("test {full} ... ok ({:.2}s)", t.elapsed().as_secs_f64());
+                    }
+                    Err(e) => {
+                        failed += 1;
+                        println!("test {full} ... FAILED: {e}");
+                    }
+                }
+            }
+        }
+    }
+    println!("\nloopback: {passed} passed, {failed} failed");
+    std::process::exit(if failed > 0 { 1 } else { 0 });
+}

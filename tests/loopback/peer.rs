@@ -1,0 +1,94 @@
+//! The peer process: an engine with one registered region, driven by line
+//! commands on stdin, answering on stdout. The test process spawns one per
+//! remote peer (`<test binary> --peer PROVIDER DOMAINS REGION_BYTES`).
+//!
+//! Commands: `EXPECT imm count` (answers `FIRED imm status` when the count is
+//! reached), `HASH` (answers `HASH <fnv64 of the region>`), `ECHO len count`
+//! (posts receive buffers; every message is sent back to the test process
+//! with a `0xEC` byte prepended, then answers `ECHOING`), `QUIT`.
+use super::util::{fnv64, from_hex, to_hex};
+use fabriclib::{EngineConfig, NetAddr, OnDone, TransferEngine};
+use std::io::{BufRead, Write};
+use std::sync::{Arc, Mutex};
+
+pub fn main(args: &[String]) -> ! {
+    let provider = args[0].clone();
+    let domains: usize = args[1].parse().unwrap();
+    let region: usize = args[2].parse().unwrap();
+    let cfg = EngineConfig {
+        provider: Some(provider),
+        bind_addr: Some("127.0.0.1".into()),
+        domains,
+        ..Default::default()
+    };
+    let engine = Arc::new(TransferEngine::new(&cfg).unwrap_or_else(|e| {
+        println!("ERROR {e}");
+        std::process::exit(2)
+    }));
+    let mut mem = vec![0u8; region];
+    // SAFETY: mem outlives the registration (dropped after the engine below).
+    let mr = unsafe { engine.register(mem.as_mut_ptr(), region) }.unwrap();
+    let out = Arc::new(Mutex::new(std::io::stdout()));
+    let say = {
+        let out = out.clone();
+        move |line: String| {
+            let mut o = out.lock().unwrap();
+            // The test process may be gone already (it quit us); nothing to report then.
+            let _ = writeln!(o, "{line}").and_then(|_| o.flush());
+        }
+    };
+    say(format!("INFO {} {}", to_hex(&engine.main_address().to_bytes()), to_hex(&mr.descriptor().to_bytes())));
+    let mut parent: Option<NetAddr> = None;
+    for line in std::io::stdin().lock().lines() {
+        let line = line.unwrap();
+        let w: Vec<&str> = line.split_whitespace().collect();
+        match w.as_slice() {
+            ["PARENT", hex] => parent = Some(NetAddr::parse(&from_hex(hex)).unwrap()),
+            ["EXPECT", imm, count] => {
+                let (imm, count): (u32, u32) = (imm.parse().unwrap(), count.parse().unwrap());
+                let say2 = say.clone();
+                let r = engine.expect_imm_count(
+                    imm,
+                    count,
+                    OnDone::callback(move |res| say2(format!("FIRED {imm} {:?}", res.map_err(|e| e.status)))),
+                );
+                if let Err(e) = r {
+                    say(format!("ERROR {e}"));
+                }
+            }
+            ["HASH"] => {
+                // SAFETY: the region is only written by the NIC; the test process
+                // asks for the hash after every write it waits for has landed.
+                let bytes = unsafe { std::slice::from_raw_parts(mr.ptr(), region) };
+                say(format!("HASH {:016x}", fnv64(bytes)))
+            }
+            ["ECHO", len, count] => {
+                let to = parent.clone().expect("PARENT first");
+                let e2 = Arc::downgrade(&engine);
+                let r = engine.submit_recvs(len.parse().unwrap(), count.parse().unwrap(), move |msg| {
+                    let (Ok(msg), Some(e)) = (msg, e2.upgrade()) else { return };
+                    let mut reply = vec![0xEC];
+                    reply.extend_from_slice(msg);
+                    // Retry while the submission queue is full.
+                    while let Err(err) = e.submit_send(&to, &reply, OnDone::Nothing) {
+                        assert_eq!(err.status, fabriclib::Status::Again, "{err}");
+                        std::thread::yield_now();
+                    }
+                });
+                say(match r {
+                    Ok(()) => "ECHOING".into(),
+                    Err(e) => format!("ERROR {e}"),
+                });
+            }
+            ["QUIT"] => break,
+            _ => say(format!("ERROR unknown command {line}")),
+        }
+    }
+    drop(mr);
+    match Arc::try_unwrap(engine) {
+        Ok(e) => drop(e),
+        Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
+    }
+    drop(mem);
+    std::process::exit(0)
+}

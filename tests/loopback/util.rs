@@ -1,0 +1,151 @@
+//! Small helpers shared by the loopback tests.
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{Receiver, channel};
+use std::time::Duration;
+
+pub fn to_hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+pub fn from_hex(s: &str) -> Vec<u8> {
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+}
+
+/// FNV-1a, 64-bit: the peers report a region's hash instead of its bytes.
+pub fn fnv64(b: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for x in b {
+        h = (h ^ *x as u64).wrapping_mul(0x100000001b3);
+    }
+    h
+}
+
+/// xorshift64*: deterministic test data and page permutations.
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545F4914F6CDD1D)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    pub fn fill(&mut self, b: &mut [u8]) {
+        for c in b.chunks_mut(8) {
+            let v = self.next().to_le_bytes();
+            c.copy_from_slice(&v[..c.len()]);
+        }
+    }
+    /// A random permutation of 0..n.
+    pub fn perm(&mut self, n: usize) -> Vec<u32> {
+        let mut v: Vec<u32> = (0..n as u32).collect();
+        for i in (1..n).rev() {
+            v.swap(i, self.below(i as u64 + 1) as usize);
+        }
+        v
+    }
+}
+
+pub const WAIT: Duration = Duration::from_secs(60);
+
+/// A peer process (see peer.rs), killed when dropped.
+pub struct Peer {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Receiver<String>,
+    /// Lines read while waiting for another prefix, kept for later waits.
+    backlog: Vec<String>,
+    pub addr: Vec<u8>,
+    pub desc: Vec<u8>,
+}
+
+impl Peer {
+    pub fn spawn(provider: &str, domains: usize, region: usize) -> Result<Peer, String> {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--peer", provider, &domains.to_string(), &region.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("spawn: {e}"))?;
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(stdout).lines() {
+                let Ok(l) = l else { break };
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut p = Peer { child, stdin, lines, backlog: vec![], addr: vec![], desc: vec![] };
+        let info = p.wait_for("INFO")?;
+        let w: Vec<&str> = info.split_whitespace().collect();
+        p.addr = from_hex(w[1]);
+        p.desc = from_hex(w[2]);
+        Ok(p)
+    }
+
+    pub fn send(&mut self, line: &str) {
+        writeln!(self.stdin, "{line}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// Waits for the next line starting with `prefix`; an `ERROR` line fails.
+    pub fn wait_for(&mut self, prefix: &str) -> Result<String, String> {
+        if let Some(i) = self.backlog.iter().position(|l| l.starts_with(prefix)) {
+            return Ok(self.backlog.remove(i));
+        }
+        loop {
+            match self.lines.recv_timeout(WAIT) {
+                Ok(l) if l.starts_with(prefix) => return Ok(l),
+                Ok(l) if l.starts_with("ERROR") => return Err(format!("peer: {l}")),
+                Ok(l) => self.backlog.push(l),
+                Err(e) => return Err(format!("peer: no {prefix} line within {WAIT:?} ({e})")),
+            }
+        }
+    }
+
+    pub fn hash(&mut self) -> Result<u64, String> {
+        self.send("HASH");
+        let l = self.wait_for("HASH")?;
+        Ok(u64::from_str_radix(l.split_whitespace().nth(1).unwrap(), 16).unwrap())
+    }
+
+    pub fn expect(&mut self, imm: u32, count: u32) {
+        self.send(&format!("EXPECT {imm} {count}"));
+    }
+
+    /// Waits until the peer's expectation on `imm` fired, successfully.
+    pub fn fired(&mut self, imm: u32) -> Result<(), String> {
+        let l = self.wait_for(&format!("FIRED {imm} "))?;
+        if l.ends_with("Ok(())") { Ok(()) } else { Err(format!("expectation ended badly: {l}")) }
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = writeln!(self.stdin, "QUIT");
+        let _ = self.stdin.flush();
+        for _ in 0..200 {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        // A killed shm endpoint leaves its file behind: remove it.
+        let pid = self.child.id();
+        if let Ok(dir) = std::fs::read_dir("/dev/shm") {
+            for e in dir.flatten() {
+                if e.file_name().to_string_lossy().starts_with(&format!("{pid}:")) {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+    }
+}
