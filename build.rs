@@ -87,4 +87,5 @@ fn gen_header() {
         .expect("cbindgen failed")
         .write_to_file(format!("{crate_dir}/include/fabriclib.h"));
     println!("cargo:rerun-if-changed=src/capi");
+    println!("cargo:rerun-if-changed=cbindgen.toml");
 }

@@ -1,1 +1,165 @@
+//! The C ABI. Thin by design: every function checks its pointers and
+//! handles, converts types and calls the Rust API (`crate::engine`); no
+//! logic lives here. Conventions (also in the header's preamble):
+//! - every function returns a `fabriclib_status` (0 = OK) unless it cannot fail;
+//! - out-pointers are written only on success;
+//! - details of the last failure on this thread: `fabriclib_last_error_message()`;
+//! - panics never cross the boundary (they become `FABRICLIB_STATUS_PANIC`);
+//! - callbacks take `void *user_data` first and run on the engine's callback
+//!   thread, never inside the submit call.
+#![allow(non_camel_case_types)]
 
+mod config;
+mod engine;
+mod memory;
+mod submit;
+
+pub use config::*;
+pub use engine::*;
+pub use memory::*;
+pub use submit::*;
+
+use crate::error::{Error, Result, Status};
+use std::cell::RefCell;
+use std::ffi::{CString, c_char};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+/// A status code: `FABRICLIB_STATUS_OK` (0) or one of the `FABRICLIB_STATUS_*` values.
+pub type fabriclib_status = i32;
+
+/// Success.
+pub const FABRICLIB_STATUS_OK: fabriclib_status = 0;
+/// Not an error: the submission queue is full; retry later.
+pub const FABRICLIB_STATUS_AGAIN: fabriclib_status = 1;
+/// A NULL pointer, a zero length or count, or a value out of range.
+pub const FABRICLIB_STATUS_INVALID_ARGUMENT: fabriclib_status = 2;
+/// An offset, length or page index outside a registered region (local or remote).
+pub const FABRICLIB_STATUS_OUT_OF_BOUNDS: fabriclib_status = 3;
+/// A destroyed, foreign (another engine's) or non-fabriclib handle.
+pub const FABRICLIB_STATUS_BAD_HANDLE: fabriclib_status = 4;
+/// A truncated, corrupt or unknown-version address or descriptor blob.
+pub const FABRICLIB_STATUS_MALFORMED: fabriclib_status = 5;
+/// Already exists (e.g. a second expectation on one immediate).
+pub const FABRICLIB_STATUS_ALREADY_EXISTS: fabriclib_status = 6;
+/// libfabric reported an error (see the last-error message).
+pub const FABRICLIB_STATUS_PROVIDER: fabriclib_status = 7;
+/// Not supported by this build, configuration or provider.
+pub const FABRICLIB_STATUS_UNSUPPORTED: fabriclib_status = 8;
+/// The engine shut down before the request completed.
+pub const FABRICLIB_STATUS_SHUTDOWN: fabriclib_status = 9;
+/// A panic inside fabriclib was caught at the boundary (a bug: please report it).
+pub const FABRICLIB_STATUS_PANIC: fabriclib_status = 10;
+/// An output buffer is too small; the needed size was written to the length out-pointer.
+pub const FABRICLIB_STATUS_BUFFER_TOO_SMALL: fabriclib_status = 11;
+/// A received message was larger than the receive buffer.
+pub const FABRICLIB_STATUS_TRUNCATED: fabriclib_status = 12;
+
+/// Set in a completion flag word once its request has ended; the low 16 bits
+/// then hold the request's `fabriclib_status`.
+pub const FABRICLIB_FLAG_DONE: u32 = 0x1_0000;
+/// Mask for the status in a completion flag word.
+pub const FABRICLIB_FLAG_STATUS_MASK: u32 = 0xffff;
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn set_last_error(msg: &str) {
+    let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with(|e| *e.borrow_mut() = c);
+}
+
+/// Runs `f` behind the panic boundary and turns its outcome into a status.
+pub(crate) fn ffi(f: impl FnOnce() -> Result<()>) -> fabriclib_status {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => FABRICLIB_STATUS_OK,
+        Ok(Err(e)) => {
+            set_last_error(&e.message);
+            e.status as i32
+        }
+        Err(p) => {
+            let what = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            set_last_error(&format!("panic inside fabriclib: {what}"));
+            FABRICLIB_STATUS_PANIC
+        }
+    }
+}
+
+/// `Err(InvalidArgument)` naming `what` if `p` is NULL.
+pub(crate) fn non_null<T>(p: *const T, what: &str) -> Result<()> {
+    if p.is_null() { Err(Error::new(Status::InvalidArgument, format!("{what} is NULL"))) } else { Ok(()) }
+}
+
+/// A handle's first field: identifies the type and whether it is still alive.
+pub(crate) trait Handle {
+    const MAGIC: u64;
+    const NAME: &'static str;
+    fn magic(&self) -> u64;
+}
+
+/// Checks a handle pointer: NULL, destroyed or of another type give an error.
+/// (A freed handle is detected as long as its memory was not reused.)
+pub(crate) fn handle<'a, T: Handle>(p: *const T) -> Result<&'a T> {
+    non_null(p, T::NAME)?;
+    // SAFETY: non-null; the caller passes a pointer obtained from fabriclib.
+    // A stale pointer is detected through the magic word, which destroy clears.
+    let h = unsafe { &*p };
+    if h.magic() != T::MAGIC {
+        return Err(Error::new(Status::BadHandle, format!("{} is destroyed or not a {}", T::NAME, T::NAME)));
+    }
+    Ok(h)
+}
+
+/// Writes `bytes` to `buf` (capacity `cap`) and its length to `len`. If it
+/// does not fit, only `len` is written, with `BufferTooSmall`.
+pub(crate) fn write_blob(bytes: &[u8], buf: *mut u8, cap: usize, len: *mut usize) -> Result<()> {
+    non_null(len, "len")?;
+    // SAFETY: len is non-null and points to a size_t the caller owns.
+    unsafe { *len = bytes.len() };
+    if bytes.len() > cap || buf.is_null() {
+        return Err(Error::new(Status::BufferTooSmall, format!("{} bytes needed, {cap} given", bytes.len())));
+    }
+    // SAFETY: buf has room for cap >= bytes.len() bytes.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf, bytes.len()) };
+    Ok(())
+}
+
+/// Borrows `len` bytes at `p` (NULL only if `len` is 0).
+pub(crate) fn bytes<'a>(p: *const u8, len: usize, what: &str) -> Result<&'a [u8]> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    non_null(p, what)?;
+    // SAFETY: the caller guarantees p points to len readable bytes.
+    Ok(unsafe { std::slice::from_raw_parts(p, len) })
+}
+
+/// The library version, e.g. `"0.1.0"`. Static string; never fails.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_version() -> *const c_char {
+    concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
+}
+
+/// A static, human-readable description of a status code (never NULL;
+/// unknown codes give "unknown status").
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_status_str(status: fabriclib_status) -> *const c_char {
+    static NAMES: std::sync::LazyLock<Vec<CString>> =
+        std::sync::LazyLock::new(|| Status::ALL.iter().map(|s| CString::new(s.as_str()).unwrap()).collect());
+    match Status::from_code(status) {
+        Some(s) => NAMES[s as usize].as_ptr(),
+        None => c"unknown status".as_ptr(),
+    }
+}
+
+/// The message of the last call that failed on the calling thread (empty if
+/// none). Successful calls do not clear it. The pointer stays valid until the
+/// next failing fabriclib call on this thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_last_error_message() -> *const c_char {
+    LAST_ERROR.with(|e| e.borrow().as_ptr())
+}

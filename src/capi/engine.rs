@@ -1,0 +1,89 @@
+//! `fabriclib_engine`: create, destroy, address.
+use super::{Handle, fabriclib_config, fabriclib_status, ffi, handle, non_null, write_blob};
+use crate::config::EngineConfig;
+use crate::engine::TransferEngine;
+use std::ffi::{CString, c_char};
+
+/// A transfer engine: a worker thread driving its domains (NICs) and a
+/// callback thread. All `fabriclib_submit_*` functions may be called from any
+/// thread at once.
+pub struct fabriclib_engine {
+    magic: u64,
+    pub(crate) engine: TransferEngine,
+    provider: CString,
+}
+
+impl Handle for fabriclib_engine {
+    const MAGIC: u64 = 0xfab1_e9e1_0000_0002;
+    const NAME: &'static str = "engine";
+    fn magic(&self) -> u64 {
+        self.magic
+    }
+}
+
+/// Creates an engine from `config` (NULL: defaults); the config may be freed
+/// afterwards. Opens the domains and starts the worker and callback threads;
+/// fails with `FABRICLIB_STATUS_UNSUPPORTED` if no provider is usable.
+/// `*out` receives an engine the caller destroys with `fabriclib_engine_destroy`.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_engine_create(config: *const fabriclib_config, out: *mut *mut fabriclib_engine) -> fabriclib_status {
+    ffi(|| {
+        non_null(out, "out")?;
+        let cfg = if config.is_null() { EngineConfig::default() } else { handle(config)?.cfg.clone() };
+        let engine = TransferEngine::new(&cfg)?;
+        let provider = CString::new(engine.provider()).unwrap_or_default();
+        let e = Box::new(fabriclib_engine { magic: fabriclib_engine::MAGIC, engine, provider });
+        // SAFETY: out is non-null.
+        unsafe { *out = Box::into_raw(e) };
+        Ok(())
+    })
+}
+
+/// Destroys an engine (NULL is a no-op). Every pending request, expectation
+/// and receive pool ends first (with `FABRICLIB_STATUS_SHUTDOWN` where it had
+/// not completed; their callbacks run before this returns), then the threads
+/// are joined. Must not be called from a fabriclib callback, nor while
+/// another thread still submits to the engine. Registered regions
+/// (`fabriclib_mr`) outlive it and must still be deregistered.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_engine_destroy(engine: *mut fabriclib_engine) {
+    ffi(|| {
+        if engine.is_null() {
+            return Ok(());
+        }
+        handle(engine as *const fabriclib_engine)?;
+        // SAFETY: a live engine created by fabriclib_engine_create, destroyed once.
+        let mut e = unsafe { Box::from_raw(engine) };
+        e.magic = 0;
+        e.engine.shutdown();
+        drop(e);
+        Ok(())
+    });
+}
+
+/// Copies the engine's address (a versioned binary blob to hand to peers out
+/// of band) into `buf` of `cap` bytes and its length into `*len`. If `cap` is
+/// too small (or `buf` is NULL), only `*len` is written and
+/// `FABRICLIB_STATUS_BUFFER_TOO_SMALL` returned. Any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_engine_address(
+    engine: *const fabriclib_engine,
+    buf: *mut u8,
+    cap: usize,
+    len: *mut usize,
+) -> fabriclib_status {
+    ffi(|| write_blob(&handle(engine)?.engine.main_address().to_bytes(), buf, cap, len))
+}
+
+/// Writes the name of the libfabric provider in use (e.g. `"tcp;ofi_rxm"`) to
+/// `*out`; the string lives as long as the engine. Any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_engine_provider(engine: *const fabriclib_engine, out: *mut *const c_char) -> fabriclib_status {
+    ffi(|| {
+        let e = handle(engine)?;
+        non_null(out, "out")?;
+        // SAFETY: out is non-null.
+        unsafe { *out = e.provider.as_ptr() };
+        Ok(())
+    })
+}

@@ -1,0 +1,127 @@
+//! `fabriclib_mr` (a local registered region) and `fabriclib_remote_mr` (a
+//! peer's region, parsed from its descriptor).
+use super::{Handle, bytes, fabriclib_engine, fabriclib_status, ffi, handle, non_null, write_blob};
+use crate::engine::MrHandle;
+use crate::wire::MrDesc;
+use std::ffi::c_void;
+use std::sync::Arc;
+
+/// A registered local region: the source of writes, and (through its
+/// descriptor) the target of peers' writes.
+pub struct fabriclib_mr {
+    magic: u64,
+    pub(crate) mr: MrHandle,
+}
+
+impl Handle for fabriclib_mr {
+    const MAGIC: u64 = 0xfab1_0e90_0000_0003;
+    const NAME: &'static str = "memory region";
+    fn magic(&self) -> u64 {
+        self.magic
+    }
+}
+
+/// A peer's registered region, as parsed from its descriptor. Immutable:
+/// may be used from any thread at once.
+pub struct fabriclib_remote_mr {
+    magic: u64,
+    pub(crate) desc: Arc<MrDesc>,
+}
+
+impl Handle for fabriclib_remote_mr {
+    const MAGIC: u64 = 0xfab1_4e30_0000_0004;
+    const NAME: &'static str = "remote memory region";
+    fn magic(&self) -> u64 {
+        self.magic
+    }
+}
+
+/// Registers `len` bytes of host memory at `ptr` with every domain of the
+/// engine. The memory must stay valid until `fabriclib_mr_deregister` and
+/// until every request using it has completed. `*out` receives the handle.
+/// Any thread (registrations are serialised on the worker).
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_mr_register(
+    engine: *const fabriclib_engine,
+    ptr: *mut c_void,
+    len: usize,
+    out: *mut *mut fabriclib_mr,
+) -> fabriclib_status {
+    ffi(|| {
+        let e = handle(engine)?;
+        non_null(out, "out")?;
+        // SAFETY: the caller guarantees ptr..ptr+len is valid memory (API contract).
+        let mr = unsafe { e.engine.register(ptr.cast(), len)? };
+        // SAFETY: out is non-null.
+        unsafe { *out = Box::into_raw(Box::new(fabriclib_mr { magic: fabriclib_mr::MAGIC, mr })) };
+        Ok(())
+    })
+}
+
+/// Releases a registration (NULL is a no-op). Requests still using it keep it
+/// alive until they complete; the memory may be freed once they have.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_mr_deregister(mr: *mut fabriclib_mr) {
+    ffi(|| {
+        if mr.is_null() {
+            return Ok(());
+        }
+        handle(mr as *const fabriclib_mr)?;
+        // SAFETY: a live handle from fabriclib_mr_register, released once.
+        let mut b = unsafe { Box::from_raw(mr) };
+        b.magic = 0;
+        Ok(())
+    });
+}
+
+/// Copies the region's descriptor (versioned binary blob: address, length and
+/// one key per domain) for a peer to parse with `fabriclib_remote_mr_parse`.
+/// Buffer rules as in `fabriclib_engine_address`. Any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_mr_descriptor(mr: *const fabriclib_mr, buf: *mut u8, cap: usize, len: *mut usize) -> fabriclib_status {
+    ffi(|| write_blob(&handle(mr)?.mr.descriptor().to_bytes(), buf, cap, len))
+}
+
+/// Parses a peer's descriptor (`len` bytes at `buf`). Truncated, padded,
+/// corrupt or unknown-version blobs give `FABRICLIB_STATUS_MALFORMED`. `*out`
+/// receives a handle the caller frees with `fabriclib_remote_mr_free`.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_remote_mr_parse(buf: *const u8, len: usize, out: *mut *mut fabriclib_remote_mr) -> fabriclib_status {
+    ffi(|| {
+        non_null(buf, "buf")?;
+        non_null(out, "out")?;
+        let desc = Arc::new(MrDesc::parse(bytes(buf, len, "buf")?)?);
+        let b = Box::new(fabriclib_remote_mr { magic: fabriclib_remote_mr::MAGIC, desc });
+        // SAFETY: out is non-null.
+        unsafe { *out = Box::into_raw(b) };
+        Ok(())
+    })
+}
+
+/// Writes the length in bytes of a peer's region to `*len`.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_remote_mr_len(mr: *const fabriclib_remote_mr, len: *mut u64) -> fabriclib_status {
+    ffi(|| {
+        let r = handle(mr)?;
+        non_null(len, "len")?;
+        // SAFETY: len is non-null.
+        unsafe { *len = r.desc.len };
+        Ok(())
+    })
+}
+
+/// Frees a parsed descriptor (NULL is a no-op). Requests already submitted
+/// with it are unaffected.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_remote_mr_free(mr: *mut fabriclib_remote_mr) {
+    ffi(|| {
+        if mr.is_null() {
+            return Ok(());
+        }
+        handle(mr as *const fabriclib_remote_mr)?;
+        // SAFETY: a live handle from fabriclib_remote_mr_parse, freed once.
+        let mut b = unsafe { Box::from_raw(mr) };
+        b.magic = 0;
+        Ok(())
+    });
+}

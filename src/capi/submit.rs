@@ -1,0 +1,332 @@
+//! The data path: sends, receives, immediate expectations, writes, peer
+//! groups, scatter and barrier.
+use super::{bytes, fabriclib_engine, fabriclib_mr, fabriclib_remote_mr, fabriclib_status, ffi, handle, non_null};
+use crate::engine::notify::{OnDone, RawFlag};
+use crate::engine::{Pages, PeerGroup, ScatterDst};
+use crate::error::{Error, Result, Status};
+use crate::wire::NetAddr;
+use std::ffi::c_void;
+
+/// Called once when a request ends: `status` is `FABRICLIB_STATUS_OK` or why
+/// it failed. Runs on the engine's callback thread; must not block for long
+/// (it delays other callbacks) and must not destroy the engine.
+pub type fabriclib_done_cb = Option<unsafe extern "C" fn(user_data: *mut c_void, status: fabriclib_status)>;
+
+/// Called for every received message with its bytes (`data`, `len`), valid
+/// only during the call: the buffer returns to the pool when the callback
+/// returns. On error (`FABRICLIB_STATUS_TRUNCATED`, and a last call with
+/// `FABRICLIB_STATUS_SHUTDOWN` when the engine is destroyed) `data` is NULL
+/// and `len` 0. Runs on the engine's callback thread.
+pub type fabriclib_recv_cb =
+    Option<unsafe extern "C" fn(user_data: *mut c_void, status: fabriclib_status, data: *const u8, len: usize)>;
+
+/// How a submitted request reports its end; pass NULL to not be told.
+/// Exactly one of `callback` and `flag` may be set:
+/// - `callback(user_data, status)` runs once on the callback thread;
+/// - `flag` receives, with one atomic release store from the worker thread,
+///   `FABRICLIB_FLAG_DONE | status` (poll it with an acquire load). It must
+///   stay valid until then; initialise it to 0.
+///
+/// A submit that returns an error never reports through its `on_done`.
+/// The struct itself is read during the call only.
+#[repr(C)]
+pub struct fabriclib_on_done {
+    pub callback: fabriclib_done_cb,
+    pub user_data: *mut c_void,
+    pub flag: *mut u32,
+}
+
+/// Pages on one side of a paged write: page `i` starts at byte
+/// `offset + indices[i] * stride` of the region.
+#[repr(C)]
+pub struct fabriclib_pages {
+    pub indices: *const u32,
+    pub count: usize,
+    pub stride: u64,
+    pub offset: u64,
+}
+
+/// One destination of a scatter: `len` bytes from `src_offset` of the source
+/// region to `dst_offset` of `dst`.
+#[repr(C)]
+pub struct fabriclib_scatter_dst {
+    pub len: u64,
+    pub src_offset: u64,
+    pub dst: *const fabriclib_remote_mr,
+    pub dst_offset: u64,
+}
+
+struct UserData(*mut c_void);
+// SAFETY: the caller declares user_data usable from the callback thread.
+unsafe impl Send for UserData {}
+unsafe impl Sync for UserData {}
+
+fn status_of(r: &Result<()>) -> fabriclib_status {
+    r.as_ref().map(|_| 0).unwrap_or_else(|e| e.status as i32)
+}
+
+fn on_done(d: *const fabriclib_on_done) -> Result<OnDone> {
+    if d.is_null() {
+        return Ok(OnDone::Nothing);
+    }
+    // SAFETY: non-null, points to a fabriclib_on_done for the duration of the call.
+    let d = unsafe { &*d };
+    match (d.callback, d.flag.is_null()) {
+        (Some(_), false) => Err(Error::new(Status::InvalidArgument, "on_done: set either callback or flag, not both")),
+        (Some(cb), true) => {
+            let ud = UserData(d.user_data);
+            Ok(OnDone::callback(move |r| {
+                let ud = ud;
+                // SAFETY: a C function pointer the caller registered, with its user_data.
+                unsafe { cb(ud.0, status_of(&r)) }
+            }))
+        }
+        (None, false) => {
+            if d.flag as usize % 4 != 0 {
+                return Err(Error::new(Status::InvalidArgument, "on_done: flag is not 4-byte aligned"));
+            }
+            // SAFETY: non-null, aligned; the caller keeps it valid until the store.
+            Ok(OnDone::RawFlag(unsafe { RawFlag::new(d.flag) }))
+        }
+        (None, true) => Ok(OnDone::Nothing),
+    }
+}
+
+fn imm_opt(imm: *const u32) -> Option<u32> {
+    // SAFETY: NULL or a pointer to a uint32_t for the duration of the call.
+    (!imm.is_null()).then(|| unsafe { *imm })
+}
+
+fn pages<'a>(p: *const fabriclib_pages, what: &str) -> Result<Pages<'a>> {
+    non_null(p, what)?;
+    // SAFETY: non-null; read during the call only.
+    let p = unsafe { &*p };
+    if p.count == 0 {
+        return Err(Error::new(Status::InvalidArgument, format!("{what}: count is 0")));
+    }
+    non_null(p.indices, what)?;
+    // SAFETY: indices points to count u32s (API contract).
+    let indices = unsafe { std::slice::from_raw_parts(p.indices, p.count) };
+    Ok(Pages { indices, stride: p.stride, offset: p.offset })
+}
+
+fn mr_of<'a>(e: &fabriclib_engine, mr: *const fabriclib_mr) -> Result<&'a crate::engine::MrHandle> {
+    let m = &handle(mr)?.mr;
+    if m.engine_id() != e.engine.id() {
+        return Err(Error::new(Status::BadHandle, "memory region was registered with another engine"));
+    }
+    Ok(m)
+}
+
+fn group_of(g: u64) -> Option<PeerGroup> {
+    (g != 0).then_some(PeerGroup(g))
+}
+
+/// Sends a copy of `len` bytes at `msg` (at most 65536) to the engine whose
+/// address is `addr` (`addr_len` bytes); `msg` may be reused at once. The peer
+/// must have a receive buffer posted (`fabriclib_submit_recvs`) at least
+/// `len` bytes long. Any thread; the end is reported through `done`.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_submit_send(
+    engine: *const fabriclib_engine,
+    addr: *const u8,
+    addr_len: usize,
+    msg: *const c_void,
+    len: usize,
+    done: *const fabriclib_on_done,
+) -> fabriclib_status {
+    ffi(|| {
+        let e = handle(engine)?;
+        non_null(addr, "addr")?;
+        let to = NetAddr::parse(bytes(addr, addr_len, "addr")?)?;
+        let msg = bytes(msg.cast(), len, "msg")?;
+        e.engine.submit_send(&to, msg, on_done(done)?)
+    })
+}
+
+/// Posts `count` receive buffers of `len` bytes (at most 65536) as one pool.
+/// Each arriving message calls `callback(user_data, FABRICLIB_STATUS_OK, data,
+/// len)` on the callback thread; the buffer is reposted when it returns. When
+/// the engine is destroyed, `callback` runs once more with
+/// `FABRICLIB_STATUS_SHUTDOWN`; `user_data` must stay valid until then. Any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_submit_recvs(
+    engine: *const fabriclib_engine,
+    len: usize,
+    count: usize,
+    callback: fabriclib_recv_cb,
+    user_data: *mut c_void,
+) -> fabriclib_status {
+    ffi(|| {
+        let e = handle(engine)?;
+        let Some(cb) = callback else { return Err(Error::new(Status::InvalidArgument, "callback is NULL")) };
+        let ud = UserData(user_data);
+        e.engine.submit_recvs(len, count, move |m| {
+            let ud = &ud;
+            // SAFETY: the caller's callback with its user_data; data is valid during the call.
+            unsafe {
+                match m {
+                    Ok(b) => cb(ud.0, 0, b.as_ptr(), b.len()),
+                    Err(err) => cb(ud.0, err.status as i32, std::ptr::null(), 0),
+                }
+            }
+        })
+    })
+}
+
+/// Reports through `done` once `count` (>= 1) writes carrying immediate `imm`
+/// have landed in this engine's memory. Immediates that arrived before the
+/// call count too; a surplus is kept for the next expectation. At most one
+/// expectation per immediate value at a time (`FABRICLIB_STATUS_ALREADY_EXISTS`).
+/// Any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_expect_imm_count(
+    engine: *const fabriclib_engine,
+    imm: u32,
+    count: u32,
+    done: *const fabriclib_on_done,
+) -> fabriclib_status {
+    ffi(|| handle(engine)?.engine.expect_imm_count(imm, count, on_done(done)?))
+}
+
+/// Writes `len` bytes from `src_offset` of `src` to `dst_offset` of `dst`.
+/// `imm` is NULL or points to an immediate: then the destination counts
+/// exactly **one** `*imm` once every byte has landed, `len` may be 0
+/// (notification only), and `len` must fit the provider's max message size.
+/// Without an immediate, large writes are split and sharded over domains.
+/// `done` reports when the source buffer may be reused; that is not proof
+/// that the bytes landed (the receiver's immediate is). Any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_submit_single_write(
+    engine: *const fabriclib_engine,
+    len: u64,
+    imm: *const u32,
+    src: *const fabriclib_mr,
+    src_offset: u64,
+    dst: *const fabriclib_remote_mr,
+    dst_offset: u64,
+    done: *const fabriclib_on_done,
+) -> fabriclib_status {
+    ffi(|| {
+        let e = handle(engine)?;
+        let (src, dst) = (mr_of(e, src)?, &handle(dst)?.desc);
+        e.engine.submit_single_write(len, imm_opt(imm), src, src_offset, dst, dst_offset, on_done(done)?)
+    })
+}
+
+/// Writes `src_pages->count` pages of `page_len` bytes: page `i` goes from
+/// source page `src_pages->indices[i]` to destination page
+/// `dst_pages->indices[i]` (both counts must match). Every page is checked
+/// against both regions before anything is posted. With `imm` non-NULL the
+/// destination counts **one `*imm` per page**. Pages are sharded over the
+/// domains. The index arrays are copied. Any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_submit_paged_writes(
+    engine: *const fabriclib_engine,
+    page_len: u64,
+    imm: *const u32,
+    src: *const fabriclib_mr,
+    src_pages: *const fabriclib_pages,
+    dst: *const fabriclib_remote_mr,
+    dst_pages: *const fabriclib_pages,
+    done: *const fabriclib_on_done,
+) -> fabriclib_status {
+    ffi(|| {
+        let e = handle(engine)?;
+        let (src, dst) = (mr_of(e, src)?, &handle(dst)?.desc);
+        let (sp, dp) = (pages(src_pages, "src_pages")?, pages(dst_pages, "dst_pages")?);
+        e.engine.submit_paged_writes(page_len, imm_opt(imm), src, sp, dst, dp, on_done(done)?)
+    })
+}
+
+/// Resolves `count` peer engine addresses (`addrs[i]` of `addr_lens[i]`
+/// bytes) once, so scatters and barriers to them skip per-destination
+/// lookups. Writes a non-zero group handle to `*out`. Any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_add_peer_group(
+    engine: *const fabriclib_engine,
+    addrs: *const *const u8,
+    addr_lens: *const usize,
+    count: usize,
+    out: *mut u64,
+) -> fabriclib_status {
+    ffi(|| {
+        let e = handle(engine)?;
+        non_null(addrs, "addrs")?;
+        non_null(addr_lens, "addr_lens")?;
+        non_null(out, "out")?;
+        let parsed = (0..count)
+            .map(|i| {
+                // SAFETY: addrs and addr_lens have count entries (API contract).
+                let (p, l) = unsafe { (*addrs.add(i), *addr_lens.add(i)) };
+                non_null(p, "addrs[i]")?;
+                NetAddr::parse(bytes(p, l, "addrs[i]")?)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let g = e.engine.add_peer_group(&parsed)?;
+        // SAFETY: out is non-null.
+        unsafe { *out = g.0 };
+        Ok(())
+    })
+}
+
+/// Writes a different slice of `src` to each of `count` destinations (each
+/// possibly another peer). With `imm` non-NULL each destination's owner counts
+/// **one `*imm` per destination**. `group` is 0 or a handle from
+/// `fabriclib_add_peer_group` whose peer `i` owns `dsts[i].dst`. The array is
+/// copied. Any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_submit_scatter(
+    engine: *const fabriclib_engine,
+    group: u64,
+    imm: *const u32,
+    src: *const fabriclib_mr,
+    dsts: *const fabriclib_scatter_dst,
+    count: usize,
+    done: *const fabriclib_on_done,
+) -> fabriclib_status {
+    ffi(|| {
+        let e = handle(engine)?;
+        let src = mr_of(e, src)?;
+        if count == 0 {
+            return Err(Error::new(Status::InvalidArgument, "submit_scatter: count is 0"));
+        }
+        non_null(dsts, "dsts")?;
+        // SAFETY: dsts has count entries (API contract).
+        let raw = unsafe { std::slice::from_raw_parts(dsts, count) };
+        let dsts = raw
+            .iter()
+            .map(|d| {
+                let dst = handle(d.dst)?.desc.clone();
+                Ok(ScatterDst { len: d.len, src_offset: d.src_offset, dst, dst_offset: d.dst_offset })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        e.engine.submit_scatter(group_of(group), imm_opt(imm), src, &dsts, on_done(done)?)
+    })
+}
+
+/// Sends a zero-byte write carrying `imm` to each of `count` destination
+/// regions: each destination's owner counts **one `imm` per destination**.
+/// `group` as for `fabriclib_submit_scatter`. Any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_submit_barrier(
+    engine: *const fabriclib_engine,
+    group: u64,
+    imm: u32,
+    dsts: *const *const fabriclib_remote_mr,
+    count: usize,
+    done: *const fabriclib_on_done,
+) -> fabriclib_status {
+    ffi(|| {
+        let e = handle(engine)?;
+        if count == 0 {
+            return Err(Error::new(Status::InvalidArgument, "submit_barrier: count is 0"));
+        }
+        non_null(dsts, "dsts")?;
+        // SAFETY: dsts has count entries (API contract).
+        let raw = unsafe { std::slice::from_raw_parts(dsts, count) };
+        let descs = raw.iter().map(|d| Ok(handle(*d)?.desc.clone())).collect::<Result<Vec<_>>>()?;
+        e.engine.submit_barrier(group_of(group), imm, &descs, on_done(done)?)
+    })
+}
+
