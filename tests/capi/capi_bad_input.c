@@ -1,0 +1,188 @@
+/* Every bad-input case through the C API: each must return the documented
+ * status (never crash, never hang) and leave a last-error message. */
+#include "fabriclib.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures, checks;
+
+#define EXPECT(call, want)                                                                   \
+    do {                                                                                     \
+        fabriclib_status got_ = (call);                                                      \
+        checks++;                                                                            \
+        if (got_ != (want)) {                                                                \
+            fprintf(stderr, "FAIL line %d: %s -> %d (%s), want %d: %s\n", __LINE__, #call,   \
+                    got_, fabriclib_status_str(got_), (want), fabriclib_last_error_message()); \
+            failures++;                                                                      \
+        } else if ((want) != FABRICLIB_STATUS_OK && fabriclib_last_error_message()[0] == 0) { \
+            fprintf(stderr, "FAIL line %d: %s: no last-error message\n", __LINE__, #call);    \
+            failures++;                                                                      \
+        }                                                                                    \
+    } while (0)
+
+static fabriclib_engine *make_engine(void) {
+    fabriclib_config *cfg = NULL;
+    fabriclib_engine *e = NULL;
+    if (fabriclib_config_new(&cfg) || fabriclib_config_set_provider(cfg, "tcp;ofi_rxm") ||
+        fabriclib_config_set_bind_address(cfg, "127.0.0.1") || fabriclib_engine_create(cfg, &e)) {
+        fprintf(stderr, "cannot create an engine: %s\n", fabriclib_last_error_message());
+        exit(1);
+    }
+    fabriclib_config_free(cfg);
+    return e;
+}
+
+int main(void) {
+    enum { LEN = 65536 };
+    char *mem = calloc(1, LEN), *mem2 = calloc(1, LEN);
+    fabriclib_engine *e = make_engine(), *other = make_engine();
+    fabriclib_mr *mr = NULL, *foreign = NULL;
+    fabriclib_remote_mr *rmr = NULL, *tmp = NULL;
+    uint8_t desc[512], addr[512];
+    size_t desc_len = 0, addr_len = 0, n = 0;
+    uint32_t imm = 5, idx_ok[2] = {0, 1}, idx_bad[2] = {0, 64};
+    const char *s = NULL;
+
+    /* Version and status strings. */
+    checks++;
+    if (strcmp(fabriclib_version(), FABRICLIB_VERSION_STRING) != 0) {
+        fprintf(stderr, "FAIL: version %s != header %s\n", fabriclib_version(), FABRICLIB_VERSION_STRING);
+        failures++;
+    }
+    checks++;
+    if (strcmp(fabriclib_status_str(12345), "unknown status") != 0 || !fabriclib_status_str(FABRICLIB_STATUS_OK)) failures++;
+
+    /* Config. */
+    EXPECT(fabriclib_config_new(NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_config_set_provider(NULL, "shm"), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    fabriclib_config *cfg = NULL;
+    EXPECT(fabriclib_config_new(&cfg), FABRICLIB_STATUS_OK);
+    EXPECT(fabriclib_config_set_domains(cfg, 0), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_config_set_domains(cfg, 9), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_config_set_submit_queue(cfg, 0), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_config_set_provider(cfg, "no-such-provider"), FABRICLIB_STATUS_OK);
+    fabriclib_engine *bad = NULL;
+    EXPECT(fabriclib_engine_create(cfg, &bad), FABRICLIB_STATUS_UNSUPPORTED);
+    EXPECT(fabriclib_engine_create(cfg, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    fabriclib_config_free(cfg);
+    EXPECT(fabriclib_config_set_domains(cfg, 1), FABRICLIB_STATUS_BAD_HANDLE); /* freed */
+    fabriclib_config_free(NULL);
+
+    /* Engine and registration. */
+    EXPECT(fabriclib_engine_address(NULL, addr, sizeof addr, &addr_len), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_engine_address(e, addr, sizeof addr, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_engine_address(e, addr, 3, &n), FABRICLIB_STATUS_BUFFER_TOO_SMALL);
+    EXPECT(fabriclib_engine_address(e, addr, sizeof addr, &addr_len), FABRICLIB_STATUS_OK);
+    checks++;
+    if (n != addr_len) failures++, fprintf(stderr, "FAIL: BUFFER_TOO_SMALL did not report the size\n");
+    EXPECT(fabriclib_engine_provider(e, &s), FABRICLIB_STATUS_OK);
+    EXPECT(fabriclib_engine_provider((fabriclib_engine *)mem, &s), FABRICLIB_STATUS_BAD_HANDLE); /* not a handle */
+    EXPECT(fabriclib_mr_register(e, NULL, LEN, &mr), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_mr_register(e, mem, 0, &mr), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_mr_register(e, mem, LEN, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_mr_register(e, mem, LEN, &mr), FABRICLIB_STATUS_OK);
+    EXPECT(fabriclib_mr_register(other, mem2, LEN, &foreign), FABRICLIB_STATUS_OK);
+    EXPECT(fabriclib_mr_descriptor(mr, desc, sizeof desc, &desc_len), FABRICLIB_STATUS_OK);
+
+    /* Descriptor and address blobs: every truncation, a bad version, garbage. */
+    for (size_t cut = 0; cut < desc_len; cut++) EXPECT(fabriclib_remote_mr_parse(desc, cut, &tmp), cut ? FABRICLIB_STATUS_MALFORMED : FABRICLIB_STATUS_MALFORMED);
+    EXPECT(fabriclib_remote_mr_parse(NULL, 10, &tmp), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_remote_mr_parse(desc, desc_len, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    uint8_t evil[512];
+    memcpy(evil, desc, desc_len);
+    evil[2] = 99; /* unknown format version */
+    EXPECT(fabriclib_remote_mr_parse(evil, desc_len, &tmp), FABRICLIB_STATUS_MALFORMED);
+    EXPECT(fabriclib_remote_mr_parse(addr, addr_len, &tmp), FABRICLIB_STATUS_MALFORMED); /* an address is no descriptor */
+    memcpy(evil, desc, desc_len);
+    evil[desc_len] = 0; /* trailing byte */
+    EXPECT(fabriclib_remote_mr_parse(evil, desc_len + 1, &tmp), FABRICLIB_STATUS_MALFORMED);
+    srand(1);
+    for (int i = 0; i < 2000; i++) { /* random garbage and random corruption */
+        size_t len = (size_t)(rand() % 120);
+        for (size_t j = 0; j < len; j++) evil[j] = (uint8_t)rand();
+        if (i % 2) { memcpy(evil, desc, desc_len); evil[rand() % desc_len] ^= (uint8_t)(1 + rand() % 255); len = desc_len; }
+        fabriclib_status st = fabriclib_remote_mr_parse(evil, len, &tmp);
+        checks++;
+        if (st == FABRICLIB_STATUS_OK) fabriclib_remote_mr_free(tmp);
+        else if (st != FABRICLIB_STATUS_MALFORMED) failures++, fprintf(stderr, "FAIL: garbage -> %d\n", st);
+    }
+    EXPECT(fabriclib_remote_mr_parse(desc, desc_len, &rmr), FABRICLIB_STATUS_OK);
+    uint64_t rlen = 0;
+    EXPECT(fabriclib_remote_mr_len(rmr, &rlen), FABRICLIB_STATUS_OK);
+    checks++;
+    if (rlen != LEN) failures++;
+
+    /* Sends. */
+    EXPECT(fabriclib_submit_send(e, NULL, addr_len, "x", 1, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_submit_send(e, addr, addr_len - 1, "x", 1, NULL), FABRICLIB_STATUS_MALFORMED);
+    EXPECT(fabriclib_submit_send(e, addr, addr_len, NULL, 1, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_submit_send(e, addr, addr_len, mem, LEN + 1, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_submit_recvs(e, 0, 4, NULL, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+
+    /* Immediates. */
+    EXPECT(fabriclib_expect_imm_count(e, 1, 0, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_expect_imm_count(e, 1, 3, NULL), FABRICLIB_STATUS_OK);
+    EXPECT(fabriclib_expect_imm_count(e, 1, 3, NULL), FABRICLIB_STATUS_ALREADY_EXISTS);
+    uint32_t flag = 0;
+    fabriclib_on_done both = {.callback = (fabriclib_done_cb)abort, .user_data = NULL, .flag = &flag};
+    EXPECT(fabriclib_expect_imm_count(e, 2, 1, &both), FABRICLIB_STATUS_INVALID_ARGUMENT);
+
+    /* Single writes: bounds on both sides, zero length, handles. */
+    EXPECT(fabriclib_submit_single_write(e, 0, NULL, mr, 0, rmr, 0, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_submit_single_write(e, 1, NULL, mr, LEN, rmr, 0, NULL), FABRICLIB_STATUS_OUT_OF_BOUNDS);
+    EXPECT(fabriclib_submit_single_write(e, 16, NULL, mr, 0, rmr, LEN - 8, NULL), FABRICLIB_STATUS_OUT_OF_BOUNDS);
+    EXPECT(fabriclib_submit_single_write(e, 16, &imm, mr, UINT64_MAX - 4, rmr, 0, NULL), FABRICLIB_STATUS_OUT_OF_BOUNDS);
+    EXPECT(fabriclib_submit_single_write(e, LEN + 1, NULL, mr, 0, rmr, 0, NULL), FABRICLIB_STATUS_OUT_OF_BOUNDS);
+    EXPECT(fabriclib_submit_single_write(e, 16, NULL, NULL, 0, rmr, 0, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_submit_single_write(e, 16, NULL, mr, 0, NULL, 0, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_submit_single_write(e, 16, NULL, foreign, 0, rmr, 0, NULL), FABRICLIB_STATUS_BAD_HANDLE);
+    EXPECT(fabriclib_submit_single_write(e, 16, NULL, (fabriclib_mr *)rmr, 0, rmr, 0, NULL), FABRICLIB_STATUS_BAD_HANDLE);
+    EXPECT(fabriclib_submit_single_write(NULL, 16, NULL, mr, 0, rmr, 0, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+
+    /* Paged writes: page indices outside either region, counts. */
+    fabriclib_pages ok = {idx_ok, 2, 1024, 0}, badp = {idx_bad, 2, 1024, 0}, zero = {idx_ok, 0, 1024, 0};
+    fabriclib_pages one = {idx_ok, 1, 1024, 0}, nulli = {NULL, 2, 1024, 0}, off = {idx_ok, 2, 1024, LEN - 1024};
+    EXPECT(fabriclib_submit_paged_writes(e, 1024, NULL, mr, &badp, rmr, &ok, NULL), FABRICLIB_STATUS_OUT_OF_BOUNDS);
+    EXPECT(fabriclib_submit_paged_writes(e, 1024, NULL, mr, &ok, rmr, &badp, NULL), FABRICLIB_STATUS_OUT_OF_BOUNDS);
+    EXPECT(fabriclib_submit_paged_writes(e, 1024, NULL, mr, &ok, rmr, &off, NULL), FABRICLIB_STATUS_OUT_OF_BOUNDS);
+    EXPECT(fabriclib_submit_paged_writes(e, 1024, NULL, mr, &zero, rmr, &zero, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_submit_paged_writes(e, 1024, NULL, mr, &ok, rmr, &one, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_submit_paged_writes(e, 1024, NULL, mr, &nulli, rmr, &ok, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_submit_paged_writes(e, 0, NULL, mr, &ok, rmr, &ok, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_submit_paged_writes(e, 1024, NULL, mr, NULL, rmr, &ok, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+
+    /* Scatter, barrier, peer groups. */
+    fabriclib_scatter_dst d_ok = {16, 0, rmr, 0}, d_oob = {16, 0, rmr, LEN}, d_null = {16, 0, NULL, 0};
+    EXPECT(fabriclib_submit_scatter(e, 0, NULL, mr, &d_ok, 0, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_submit_scatter(e, 0, NULL, mr, NULL, 1, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_submit_scatter(e, 0, NULL, mr, &d_oob, 1, NULL), FABRICLIB_STATUS_OUT_OF_BOUNDS);
+    EXPECT(fabriclib_submit_scatter(e, 0, NULL, mr, &d_null, 1, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_submit_scatter(e, 77, NULL, mr, &d_ok, 1, NULL), FABRICLIB_STATUS_BAD_HANDLE);
+    const fabriclib_remote_mr *bdst[1] = {rmr};
+    EXPECT(fabriclib_submit_barrier(e, 0, 1, bdst, 0, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_submit_barrier(e, 0, 1, NULL, 1, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    const uint8_t *addrs[1] = {addr};
+    size_t lens[1] = {addr_len - 2};
+    uint64_t group = 0;
+    EXPECT(fabriclib_add_peer_group(e, addrs, lens, 1, &group), FABRICLIB_STATUS_MALFORMED);
+    EXPECT(fabriclib_add_peer_group(e, addrs, lens, 0, &group), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_add_peer_group(e, NULL, lens, 1, &group), FABRICLIB_STATUS_INVALID_ARGUMENT);
+
+    /* Destroyed handles. */
+    fabriclib_remote_mr_free(rmr);
+    EXPECT(fabriclib_submit_single_write(e, 16, NULL, mr, 0, rmr, 0, NULL), FABRICLIB_STATUS_BAD_HANDLE);
+    fabriclib_mr_deregister(mr);
+    EXPECT(fabriclib_mr_descriptor(mr, desc, sizeof desc, &desc_len), FABRICLIB_STATUS_BAD_HANDLE);
+    fabriclib_mr_deregister(foreign);
+    fabriclib_engine_destroy(other);
+    EXPECT(fabriclib_engine_address(other, addr, sizeof addr, &addr_len), FABRICLIB_STATUS_BAD_HANDLE);
+    fabriclib_engine_destroy(e);
+    fabriclib_engine_destroy(NULL);
+    fabriclib_mr_deregister(NULL);
+    fabriclib_remote_mr_free(NULL);
+    free(mem);
+    free(mem2);
+    printf("capi_bad_input: %d passed, %d failed\n", checks - failures, failures);
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs fabriclib into a staging prefix, then builds and runs c_examples
+# against it twice: with find_package(fabriclib) and with pkg-config.
+# Usage: install_and_consume.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+build=$1 src=$2
+stage=$(mktemp -d "${TMPDIR:-/tmp}/fabriclib-stage.XXXXXX")
+trap 'rm -rf "$stage"' EXIT
+cmake --install "$build" --prefix "$stage/usr" >/dev/null
+lib=$(ls -d "$stage"/usr/lib*/ | head -1)
+test -f "$stage/usr/include/fabriclib.h"
+test -f "$lib/cmake/fabriclib/fabriclibConfig.cmake"
+test -f "$lib/cmake/fabriclib/fabriclibConfigVersion.cmake"
+test -f "$lib/pkgconfig/fabriclib.pc"
+# The real file, its SONAME link and the dev link; the SONAME recorded in the file.
+soname=$(objdump -p "$lib"/libfabriclib.so.*.*.* | awk '/SONAME/ {print $2}')
+test -L "$lib/$soname" && test -L "$lib/libfabriclib.so"
+echo "installed $(basename "$(readlink -f "$lib/libfabriclib.so")"), SONAME $soname"
+
+echo "== find_package(fabriclib)"
+cmake -S "$src/c_examples" -B "$stage/cm" -DCMAKE_PREFIX_PATH="$stage/usr" >/dev/null
+cmake --build "$stage/cm" -j2 >/dev/null
+(cd "$stage/cm" && ctest --output-on-failure)
+echo "== pkg-config fabriclib"
+export PKG_CONFIG_PATH="$lib/pkgconfig"
+pkg-config --modversion fabriclib
+mkdir -p "$stage/pc"
+for ex in hello kv_transfer; do
+  cc -O2 -o "$stage/pc/$ex" "$src/c_examples/$ex.c" $(pkg-config --cflags --libs fabriclib)
+done
+export LD_LIBRARY_PATH="$lib"
+FABRICLIB_PROVIDER=tcp FABRICLIB_BIND_ADDR=127.0.0.1 "$stage/pc/hello"
+"$stage/pc/kv_transfer" demo --layers 4 --pages 16 --page-kib 8 --provider tcp --port 18613 | tail -1
+echo "install_and_consume: 2 passed, 0 failed"
