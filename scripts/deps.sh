@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs what building and testing fabriclib needs, if it is missing
+# (Debian 12 / Ubuntu 24.04; run as root or with sudo available).
+set -euo pipefail
+pkgs=(libfabric-dev libfabric-bin libclang-dev clang cmake pkg-config gcc g++ make binutils)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "installing: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+command -v cargo >/dev/null || { echo "cargo (Rust >= 1.85) is required: https://rustup.rs" >&2; exit 1; }

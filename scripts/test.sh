@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Runs every test: Rust unit tests and parser fuzzing, the multi-process
+# loopback tests over tcp;ofi_rxm and shm (1 and 2 domains), the C API tests,
+# the install-and-consume test (find_package + pkg-config) and the header
+# drift check. Installs the apt packages it needs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/deps.sh
+# shm endpoints of processes killed earlier leave files behind.
+cleanup() { find /dev/shm -maxdepth 1 -user "$(id -u)" -regex '.*/[0-9]+:[0-9]+:[0-9]+' -delete 2>/dev/null || true; }
+trap cleanup EXIT
+export CARGO_BUILD_JOBS=${CARGO_BUILD_JOBS:-2}
+
+echo "== cargo test (unit tests, parser fuzzing, multi-process loopback)"
+cargo test --locked
+
+echo "== C API tests and install test (ctest)"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j2
+(cd build && ctest --output-on-failure)
+
+echo "== header drift: include/fabriclib.h must match cbindgen's output"
+cargo build --locked --features gen-header
+git diff --exit-code -- include/fabriclib.h
+echo "header: 1 passed, 0 failed"
