@@ -16,6 +16,9 @@ pub struct EngineConfig {
     pub domains: usize,
     /// Capacity of the lock-free submission queue; a full queue makes submits return `Again`.
     pub submit_queue: usize,
+    /// Caps the size of one work request below the provider's `max_msg_size`
+    /// (larger writes without an immediate are split). `None`: the provider's.
+    pub max_msg_size: Option<usize>,
     /// How long the worker busy-polls after its last activity before it naps, in microseconds.
     pub idle_spin_us: u64,
     /// How long one nap lasts at most, in microseconds (a submit wakes it at once).
@@ -29,6 +32,7 @@ impl Default for EngineConfig {
             bind_addr: None,
             domains: 1,
             submit_queue: 4096,
+            max_msg_size: None,
             idle_spin_us: 200,
             idle_nap_us: 500,
         }

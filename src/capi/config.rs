@@ -1,6 +1,7 @@
 //! `fabriclib_config`: engine settings, built with setters so fields can be
 //! added without breaking the ABI.
-use super::{Handle, fabriclib_status, ffi, handle, non_null};
+use super::{Handle, fabriclib_status, ffi, give, handle, release};
+use std::sync::atomic::AtomicU64;
 use crate::config::EngineConfig;
 use crate::error::{Error, Status};
 use std::ffi::{CStr, c_char};
@@ -8,15 +9,15 @@ use std::ffi::{CStr, c_char};
 /// Engine settings. Create with `fabriclib_config_new`, free with
 /// `fabriclib_config_free`. Not thread-safe: one thread at a time.
 pub struct fabriclib_config {
-    magic: u64,
+    magic: AtomicU64,
     pub(crate) cfg: EngineConfig,
 }
 
 impl Handle for fabriclib_config {
     const MAGIC: u64 = 0xfab1_c0f1_0000_0001;
     const NAME: &'static str = "config";
-    fn magic(&self) -> u64 {
-        self.magic
+    fn magic(&self) -> &AtomicU64 {
+        &self.magic
     }
 }
 
@@ -40,28 +41,13 @@ fn config_mut<'a>(c: *mut fabriclib_config) -> Result<&'a mut fabriclib_config, 
 /// a config the caller frees with `fabriclib_config_free`.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_config_new(out: *mut *mut fabriclib_config) -> fabriclib_status {
-    ffi(|| {
-        non_null(out, "out")?;
-        let b = Box::new(fabriclib_config { magic: fabriclib_config::MAGIC, cfg: EngineConfig::default() });
-        // SAFETY: out is non-null.
-        unsafe { *out = Box::into_raw(b) };
-        Ok(())
-    })
+    ffi(|| give(out, fabriclib_config { magic: AtomicU64::new(0), cfg: EngineConfig::default() }))
 }
 
 /// Frees a config (NULL is a no-op). Engines created from it are unaffected.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_config_free(config: *mut fabriclib_config) {
-    ffi(|| {
-        if config.is_null() {
-            return Ok(());
-        }
-        let c = config_mut(config)?;
-        c.magic = 0;
-        // SAFETY: created by Box::into_raw in fabriclib_config_new, freed once.
-        drop(unsafe { Box::from_raw(config) });
-        Ok(())
-    });
+    release(config);
 }
 
 /// Sets the libfabric provider (`"efa"`, `"tcp;ofi_rxm"`, `"shm"`, ...); NULL

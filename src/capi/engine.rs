@@ -1,5 +1,6 @@
 //! `fabriclib_engine`: create, destroy, address.
-use super::{Handle, fabriclib_config, fabriclib_status, ffi, handle, non_null, write_blob};
+use super::{Handle, fabriclib_config, fabriclib_status, ffi, give, handle, put, release, write_blob};
+use std::sync::atomic::AtomicU64;
 use crate::config::EngineConfig;
 use crate::engine::TransferEngine;
 use std::ffi::{CString, c_char};
@@ -8,7 +9,7 @@ use std::ffi::{CString, c_char};
 /// callback thread. All `fabriclib_submit_*` functions may be called from any
 /// thread at once.
 pub struct fabriclib_engine {
-    magic: u64,
+    magic: AtomicU64,
     pub(crate) engine: TransferEngine,
     provider: CString,
 }
@@ -16,8 +17,8 @@ pub struct fabriclib_engine {
 impl Handle for fabriclib_engine {
     const MAGIC: u64 = 0xfab1_e9e1_0000_0002;
     const NAME: &'static str = "engine";
-    fn magic(&self) -> u64 {
-        self.magic
+    fn magic(&self) -> &AtomicU64 {
+        &self.magic
     }
 }
 
@@ -28,14 +29,11 @@ impl Handle for fabriclib_engine {
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_engine_create(config: *const fabriclib_config, out: *mut *mut fabriclib_engine) -> fabriclib_status {
     ffi(|| {
-        non_null(out, "out")?;
+        super::non_null(out, "out")?;
         let cfg = if config.is_null() { EngineConfig::default() } else { handle(config)?.cfg.clone() };
         let engine = TransferEngine::new(&cfg)?;
         let provider = CString::new(engine.provider()).unwrap_or_default();
-        let e = Box::new(fabriclib_engine { magic: fabriclib_engine::MAGIC, engine, provider });
-        // SAFETY: out is non-null.
-        unsafe { *out = Box::into_raw(e) };
-        Ok(())
+        give(out, fabriclib_engine { magic: AtomicU64::new(0), engine, provider })
     })
 }
 
@@ -47,18 +45,8 @@ pub extern "C" fn fabriclib_engine_create(config: *const fabriclib_config, out: 
 /// (`fabriclib_mr`) outlive it and must still be deregistered.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_engine_destroy(engine: *mut fabriclib_engine) {
-    ffi(|| {
-        if engine.is_null() {
-            return Ok(());
-        }
-        handle(engine as *const fabriclib_engine)?;
-        // SAFETY: a live engine created by fabriclib_engine_create, destroyed once.
-        let mut e = unsafe { Box::from_raw(engine) };
-        e.magic = 0;
-        e.engine.shutdown();
-        drop(e);
-        Ok(())
-    });
+    // Dropping the engine shuts it down (TransferEngine's Drop).
+    release(engine);
 }
 
 /// Copies the engine's address (a versioned binary blob to hand to peers out
@@ -80,10 +68,6 @@ pub extern "C" fn fabriclib_engine_address(
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_engine_provider(engine: *const fabriclib_engine, out: *mut *const c_char) -> fabriclib_status {
     ffi(|| {
-        let e = handle(engine)?;
-        non_null(out, "out")?;
-        // SAFETY: out is non-null.
-        unsafe { *out = e.provider.as_ptr() };
-        Ok(())
+        put(out, handle(engine)?.provider.as_ptr())
     })
 }

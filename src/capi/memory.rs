@@ -1,6 +1,7 @@
 //! `fabriclib_mr` (a local registered region) and `fabriclib_remote_mr` (a
 //! peer's region, parsed from its descriptor).
-use super::{Handle, bytes, fabriclib_engine, fabriclib_status, ffi, handle, non_null, write_blob};
+use super::{Handle, bytes, fabriclib_engine, fabriclib_status, ffi, give, handle, non_null, put, release, write_blob};
+use std::sync::atomic::AtomicU64;
 use crate::engine::MrHandle;
 use crate::wire::MrDesc;
 use std::ffi::c_void;
@@ -9,30 +10,30 @@ use std::sync::Arc;
 /// A registered local region: the source of writes, and (through its
 /// descriptor) the target of peers' writes.
 pub struct fabriclib_mr {
-    magic: u64,
+    magic: AtomicU64,
     pub(crate) mr: MrHandle,
 }
 
 impl Handle for fabriclib_mr {
     const MAGIC: u64 = 0xfab1_0e90_0000_0003;
     const NAME: &'static str = "memory region";
-    fn magic(&self) -> u64 {
-        self.magic
+    fn magic(&self) -> &AtomicU64 {
+        &self.magic
     }
 }
 
 /// A peer's registered region, as parsed from its descriptor. Immutable:
 /// may be used from any thread at once.
 pub struct fabriclib_remote_mr {
-    magic: u64,
+    magic: AtomicU64,
     pub(crate) desc: Arc<MrDesc>,
 }
 
 impl Handle for fabriclib_remote_mr {
     const MAGIC: u64 = 0xfab1_4e30_0000_0004;
     const NAME: &'static str = "remote memory region";
-    fn magic(&self) -> u64 {
-        self.magic
+    fn magic(&self) -> &AtomicU64 {
+        &self.magic
     }
 }
 
@@ -52,9 +53,7 @@ pub extern "C" fn fabriclib_mr_register(
         non_null(out, "out")?;
         // SAFETY: the caller guarantees ptr..ptr+len is valid memory (API contract).
         let mr = unsafe { e.engine.register(ptr.cast(), len)? };
-        // SAFETY: out is non-null.
-        unsafe { *out = Box::into_raw(Box::new(fabriclib_mr { magic: fabriclib_mr::MAGIC, mr })) };
-        Ok(())
+        give(out, fabriclib_mr { magic: AtomicU64::new(0), mr })
     })
 }
 
@@ -62,16 +61,7 @@ pub extern "C" fn fabriclib_mr_register(
 /// alive until they complete; the memory may be freed once they have.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_mr_deregister(mr: *mut fabriclib_mr) {
-    ffi(|| {
-        if mr.is_null() {
-            return Ok(());
-        }
-        handle(mr as *const fabriclib_mr)?;
-        // SAFETY: a live handle from fabriclib_mr_register, released once.
-        let mut b = unsafe { Box::from_raw(mr) };
-        b.magic = 0;
-        Ok(())
-    });
+    release(mr);
 }
 
 /// Copies the region's descriptor (versioned binary blob: address, length and
@@ -91,10 +81,7 @@ pub extern "C" fn fabriclib_remote_mr_parse(buf: *const u8, len: usize, out: *mu
         non_null(buf, "buf")?;
         non_null(out, "out")?;
         let desc = Arc::new(MrDesc::parse(bytes(buf, len, "buf")?)?);
-        let b = Box::new(fabriclib_remote_mr { magic: fabriclib_remote_mr::MAGIC, desc });
-        // SAFETY: out is non-null.
-        unsafe { *out = Box::into_raw(b) };
-        Ok(())
+        give(out, fabriclib_remote_mr { magic: AtomicU64::new(0), desc })
     })
 }
 
@@ -102,11 +89,7 @@ pub extern "C" fn fabriclib_remote_mr_parse(buf: *const u8, len: usize, out: *mu
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_remote_mr_len(mr: *const fabriclib_remote_mr, len: *mut u64) -> fabriclib_status {
     ffi(|| {
-        let r = handle(mr)?;
-        non_null(len, "len")?;
-        // SAFETY: len is non-null.
-        unsafe { *len = r.desc.len };
-        Ok(())
+        put(len, handle(mr)?.desc.len)
     })
 }
 
@@ -114,14 +97,5 @@ pub extern "C" fn fabriclib_remote_mr_len(mr: *const fabriclib_remote_mr, len: *
 /// with it are unaffected.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_remote_mr_free(mr: *mut fabriclib_remote_mr) {
-    ffi(|| {
-        if mr.is_null() {
-            return Ok(());
-        }
-        handle(mr as *const fabriclib_remote_mr)?;
-        // SAFETY: a live handle from fabriclib_remote_mr_parse, freed once.
-        let mut b = unsafe { Box::from_raw(mr) };
-        b.magic = 0;
-        Ok(())
-    });
+    release(mr);
 }

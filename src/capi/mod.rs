@@ -23,6 +23,7 @@ use crate::error::{Error, Result, Status};
 use std::cell::RefCell;
 use std::ffi::{CString, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A status code: `FABRICLIB_STATUS_OK` (0) or one of the `FABRICLIB_STATUS_*` values.
 pub type fabriclib_status = i32;
@@ -95,10 +96,41 @@ pub(crate) fn non_null<T>(p: *const T, what: &str) -> Result<()> {
 }
 
 /// A handle's first field: identifies the type and whether it is still alive.
-pub(crate) trait Handle {
+pub(crate) trait Handle: Sized {
     const MAGIC: u64;
     const NAME: &'static str;
-    fn magic(&self) -> u64;
+    /// The handle's magic word: `MAGIC` while alive, 0 once destroyed.
+    fn magic(&self) -> &AtomicU64;
+}
+
+/// Writes `v` through the out-pointer `out` (checked for NULL).
+pub(crate) fn put<T>(out: *mut T, v: T) -> Result<()> {
+    non_null(out, "out")?;
+    // SAFETY: non-null; the caller passes a pointer to writable storage for a T.
+    unsafe { out.write(v) };
+    Ok(())
+}
+
+/// Boxes a new handle and writes it to `out`.
+pub(crate) fn give<T: Handle>(out: *mut *mut T, h: T) -> Result<()> {
+    h.magic().store(T::MAGIC, Ordering::Relaxed);
+    put(out, Box::into_raw(Box::new(h)))
+}
+
+/// Destroys a handle made by `give` (NULL is a no-op): clears its magic so a
+/// later use is detected, then drops it.
+pub(crate) fn release<T: Handle>(p: *mut T) -> fabriclib_status {
+    ffi(|| {
+        if p.is_null() {
+            return Ok(());
+        }
+        handle(p as *const T)?;
+        // SAFETY: a live handle from `give` (checked above), released once.
+        let b = unsafe { Box::from_raw(p) };
+        b.magic().store(0, Ordering::Relaxed);
+        drop(b);
+        Ok(())
+    })
 }
 
 /// Checks a handle pointer: NULL, destroyed or of another type give an error.
@@ -108,7 +140,7 @@ pub(crate) fn handle<'a, T: Handle>(p: *const T) -> Result<&'a T> {
     // SAFETY: non-null; the caller passes a pointer obtained from fabriclib.
     // A stale pointer is detected through the magic word, which destroy clears.
     let h = unsafe { &*p };
-    if h.magic() != T::MAGIC {
+    if h.magic().load(Ordering::Relaxed) != T::MAGIC {
         return Err(Error::new(Status::BadHandle, format!("{} is destroyed or not a {}", T::NAME, T::NAME)));
     }
     Ok(h)

@@ -1,6 +1,6 @@
 //! The data path: sends, receives, immediate expectations, writes, peer
 //! groups, scatter and barrier.
-use super::{bytes, fabriclib_engine, fabriclib_mr, fabriclib_remote_mr, fabriclib_status, ffi, handle, non_null};
+use super::{bytes, fabriclib_engine, put, fabriclib_mr, fabriclib_remote_mr, fabriclib_status, ffi, handle, non_null};
 use crate::engine::notify::{OnDone, RawFlag};
 use crate::engine::{Pages, PeerGroup, ScatterDst};
 use crate::error::{Error, Result, Status};
@@ -263,10 +263,7 @@ pub extern "C" fn fabriclib_add_peer_group(
                 NetAddr::parse(bytes(p, l, "addrs[i]")?)
             })
             .collect::<Result<Vec<_>>>()?;
-        let g = e.engine.add_peer_group(&parsed)?;
-        // SAFETY: out is non-null.
-        unsafe { *out = g.0 };
-        Ok(())
+        put(out, e.engine.add_peer_group(&parsed)?.0)
     })
 }
 

@@ -214,7 +214,7 @@ impl<D: Domain> Worker<D> {
         GroupInfo {
             address: NetAddr { domains: self.domains.iter().map(|d| d.address().into()).collect() },
             provider: self.domains[0].provider().to_string(),
-            max_msg: self.domains.iter().map(|d| d.max_msg_size()).min().unwrap_or(usize::MAX),
+            max_msg: self.domains.iter().map(|d| d.max_msg_size()).chain(self.cfg.max_msg_size).min().unwrap_or(usize::MAX),
         }
     }
 

@@ -27,12 +27,11 @@ struct Local {
 }
 
 fn local(provider: &str, domains: usize, region: usize, seed: u64) -> Result<Local, String> {
-    let cfg = EngineConfig {
-        provider: Some(provider.into()),
-        bind_addr: Some("127.0.0.1".into()),
-        domains,
-        ..Default::default()
-    };
+    local_with(EngineConfig { domains, ..Default::default() }, provider, region, seed)
+}
+
+fn local_with(cfg: EngineConfig, provider: &str, region: usize, seed: u64) -> Result<Local, String> {
+    let cfg = EngineConfig { provider: Some(provider.into()), bind_addr: Some("127.0.0.1".into()), ..cfg };
     let engine = TransferEngine::new(&cfg).map_err(|e| e.to_string())?;
     let mut mem = vec![0u8; region];
     Rng(seed).fill(&mut mem);
@@ -135,6 +134,27 @@ fn single_writes(prov: &str, domains: usize) -> TestResult {
     rx.recv_timeout(WAIT).map_err(|e| e.to_string())?.map_err(e2s)?;
     want[400_000..1_000_000].copy_from_slice(&l.mem[400_000..1_000_000]);
     wait_hash(&mut p, &want)
+}
+
+/// Writes above the provider's max message size are split (the software
+/// providers allow 2^64 bytes, so the test caps it at 64 KiB); a write with an
+/// immediate must fit one work request.
+fn split_at_max_msg_size(prov: &str, domains: usize) -> TestResult {
+    const R: usize = 1 << 20;
+    let cfg = EngineConfig { domains, max_msg_size: Some(64 * 1024), ..Default::default() };
+    let l = local_with(cfg, prov, R, 12)?;
+    let mut p = Peer::spawn(prov, domains, R)?;
+    let d = desc(&p);
+    let f = flag();
+    l.engine.submit_single_write(700_001, None, &l.mr, 3, &d, 11, OnDone::Flag(f.clone())).map_err(e2s)?;
+    wait_flag(&f)?;
+    let mut want = vec![0u8; R];
+    want[11..700_012].copy_from_slice(&l.mem[3..700_004]);
+    wait_hash(&mut p, &want)?;
+    match l.engine.submit_single_write(65_537, Some(1), &l.mr, 0, &d, 0, OnDone::Nothing) {
+        Err(e) if e.status == Status::InvalidArgument => Ok(()),
+        other => Err(format!("write with imm over max_msg_size: {other:?}")),
+    }
 }
 
 fn paged_writes(prov: &str, domains: usize) -> TestResult {
@@ -347,6 +367,7 @@ fn bad_input(prov: &str, domains: usize) -> TestResult {
 type Test = fn(&str, usize) -> TestResult;
 const TESTS: &[(&str, Test)] = &[
     ("single_writes", single_writes),
+    ("split_at_max_msg_size", split_at_max_msg_size),
     ("paged_writes_10000_random_pages", paged_writes),
     ("scatter_and_barrier_to_3_peers", scatter_and_barrier),
     ("send_recv_round_trips", send_recv),
