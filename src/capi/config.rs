@@ -1,6 +1,6 @@
 //! `fabriclib_config`: engine settings, built with setters so fields can be
 //! added without breaking the ABI.
-use super::{Handle, fabriclib_status, ffi, give, handle, release};
+use super::{fabriclib_status, ffi, give, handle, release};
 use std::sync::atomic::AtomicU64;
 use crate::config::EngineConfig;
 use crate::error::{Error, Status};
@@ -13,13 +13,7 @@ pub struct fabriclib_config {
     pub(crate) cfg: EngineConfig,
 }
 
-impl Handle for fabriclib_config {
-    const MAGIC: u64 = 0xfab1_c0f1_0000_0001;
-    const NAME: &'static str = "config";
-    fn magic(&self) -> &AtomicU64 {
-        &self.magic
-    }
-}
+super::impl_handle!(fabriclib_config, 0xfab1_c0f1_0000_0001, "config");
 
 fn opt_str(s: *const c_char) -> Result<Option<String>, Error> {
     if s.is_null() {

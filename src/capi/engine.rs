@@ -1,5 +1,5 @@
 //! `fabriclib_engine`: create, destroy, address.
-use super::{Handle, fabriclib_config, fabriclib_status, ffi, give, handle, put, release, write_blob};
+use super::{fabriclib_config, fabriclib_status, ffi, give, handle, put, release, write_blob};
 use std::sync::atomic::AtomicU64;
 use crate::config::EngineConfig;
 use crate::engine::TransferEngine;
@@ -14,13 +14,7 @@ pub struct fabriclib_engine {
     provider: CString,
 }
 
-impl Handle for fabriclib_engine {
-    const MAGIC: u64 = 0xfab1_e9e1_0000_0002;
-    const NAME: &'static str = "engine";
-    fn magic(&self) -> &AtomicU64 {
-        &self.magic
-    }
-}
+super::impl_handle!(fabriclib_engine, 0xfab1_e9e1_0000_0002, "engine");
 
 /// Creates an engine from `config` (NULL: defaults); the config may be freed
 /// afterwards. Opens the domains and starts the worker and callback threads;

@@ -1,6 +1,6 @@
 //! `fabriclib_mr` (a local registered region) and `fabriclib_remote_mr` (a
 //! peer's region, parsed from its descriptor).
-use super::{Handle, bytes, fabriclib_engine, fabriclib_status, ffi, give, handle, non_null, put, release, write_blob};
+use super::{bytes, fabriclib_engine, fabriclib_status, ffi, give, handle, non_null, put, release, write_blob};
 use std::sync::atomic::AtomicU64;
 use crate::engine::MrHandle;
 use crate::wire::MrDesc;
@@ -14,13 +14,7 @@ pub struct fabriclib_mr {
     pub(crate) mr: MrHandle,
 }
 
-impl Handle for fabriclib_mr {
-    const MAGIC: u64 = 0xfab1_0e90_0000_0003;
-    const NAME: &'static str = "memory region";
-    fn magic(&self) -> &AtomicU64 {
-        &self.magic
-    }
-}
+super::impl_handle!(fabriclib_mr, 0xfab1_0e90_0000_0003, "memory region");
 
 /// A peer's registered region, as parsed from its descriptor. Immutable:
 /// may be used from any thread at once.
@@ -29,13 +23,7 @@ pub struct fabriclib_remote_mr {
     pub(crate) desc: Arc<MrDesc>,
 }
 
-impl Handle for fabriclib_remote_mr {
-    const MAGIC: u64 = 0xfab1_4e30_0000_0004;
-    const NAME: &'static str = "remote memory region";
-    fn magic(&self) -> &AtomicU64 {
-        &self.magic
-    }
-}
+super::impl_handle!(fabriclib_remote_mr, 0xfab1_4e30_0000_0004, "remote memory region");
 
 /// Registers `len` bytes of host memory at `ptr` with every domain of the
 /// engine. The memory must stay valid until `fabriclib_mr_deregister` and

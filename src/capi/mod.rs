@@ -8,16 +8,10 @@
 //! - callbacks take `void *user_data` first and run on the engine's callback
 //!   thread, never inside the submit call.
 #![allow(non_camel_case_types)]
+// C entry points take raw pointers by nature; each one documents its contract.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
 
-mod config;
-mod engine;
-mod memory;
-mod submit;
 
-pub use config::*;
-pub use engine::*;
-pub use memory::*;
-pub use submit::*;
 
 use crate::error::{Error, Result, Status};
 use std::cell::RefCell;
@@ -102,6 +96,20 @@ pub(crate) trait Handle: Sized {
     /// The handle's magic word: `MAGIC` while alive, 0 once destroyed.
     fn magic(&self) -> &AtomicU64;
 }
+
+/// Implements `Handle` for a handle struct with a `magic: AtomicU64` field.
+macro_rules! impl_handle {
+    ($t:ident, $magic:expr, $name:expr) => {
+        impl $crate::capi::Handle for $t {
+            const MAGIC: u64 = $magic;
+            const NAME: &'static str = $name;
+            fn magic(&self) -> &std::sync::atomic::AtomicU64 {
+                &self.magic
+            }
+        }
+    };
+}
+pub(crate) use impl_handle;
 
 /// Writes `v` through the out-pointer `out` (checked for NULL).
 pub(crate) fn put<T>(out: *mut T, v: T) -> Result<()> {
@@ -195,3 +203,13 @@ pub extern "C" fn fabriclib_status_str(status: fabriclib_status) -> *const c_cha
 pub extern "C" fn fabriclib_last_error_message() -> *const c_char {
     LAST_ERROR.with(|e| e.borrow().as_ptr())
 }
+
+mod config;
+mod engine;
+mod memory;
+mod submit;
+
+pub use config::*;
+pub use engine::*;
+pub use memory::*;
+pub use submit::*;

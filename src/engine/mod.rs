@@ -252,6 +252,7 @@ impl TransferEngine {
     /// Writes `len` bytes from `src_offset` of `src` to `dst_offset` of `dst`.
     /// With an immediate, the receiver counts exactly one `imm` once all bytes
     /// have landed; `len` may then be 0 (a notification only).
+    #[allow(clippy::too_many_arguments)]
     pub fn submit_single_write(
         &self,
         len: u64,
@@ -420,9 +421,7 @@ impl TransferEngine {
     pub fn shutdown(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
         if let Some(t) = self.worker.take() {
-            if let Some(th) = t.thread().clone().into() {
-                th.unpark();
-            }
+            t.thread().unpark();
             let _ = t.join();
         }
         if let Some(cb) = self.callbacks.take() {

@@ -8,7 +8,7 @@ pub mod request;
 use crate::config::EngineConfig;
 use crate::domain::{Completion, Domain, LocalMr, PeerId, Post};
 use crate::engine::imm::ImmCounter;
-use crate::engine::notify::{Notifier, OnDone, shutdown_error};
+use crate::engine::notify::{Notifier, shutdown_error};
 use crate::error::{Error, Result, Status};
 use crate::wire::{MAX_DOMAINS, NetAddr};
 use crossbeam_queue::{ArrayQueue, SegQueue};
@@ -581,6 +581,5 @@ impl<D: Domain> Worker<D> {
             d.deregister(m);
         }
         self.domains[0].deregister(&self.stage_mr);
-        let _ = OnDone::Nothing;
     }
 }
