@@ -206,8 +206,8 @@ impl TransferEngine {
         self.alive()?;
         let req = Request { shape, imm, done, src_mr: src_mr.map(|m| m.0.clone()) };
         if let Err(req) = self.shared.data.push(req) {
-            // Not fired: a submit that returns an error never calls back.
-            std::mem::forget(req.done);
+            // Dropped unfired: a submit that returns an error never calls back.
+            drop(req);
             bail!(Again, "the submission queue is full ({} requests); retry later", self.shared.data.capacity());
         }
         self.shared.wake();

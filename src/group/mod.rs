@@ -168,6 +168,13 @@ struct Worker<D: Domain> {
     comps: Vec<Completion>,
 }
 
+/// Closes one registration per domain (`locals[d]` in domain `d`).
+fn release<D: Domain>(domains: &mut [D], locals: &[LocalMr]) {
+    for (d, m) in domains.iter_mut().zip(locals) {
+        d.deregister(m);
+    }
+}
+
 fn token(slot: u32, epoch: u32) -> u64 {
     (epoch as u64) << 32 | slot as u64
 }
@@ -265,9 +272,7 @@ impl<D: Domain> Worker<D> {
                     match d.register(ptr as *mut u8, len) {
                         Ok(m) => locals.push(m),
                         Err(e) => {
-                            for (d, m) in self.domains.iter_mut().zip(&locals) {
-                                d.deregister(m);
-                            }
+                            release(&mut self.domains, &locals);
                             let _ = reply.send(Err(e));
                             return;
                         }
@@ -278,9 +283,7 @@ impl<D: Domain> Worker<D> {
             }
             Ctrl::Deregister { id } => {
                 if let Some(locals) = self.mrs.remove(&id) {
-                    for (d, m) in self.domains.iter_mut().zip(&locals) {
-                        d.deregister(m);
-                    }
+                    release(&mut self.domains, &locals);
                 }
             }
             Ctrl::Expect { imm, count, done, reply } => {
@@ -558,28 +561,18 @@ impl<D: Domain> Worker<D> {
                 Ctrl::Register { reply, .. } => drop(reply.send(Err(err.clone()))),
                 Ctrl::Expect { reply, .. } | Ctrl::RecvPool { reply, .. } => drop(reply.send(Err(err.clone()))),
                 Ctrl::AddGroup { reply, .. } => drop(reply.send(Err(err.clone()))),
-                Ctrl::Deregister { id } => {
-                    if let Some(locals) = self.mrs.remove(&id) {
-                        for (d, m) in self.domains.iter_mut().zip(&locals) {
-                            d.deregister(m);
-                        }
-                    }
-                }
-                Ctrl::Repost { .. } => {}
+                Ctrl::Deregister { .. } | Ctrl::Repost { .. } => {}
             }
         }
         // Close every registration before the domains.
-        for (_, locals) in self.mrs.drain() {
-            for (d, m) in self.domains.iter_mut().zip(&locals) {
-                d.deregister(m);
-            }
+        // Deregisters queued above are covered: every registration still known is closed here.
+        for (_, locals) in std::mem::take(&mut self.mrs) {
+            release(&mut self.domains, &locals);
         }
         for pool in &self.pools {
             self.domains[0].deregister(&pool.mr);
         }
-        for (d, m) in self.domains.iter_mut().zip(&self.scratch_mr) {
-            d.deregister(m);
-        }
+        release(&mut self.domains, &self.scratch_mr);
         self.domains[0].deregister(&self.stage_mr);
     }
 }

@@ -133,7 +133,8 @@ impl Request {
                 let it = &items[k];
                 wr(*src as u64 + it.src_offset, it.len, &it.dst, it.dst_offset)
             }
-            Shape::Barrier { dsts, .. } => WriteWr { desc: scratch.1.desc, ..wr(scratch.0 as u64, 0, &dsts[k], 0) },
+            // A barrier has no source region: `desc` is the scratch buffer's.
+            Shape::Barrier { dsts, .. } => wr(scratch.0 as u64, 0, &dsts[k], 0),
             Shape::Send { .. } => unreachable!("sends are posted by post_send"),
         }
     }
