@@ -19,7 +19,10 @@ pub struct EngineConfig {
     /// Caps the size of one work request below the provider's `max_msg_size`
     /// (larger writes without an immediate are split). `None`: the provider's.
     pub max_msg_size: Option<usize>,
-    /// How long the worker busy-polls after its last activity before it naps, in microseconds.
+    /// How long the worker busy-polls after its last activity before it naps,
+    /// in microseconds. It never naps while requests are in flight or an
+    /// `expect_imm_count` expectation is armed. Keep it above `idle_nap_us`, so
+    /// that two engines in a request/response exchange stay awake.
     pub idle_spin_us: u64,
     /// How long one nap lasts at most, in microseconds (a submit wakes it at once).
     pub idle_nap_us: u64,
@@ -33,7 +36,7 @@ impl Default for EngineConfig {
             domains: 1,
             submit_queue: 4096,
             max_msg_size: None,
-            idle_spin_us: 200,
+            idle_spin_us: 2000,
             idle_nap_us: 500,
         }
     }

@@ -102,7 +102,12 @@ pub struct FabricDomain {
 unsafe impl Send for FabricDomain {}
 
 impl FabricDomain {
-    fn getinfo(provider: &str, node: Option<&str>) -> Result<*mut fi_info> {
+    /// The `fi_info` every fabriclib endpoint is opened from (`FI_EP_RDM`,
+    /// `FI_MSG|FI_RMA`, the mr_mode bits we handle, `FI_THREAD_DOMAIN`),
+    /// bound to `node` for IP-addressed providers. Public so that the
+    /// benchmark's raw baseline opens exactly the same provider configuration;
+    /// free it with `fi_freeinfo`.
+    pub fn getinfo(provider: &str, node: Option<&str>) -> Result<*mut fi_info> {
         // SAFETY: hints is a fresh fi_info from fi_allocinfo with all attr
         // structs allocated; strings we put in it are malloc'ed (fi_freeinfo frees them).
         unsafe {

@@ -1,8 +1,11 @@
 //! One NIC. The trait is the whole contract between the worker and a
 //! backend: open, register memory, resolve peers, post work requests, poll
 //! completions. The worker is generic over it (static dispatch on the hot
-//! path). Implementations: libfabric (`fabric.rs`); verbs comes later.
+//! path). Implementations: libfabric (`fabric.rs`), `null` (`null.rs`: completes
+//! every work request at once; for measuring the engine's host cost); verbs
+//! comes later.
 pub mod fabric;
+pub mod null;
 
 use crate::config::EngineConfig;
 use crate::error::Result;

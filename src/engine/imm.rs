@@ -36,6 +36,7 @@ struct Entry {
 #[derive(Default)]
 pub struct ImmCounter {
     map: HashMap<u32, Entry, BuildHasherDefault<ImmHasher>>,
+    armed: usize,
 }
 
 impl ImmCounter {
@@ -49,6 +50,7 @@ impl ImmCounter {
             bail!(AlreadyExists, "immediate {imm:#x} already has an expectation; wait for it to fire");
         }
         e.expect = Some((count as u64, done));
+        self.armed += 1;
         self.check(imm, n);
         Ok(())
     }
@@ -65,6 +67,7 @@ impl ImmCounter {
             if e.arrived >= *want {
                 let (want, done) = e.expect.take().unwrap();
                 e.arrived -= want;
+                self.armed -= 1;
                 n.fire(done, Ok(()));
             }
         }
@@ -73,8 +76,14 @@ impl ImmCounter {
         }
     }
 
+    /// Expectations armed and not yet fired (the worker does not nap while any are).
+    pub fn armed(&self) -> usize {
+        self.armed
+    }
+
     /// Ends every armed expectation with `err` (shutdown).
     pub fn fail_all(&mut self, err: &crate::error::Error, n: &Notifier) {
+        self.armed = 0;
         for (_, e) in self.map.drain() {
             if let Some((_, done)) = e.expect {
                 n.fire(done, Err(err.clone()));

@@ -52,6 +52,8 @@ const SEND_SLOTS: usize = 64;
 const RECV_BIT: u64 = 1 << 63;
 /// Work requests posted per domain before the worker polls again.
 const POST_BURST: usize = 256;
+/// Empty polling passes between two `sched_yield`s.
+const YIELD_EVERY: u32 = 64;
 /// How long shutdown waits for the NIC to finish with in-flight buffers.
 const SHUTDOWN_DRAIN: Duration = Duration::from_secs(5);
 
@@ -229,9 +231,21 @@ impl<D: Domain> Worker<D> {
         let spin = Duration::from_micros(self.cfg.idle_spin_us);
         let nap = Duration::from_micros(self.cfg.idle_nap_us.max(1));
         let mut idle_since: Option<Instant> = None;
+        let mut empty_passes = 0u32;
         while !self.shared.stop.load(Ordering::Acquire) {
-            let busy = self.step();
-            if busy || self.live > 0 {
+            if self.step() {
+                idle_since = None;
+                continue;
+            }
+            // Nothing happened this pass. On an oversubscribed host, let other
+            // runnable threads (the application's, other engines') have the core
+            // now and then; with none, sched_yield returns at once.
+            empty_passes = empty_passes.wrapping_add(1);
+            if empty_passes % YIELD_EVERY == 0 {
+                std::thread::yield_now();
+            }
+            // Work in flight or an armed expectation: something will arrive, keep polling.
+            if self.live > 0 || self.imm.armed() > 0 {
                 idle_since = None;
                 continue;
             }

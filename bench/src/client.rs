@@ -1,0 +1,607 @@
+//! The active side: runs each row of the plan twice per repetition, once
+//! through the TransferEngine and once through the raw endpoint, interleaved
+//! so that both see the same machine, and verifies the bytes after the last
+//! repetition of each.
+use crate::ctl::{Ctl, R, field_str, field_u64, fill, hash, hash_pages, hex, permutation, unhex};
+use crate::raw::{RawEp, RawWrite};
+use crate::server::{MSG, Region};
+use fabriclib::engine::notify::flag_value;
+use fabriclib::wire::RemoteKey;
+use fabriclib::{EngineConfig, FLAG_DONE, MrDesc, NetAddr, OnDone, Pages, PeerGroup, ScatterDst, Status, TransferEngine};
+use serde_json::json;
+use std::process::Child;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// Before a raw repetition, the engines' workers (here and on the servers)
+/// must have stopped polling, or raw would share the cores with them: wait
+/// out their idle spin (`EngineConfig::idle_spin_us`) with a margin.
+fn settle(mode: Mode) {
+    if mode == Mode::Raw {
+        let spin = EngineConfig::default().idle_spin_us;
+        std::thread::sleep(Duration::from_micros(spin + 1000));
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Single,
+    Paged,
+    Imm,
+    SendRecv,
+    Scatter,
+    Barrier,
+    HostSingle,
+    HostPaged,
+    HostScatter,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Single => "single",
+            Kind::Paged => "paged",
+            Kind::Imm => "imm",
+            Kind::SendRecv => "sendrecv",
+            Kind::Scatter => "scatter",
+            Kind::Barrier => "barrier",
+            Kind::HostSingle => "host-single",
+            Kind::HostPaged => "host-paged",
+            Kind::HostScatter => "host-scatter",
+        }
+    }
+    pub fn is_host(self) -> bool {
+        matches!(self, Kind::HostSingle | Kind::HostPaged | Kind::HostScatter)
+    }
+    pub fn is_bandwidth(self) -> bool {
+        matches!(self, Kind::Single | Kind::Paged | Kind::Scatter)
+    }
+    /// Server processes the row needs.
+    pub fn peers(self, spec: &Spec) -> usize {
+        match self {
+            Kind::Scatter | Kind::Barrier => spec.peers,
+            k if k.is_host() => 0,
+            _ => 1,
+        }
+    }
+}
+
+/// One row of the plan. `size`: bytes per write, page or destination.
+#[derive(Clone, Debug)]
+pub struct Spec {
+    pub kind: Kind,
+    pub size: u64,
+    pub pages: usize,
+    pub peers: usize,
+    pub window: usize,
+    pub iters: usize,
+}
+
+/// What one row measured. Samples are microseconds per repetition
+/// (bandwidth rows), per operation (latency rows) or nanoseconds per work
+/// request / destination (host rows).
+pub struct Row {
+    pub spec: Spec,
+    pub provider: String,
+    pub domains: usize,
+    pub engine: Vec<f64>,
+    pub raw: Vec<f64>,
+    /// Bytes moved per sample (bandwidth rows).
+    pub bytes: u64,
+    pub verified: Option<bool>,
+}
+
+/// A connected server process.
+pub struct PeerConn {
+    pub ctl: Ctl,
+    pub child: Option<Child>,
+    engine: Option<NetAddr>,
+    raw: u64,
+    desc: Option<Arc<MrDesc>>,
+    raw_base: u64,
+    raw_key: u64,
+}
+
+impl PeerConn {
+    pub fn new(ctl: Ctl, child: Option<Child>) -> PeerConn {
+        PeerConn { ctl, child, engine: None, raw: 0, desc: None, raw_base: 0, raw_key: 0 }
+    }
+    fn alloc(&mut self, size: u64) -> R<()> {
+        let v = self.ctl.call(json!({ "op": "alloc", "size": size }))?;
+        self.desc = Some(Arc::new(MrDesc::parse(&unhex(field_str(&v, "desc")?)?).map_err(|e| e.to_string())?));
+        self.raw_base = field_u64(&v, "raw_base")?;
+        self.raw_key = field_u64(&v, "raw_key")?;
+        Ok(())
+    }
+    fn desc(&self) -> &Arc<MrDesc> {
+        self.desc.as_ref().expect("alloc first")
+    }
+    fn raw_write(&self, local: *const u8, len: u64, desc: *mut std::ffi::c_void, off: u64, imm: Option<u32>) -> RawWrite {
+        RawWrite { local, len: len as usize, desc, peer: self.raw, addr: self.raw_base + off, key: self.raw_key, imm }
+    }
+}
+
+/// How an application thread waits for a completion flag.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Spin (yielding now and then): the lowest latency.
+    Spin,
+    /// Park; the completion (a callback) unparks it. For long requests on a
+    /// small host, where a spinning waiter would take the core from the
+    /// engine's worker.
+    Park,
+}
+
+pub fn wait_flag(f: &AtomicU32, how: Wait, deadline: Instant) -> R<()> {
+    let mut spins = 0u32;
+    loop {
+        let v = f.load(Ordering::Acquire);
+        if v & FLAG_DONE != 0 {
+            let code = (v & 0xffff) as i32;
+            return match Status::from_code(code) {
+                Some(Status::Ok) => Ok(()),
+                s => Err(format!("request failed: {s:?}")),
+            };
+        }
+        spins += 1;
+        if how == Wait::Park {
+            std::thread::park_timeout(Duration::from_millis(1));
+        } else if spins % 64 == 0 {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+            continue;
+        }
+        if Instant::now() > deadline {
+            return Err("request did not complete before the deadline".into());
+        }
+    }
+}
+
+/// Submits `n` requests keeping `w` in flight. Requests of `bytes` >= 1 MiB
+/// take long enough that the waiter parks (woken by a completion callback);
+/// smaller ones are waited for by spinning on a flag.
+fn windowed(n: usize, w: usize, bytes: u64, mut submit: impl FnMut(usize, OnDone) -> fabriclib::Result<()>) -> R<()> {
+    let deadline = Instant::now() + DEADLINE;
+    let w = w.max(1);
+    let how = if bytes >= 1 << 20 { Wait::Park } else { Wait::Spin };
+    let me = std::thread::current();
+    let flags: Vec<Arc<AtomicU32>> = (0..w).map(|_| Arc::new(AtomicU32::new(0))).collect();
+    let on_done = |f: &Arc<AtomicU32>| match how {
+        Wait::Spin => OnDone::Flag(f.clone()),
+        Wait::Park => {
+            let (f, t) = (f.clone(), me.clone());
+            OnDone::callback(move |r| {
+                f.store(flag_value(&r), Ordering::Release);
+                t.unpark();
+            })
+        }
+    };
+    for i in 0..n {
+        let f = &flags[i % w];
+        if i >= w {
+            wait_flag(f, how, deadline)?;
+        }
+        f.store(0, Ordering::Relaxed);
+        loop {
+            match submit(i, on_done(f)) {
+                Ok(()) => break,
+                Err(e) if e.status == Status::Again => std::thread::yield_now(),
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    }
+    for i in n.saturating_sub(w)..n {
+        wait_flag(&flags[i % w], how, deadline)?;
+    }
+    Ok(())
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Engine,
+    Raw,
+}
+/// The order of the two modes in repetition `rep`: alternating, so that
+/// neither always runs right after the other.
+fn modes(rep: usize) -> [Mode; 2] {
+    if rep % 2 == 0 { [Mode::Engine, Mode::Raw] } else { [Mode::Raw, Mode::Engine] }
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Engine => "engine",
+            Mode::Raw => "raw",
+        }
+    }
+}
+
+/// The client's engine and raw endpoint on one provider, talking to `peers`.
+pub struct Session {
+    pub provider: String,
+    pub domains: usize,
+    engine: TransferEngine,
+    raw: RawEp,
+    /// Where pongs land, and (raw) the ping message buffers.
+    land: Region,
+    src: Option<Region>,
+    received: Arc<AtomicU64>,
+    group: Option<(usize, PeerGroup)>,
+    next_imm: u32,
+    pub reps: usize,
+    pub warmup: usize,
+}
+
+impl Session {
+    pub fn open(provider: &str, domains: usize, bind: Option<&str>, peers: &mut [PeerConn]) -> R<Session> {
+        let cfg = EngineConfig {
+            provider: Some(provider.into()),
+            bind_addr: bind.map(String::from),
+            domains,
+            ..Default::default()
+        };
+        let engine = TransferEngine::new(&cfg).map_err(|e| format!("{provider}: {e}"))?;
+        let mut raw = RawEp::open(engine.provider(), bind)?;
+        if raw.provider != engine.provider() {
+            return Err(format!("raw endpoint opened {} but the engine {}", raw.provider, engine.provider()));
+        }
+        let mut land = Region::new(&engine, &mut raw, 2 * MSG)?;
+        raw.post_recv(land.mem.as_mut_ptr(), MSG, land.raw.desc)?;
+        let received = Arc::new(AtomicU64::new(0));
+        let r = received.clone();
+        engine
+            .submit_recvs(MSG, 16, move |m| {
+                if m.is_ok() {
+                    r.fetch_add(1, Ordering::Release);
+                }
+            })
+            .map_err(|e| e.to_string())?;
+        for p in peers.iter_mut() {
+            let mut cmd = json!({ "op": "open", "provider": engine.provider(), "domains": domains });
+            if let Some(b) = bind {
+                cmd["bind"] = b.into();
+            }
+            let v = p.ctl.call(cmd)?;
+            p.engine = Some(NetAddr::parse(&unhex(field_str(&v, "engine")?)?).map_err(|e| e.to_string())?);
+            p.raw = raw.insert(&unhex(field_str(&v, "raw")?)?)?;
+            p.ctl.call(json!({
+                "op": "peer",
+                "desc": hex(&land.mr.descriptor().to_bytes()),
+                "raw": hex(&raw.addr),
+                "raw_base": land.raw.base,
+                "raw_key": land.raw.key,
+            }))?;
+        }
+        let provider = engine.provider().to_string();
+        Ok(Session { provider, domains, engine, raw, land, src: None, received, group: None, next_imm: 1, reps: 5, warmup: 1 })
+    }
+
+    pub fn close(mut self) {
+        if let Some(s) = self.src.take() {
+            s.close(&mut self.raw);
+        }
+        self.land.close(&mut self.raw);
+    }
+
+    fn imm(&mut self) -> u32 {
+        self.next_imm += 1;
+        self.next_imm
+    }
+
+    fn group(&mut self, peers: &[PeerConn]) -> R<PeerGroup> {
+        if let Some((n, g)) = self.group.filter(|(n, _)| *n == peers.len()) {
+            let _ = n;
+            return Ok(g);
+        }
+        let addrs: Vec<NetAddr> = peers.iter().map(|p| p.engine.clone().unwrap()).collect();
+        let g = self.engine.add_peer_group(&addrs).map_err(|e| e.to_string())?;
+        self.group = Some((peers.len(), g));
+        Ok(g)
+    }
+
+    fn new_src(&mut self, len: u64) -> R<()> {
+        if let Some(s) = self.src.take() {
+            s.close(&mut self.raw);
+        }
+        self.src = Some(Region::new(&self.engine, &mut self.raw, len as usize)?);
+        Ok(())
+    }
+
+    pub fn run(&mut self, spec: &Spec, peers: &mut [PeerConn], progress: &dyn Fn(&str)) -> R<Row> {
+        let np = spec.kind.peers(spec);
+        if peers.len() < np {
+            return Err(format!("{} needs {np} server processes, {} connected", spec.kind.name(), peers.len()));
+        }
+        let peers = &mut peers[..np];
+        let mut row = Row {
+            spec: spec.clone(),
+            provider: self.provider.clone(),
+            domains: self.domains,
+            engine: Vec::new(),
+            raw: Vec::new(),
+            bytes: 0,
+            verified: None,
+        };
+        if spec.kind.is_bandwidth() {
+            self.bandwidth(&mut row, peers, progress)?;
+        } else {
+            self.latency(&mut row, peers, progress)?;
+        }
+        Ok(row)
+    }
+
+    fn bandwidth(&mut self, row: &mut Row, peers: &mut [PeerConn], progress: &dyn Fn(&str)) -> R<()> {
+        let s = row.spec.clone();
+        let scatter = s.kind == Kind::Scatter;
+        let (page, n) = (s.size, if s.kind == Kind::Paged { s.pages } else { 1 });
+        for p in peers.iter_mut() {
+            p.alloc(page * n as u64)?;
+        }
+        self.new_src(if scatter { s.size * peers.len() as u64 } else { page * n as u64 })?;
+        let (seed_src, seed_dst) = if s.kind == Kind::Paged { (0x5eed_0001, 0x5eed_0002) } else { (0, 0) };
+        let (src_idx, dst_idx) = (permutation(seed_src, n), permutation(seed_dst, n));
+        let group = if scatter { Some(self.group(peers)?) } else { None };
+        let dsts: Vec<ScatterDst> = peers
+            .iter()
+            .enumerate()
+            .map(|(i, p)| ScatterDst { len: s.size, src_offset: i as u64 * s.size, dst: p.desc().clone(), dst_offset: 0 })
+            .collect();
+        let imm = self.imm();
+        // Immediates each server counts per repetition.
+        let count = if scatter { s.iters } else { s.iters * n };
+        row.bytes = s.size * (s.iters * n * peers.len()) as u64;
+        let total = self.warmup + self.reps;
+        for rep in 0..total {
+            progress(&format!("rep {}/{total}", rep + 1));
+            for mode in modes(rep) {
+                let last = rep + 1 == total;
+                let src = self.src.as_mut().unwrap();
+                if last {
+                    fill(&mut src.mem, 0xfab0 + mode as u64 + rep as u64 * 2);
+                    for p in peers.iter_mut() {
+                        p.ctl.call(json!({ "op": "clear" }))?;
+                    }
+                }
+                for p in peers.iter_mut() {
+                    p.ctl.call(json!({ "op": "expect", "mode": mode.name(), "imm": imm, "count": count }))?;
+                }
+                let (sp, desc) = (src.mem.as_ptr(), src.raw.desc);
+                settle(mode);
+                let t0 = Instant::now();
+                match mode {
+                    Mode::Engine => {
+                        let (e, mr) = (&self.engine, &src.mr);
+                        let per_req = if scatter { s.size * peers.len() as u64 } else { page * n as u64 };
+                        windowed(s.iters, s.window, per_req, |_, done| match s.kind {
+                            Kind::Single => e.submit_single_write(s.size, Some(imm), mr, 0, peers[0].desc(), 0, done),
+                            Kind::Paged => e.submit_paged_writes(
+                                page,
+                                Some(imm),
+                                mr,
+                                Pages { indices: &src_idx, stride: page, offset: 0 },
+                                peers[0].desc(),
+                                Pages { indices: &dst_idx, stride: page, offset: 0 },
+                                done,
+                            ),
+                            _ => e.submit_scatter(group, Some(imm), mr, &dsts, done),
+                        })
+                        .map_err(|e| format!("engine: {e}"))?;
+                    }
+                    Mode::Raw => {
+                        let per_req = if scatter { peers.len() } else { n };
+                        let ops = (0..s.iters * per_req).map(|i| {
+                            let k = i % per_req;
+                            if scatter {
+                                // SAFETY: k * size lies inside the source region.
+                                peers[k].raw_write(unsafe { sp.add(k * s.size as usize) }, s.size, desc, 0, Some(imm))
+                            } else {
+                                let (si, di) = (src_idx[k] as u64 * page, dst_idx[k] as u64 * page);
+                                // SAFETY: si + page lies inside the source region.
+                                peers[0].raw_write(unsafe { sp.add(si as usize) }, page, desc, di, Some(imm))
+                            }
+                        });
+                        self.raw.write_all(ops, s.window * per_req, Instant::now() + DEADLINE)?;
+                    }
+                }
+                let dt = t0.elapsed().as_secs_f64() * 1e6;
+                for p in peers.iter_mut() {
+                    p.ctl.recv()?;
+                }
+                if rep >= self.warmup {
+                    match mode {
+                        Mode::Engine => row.engine.push(dt),
+                        Mode::Raw => row.raw.push(dt),
+                    }
+                }
+                if last {
+                    let src = &self.src.as_ref().unwrap().mem;
+                    let mut ok = true;
+                    for (i, p) in peers.iter_mut().enumerate() {
+                        let v = p.ctl.call(json!({ "op": "hash", "page": page, "n": n, "seed": seed_dst }))?;
+                        let want = if scatter {
+                            hash_pages(&src[i * s.size as usize..], s.size as usize, &[0])
+                        } else {
+                            hash_pages(src, page as usize, &src_idx)
+                        };
+                        ok &= field_str(&v, "hash")? == want.to_string();
+                    }
+                    if !ok {
+                        eprintln!("fabriclib-bench: {} bytes did not verify ({})", mode.name(), row.spec.kind.name());
+                    }
+                    row.verified = Some(row.verified.unwrap_or(true) && ok);
+                }
+            }
+        }
+        let _ = hash;
+        Ok(())
+    }
+
+    fn latency(&mut self, row: &mut Row, peers: &mut [PeerConn], progress: &dyn Fn(&str)) -> R<()> {
+        let s = row.spec.clone();
+        let np = peers.len() as u64;
+        for p in peers.iter_mut() {
+            p.alloc(s.size.max(64))?;
+        }
+        let (imm_c, imm_s) = (self.imm(), self.imm());
+        let group = if s.kind == Kind::Barrier { Some(self.group(peers)?) } else { None };
+        let descs: Vec<Arc<MrDesc>> = peers.iter().map(|p| p.desc().clone()).collect();
+        let kind = if s.kind == Kind::SendRecv { "send" } else { "imm" };
+        let (land_ptr, land_desc) = (self.land.mem.as_ptr(), self.land.raw.desc);
+        // SAFETY: the second half of `land` is the raw ping buffer.
+        let ping_buf = unsafe { land_ptr.add(MSG) };
+        let total = self.warmup + self.reps;
+        let flag = Arc::new(AtomicU32::new(0));
+        for rep in 0..total {
+            progress(&format!("rep {}/{total}", rep + 1));
+            for mode in modes(rep) {
+                for p in peers.iter_mut() {
+                    let cmd = json!({ "op": "pong", "mode": mode.name(), "kind": kind, "n": s.iters, "size": s.size, "imm_c": imm_c, "imm_s": imm_s });
+                    p.ctl.call(cmd)?;
+                }
+                settle(mode);
+                let deadline = Instant::now() + DEADLINE;
+                for _ in 0..s.iters {
+                    let (dt, r) = match (mode, s.kind) {
+                        (Mode::Engine, Kind::SendRecv) => {
+                            let before = self.received.load(Ordering::Acquire);
+                            let msg = &self.land.mem[MSG..MSG + s.size as usize];
+                            let t0 = Instant::now();
+                            let r = self.engine.submit_send(peers[0].engine.as_ref().unwrap(), msg, OnDone::Nothing);
+                            let r = r.map_err(|e| e.to_string()).and_then(|_| {
+                                while self.received.load(Ordering::Acquire) == before {
+                                    if Instant::now() > deadline {
+                                        return Err("engine: no answer to a ping".to_string());
+                                    }
+                                    std::thread::yield_now();
+                                }
+                                Ok(())
+                            });
+                            (t0.elapsed(), r)
+                        }
+                        (Mode::Engine, _) => {
+                            flag.store(0, Ordering::Relaxed);
+                            let e = &self.engine;
+                            e.expect_imm_count(imm_s, np as u32, OnDone::Flag(flag.clone())).map_err(|e| e.to_string())?;
+                            let t0 = Instant::now();
+                            let r = match s.kind {
+                                Kind::Barrier => e.submit_barrier(group, imm_c, &descs, OnDone::Nothing),
+                                _ => e.submit_single_write(s.size, Some(imm_c), &self.land.mr, 0, &descs[0], 0, OnDone::Nothing),
+                            };
+                            let r = r.map_err(|e| e.to_string()).and_then(|_| wait_flag(&flag, Wait::Spin, deadline));
+                            (t0.elapsed(), r)
+                        }
+                        (Mode::Raw, Kind::SendRecv) => {
+                            let t0 = Instant::now();
+                            let r = self
+                                .raw
+                                .send(peers[0].raw, ping_buf, s.size as usize, land_desc, deadline)
+                                .and_then(|_| self.raw.wait_recv(deadline).map(|_| ()));
+                            (t0.elapsed(), r)
+                        }
+                        (Mode::Raw, _) => {
+                            let len = if s.kind == Kind::Barrier { 0 } else { s.size };
+                            let t0 = Instant::now();
+                            let r = peers
+                                .iter()
+                                .try_for_each(|p| self.raw.post_write(&p.raw_write(land_ptr, len, land_desc, 0, Some(imm_c)), deadline))
+                                .and_then(|_| self.raw.wait_imm(imm_s, np, deadline));
+                            (t0.elapsed(), r)
+                        }
+                    };
+                    r.map_err(|e| format!("{} {}: {e}", mode.name(), s.kind.name()))?;
+                    // Imm rows report the half round trip; the others the whole round.
+                    let us = dt.as_secs_f64() * 1e6 / if s.kind == Kind::Imm { 2.0 } else { 1.0 };
+                    if rep >= self.warmup {
+                        match mode {
+                            Mode::Engine => row.engine.push(us),
+                            Mode::Raw => row.raw.push(us),
+                        }
+                    }
+                }
+                for p in peers.iter_mut() {
+                    p.ctl.recv()?;
+                }
+                // Reap the raw side's own local completions.
+                while self.raw.poll()? > 0 {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Host cost: the engine over the `null` provider (work requests complete as
+/// they are posted, no bytes move), so what is timed is the engine's own path:
+/// submit, validate, queue, shard, template, post, aggregate, notify.
+pub fn host_cost(spec: &Spec, reps: usize, warmup: usize, progress: &dyn Fn(&str)) -> R<Row> {
+    let cfg = EngineConfig { provider: Some("null".into()), ..Default::default() };
+    let e = TransferEngine::new(&cfg).map_err(|e| e.to_string())?;
+    let pages = spec.pages.max(1);
+    let len = (spec.size as usize * pages.max(spec.peers)).max(64);
+    let (mut a, mut b) = (vec![0u8; len], vec![0u8; len]);
+    // SAFETY: a and b outlive the engine's use (e is dropped first, below).
+    let src = unsafe { e.register(a.as_mut_ptr(), len) }.map_err(|e| e.to_string())?;
+    let dst = unsafe { e.register(b.as_mut_ptr(), len) }.map_err(|e| e.to_string())?;
+    let idx: Vec<u32> = (0..pages as u32).collect();
+    // Scatter destinations on `peers` distinct (null) peers.
+    let fake: Vec<Arc<MrDesc>> = (0..spec.peers)
+        .map(|i| {
+            let mut d = (**dst.descriptor()).clone();
+            d.owner = NetAddr { domains: vec![format!("null-peer-{i}").into_bytes().into()] };
+            d.keys = vec![RemoteKey { remote_base: b.as_ptr() as u64, key: 1 }];
+            Arc::new(d)
+        })
+        .collect();
+    let group = if spec.kind == Kind::HostScatter {
+        Some(e.add_peer_group(&fake.iter().map(|d| d.owner.clone()).collect::<Vec<_>>()).map_err(|e| e.to_string())?)
+    } else {
+        None
+    };
+    let dsts: Vec<ScatterDst> = fake
+        .iter()
+        .enumerate()
+        .map(|(i, d)| ScatterDst { len: spec.size, src_offset: (i as u64 * spec.size) % len as u64, dst: d.clone(), dst_offset: 0 })
+        .collect();
+    let per_req = match spec.kind {
+        Kind::HostPaged => pages,
+        Kind::HostScatter => spec.peers,
+        _ => 1,
+    };
+    let mut row = Row {
+        spec: spec.clone(),
+        provider: "null".into(),
+        domains: 1,
+        engine: Vec::new(),
+        raw: Vec::new(),
+        bytes: 0,
+        verified: None,
+    };
+    for rep in 0..warmup + reps {
+        progress(&format!("rep {}/{}", rep + 1, warmup + reps));
+        let t0 = Instant::now();
+        windowed(spec.iters, spec.window, 0, |_, done| match spec.kind {
+            Kind::HostPaged => e.submit_paged_writes(
+                spec.size,
+                None,
+                &src,
+                Pages { indices: &idx, stride: spec.size, offset: 0 },
+                dst.descriptor(),
+                Pages { indices: &idx, stride: spec.size, offset: 0 },
+                done,
+            ),
+            Kind::HostScatter => e.submit_scatter(group, None, &src, &dsts, done),
+            _ => e.submit_single_write(spec.size, None, &src, 0, dst.descriptor(), 0, done),
+        })?;
+        let ns = t0.elapsed().as_secs_f64() * 1e9 / (spec.iters * per_req) as f64;
+        if rep >= warmup {
+            row.engine.push(ns);
+        }
+    }
+    drop((src, dst));
+    drop(e);
+    drop((a, b));
+    Ok(row)
+}

@@ -1,0 +1,401 @@
+//! fabriclib-bench: bandwidth, latency and host cost of the TransferEngine,
+//! each measured against raw libfabric (same provider, same bindings, no
+//! engine) in the same run, interleaved repetition by repetition.
+//!
+//! ```text
+//! fabriclib-bench --suite quick                      # the standard suite (< 5 min on 2 cores)
+//! fabriclib-bench --workload single --sizes 4K,32M --provider shm --json out.json --plot out.svg
+//! fabriclib-bench server --listen 0.0.0.0:7471 --bind 10.0.0.2   # on host B
+//! fabriclib-bench --connect 10.0.0.2:7471 --bind 10.0.0.1 ...    # on host A
+//! ```
+mod client;
+mod ctl;
+mod raw;
+mod report;
+mod server;
+
+use client::{Kind, PeerConn, Row, Session, Spec};
+use ctl::{Ctl, R, parse_size};
+use serde_json::json;
+use std::io::{BufRead, BufReader, IsTerminal, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+const USAGE: &str = "\
+usage: fabriclib-bench [options]                 run the client; spawns its servers on loopback
+       fabriclib-bench server [--listen ADDR:PORT] one server process (prints its control address)
+
+options:
+  --suite smoke|quick|full   a predefined plan (default: quick, unless --workload is given)
+  --workload LIST            single,paged,imm,sendrecv,scatter,barrier,host (comma-separated)
+  --provider LIST            libfabric providers, comma-separated (default: tcp;ofi_rxm,shm)
+  --domains N                domains (NICs) per engine (default 1)
+  --sizes LIST               write / page / destination sizes, e.g. 1K,64K,32M
+  --pages LIST               pages per paged request (default 100,10000)
+  --peers LIST               server processes for scatter and barrier (default 4; at most 8)
+  --window N                 requests in flight (raw: the same number of work requests)
+  --iters N                  requests per repetition (latency rows: pings per repetition)
+  --reps N  --warmup N       measured and warm-up repetitions (default 5 and 1)
+  --connect LIST             servers to use instead of spawning them (ADDR:PORT, comma-separated)
+  --bind ADDR                local address for socket providers (default 127.0.0.1 on loopback)
+  --no-pin                   do not pin processes to CPUs (default: client on CPU 0,
+                             server i on CPU (i+1) mod ncpus, on loopback)
+  --json FILE                write the JSON report
+  --plot FILE                write an SVG plot: bandwidth vs. write size, engine vs. raw
+";
+
+struct Opts {
+    suite: Option<String>,
+    workloads: Option<Vec<String>>,
+    providers: Vec<String>,
+    domains: usize,
+    sizes: Option<Vec<u64>>,
+    pages: Option<Vec<usize>>,
+    peers: Option<Vec<usize>>,
+    window: Option<usize>,
+    iters: Option<usize>,
+    reps: Option<usize>,
+    warmup: Option<usize>,
+    connect: Vec<String>,
+    bind: Option<String>,
+    json: Option<String>,
+    plot: Option<String>,
+    pin: bool,
+}
+
+fn list<T>(s: &str, f: impl Fn(&str) -> R<T>) -> R<Vec<T>> {
+    s.split(',').filter(|x| !x.is_empty()).map(f).collect()
+}
+
+fn num(s: &str) -> R<usize> {
+    s.parse().map_err(|_| format!("not a number: {s}"))
+}
+
+fn parse(args: &[String]) -> R<Opts> {
+    let mut o = Opts {
+        suite: None,
+        workloads: None,
+        providers: vec!["tcp;ofi_rxm".into(), "shm".into()],
+        domains: 1,
+        sizes: None,
+        pages: None,
+        peers: None,
+        window: None,
+        iters: None,
+        reps: None,
+        warmup: None,
+        connect: Vec::new(),
+        bind: None,
+        json: None,
+        plot: None,
+        pin: true,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut val = || it.next().cloned().ok_or_else(|| format!("{a} needs a value"));
+        match a.as_str() {
+            "--suite" => o.suite = Some(val()?),
+            "--workload" => o.workloads = Some(list(&val()?, |s| Ok(s.to_string()))?),
+            "--provider" => o.providers = list(&val()?, |s| Ok(s.to_string()))?,
+            "--domains" => o.domains = num(&val()?)?,
+            "--sizes" => o.sizes = Some(list(&val()?, parse_size)?),
+            "--pages" => o.pages = Some(list(&val()?, num)?),
+            "--peers" => o.peers = Some(list(&val()?, num)?),
+            "--window" => o.window = Some(num(&val()?)?),
+            "--iters" => o.iters = Some(num(&val()?)?),
+            "--reps" => o.reps = Some(num(&val()?)?.max(1)),
+            "--warmup" => o.warmup = Some(num(&val()?)?),
+            "--connect" => o.connect = list(&val()?, |s| Ok(s.to_string()))?,
+            "--bind" => o.bind = Some(val()?),
+            "--json" => o.json = Some(val()?),
+            "--plot" => o.plot = Some(val()?),
+            "--no-pin" => o.pin = false,
+            "-h" | "--help" => {
+                print!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => return Err(format!("unknown option {other}\n{USAGE}")),
+        }
+    }
+    if let Some(p) = o.peers.iter().flatten().find(|&&p| p == 0 || p > 8) {
+        return Err(format!("--peers: {p} is not in 1..=8"));
+    }
+    Ok(o)
+}
+
+/// Requests per repetition for a bandwidth row: about `bytes` per repetition, within limits.
+fn iters_for(bytes: u64, per_req: u64, lo: usize, hi: usize) -> usize {
+    ((bytes / per_req.max(1)) as usize).clamp(lo, hi)
+}
+
+fn spec(kind: Kind, size: u64, pages: usize, peers: usize, window: usize, iters: usize) -> Spec {
+    Spec { kind, size, pages, peers, window, iters }
+}
+
+/// The rows to run, per provider (host rows run once, on the null provider).
+fn plan(o: &Opts) -> R<(Vec<Spec>, Vec<Spec>, usize, usize)> {
+    let suite = o.suite.clone().unwrap_or_else(|| if o.workloads.is_some() { "custom".into() } else { "quick".into() });
+    let (sizes, bw_bytes, reps, warmup, peers, big_pages): (Vec<u64>, u64, usize, usize, Vec<usize>, bool) = match suite.as_str() {
+        "smoke" => (vec![64 << 10], 1 << 20, 2, 1, vec![2], false),
+        "quick" | "custom" => (vec![4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 32 << 20], 64 << 20, 5, 1, vec![4], false),
+        "full" => ((10..=26).step_by(2).map(|s| 1u64 << s).chain([32 << 20, 64 << 20]).collect(), 128 << 20, 10, 2, vec![2, 4, 8], true),
+        s => return Err(format!("unknown suite {s} (smoke, quick, full)")),
+    };
+    let all = ["single", "paged", "imm", "sendrecv", "scatter", "barrier", "host"];
+    let workloads: Vec<String> = o.workloads.clone().unwrap_or_else(|| all.iter().map(|s| s.to_string()).collect());
+    let smoke = suite == "smoke";
+    let (mut rows, mut host) = (Vec::new(), Vec::new());
+    for w in &workloads {
+        match w.as_str() {
+            "single" => {
+                for &s in o.sizes.as_ref().unwrap_or(&sizes) {
+                    let win = o.window.unwrap_or(if s >= 4 << 20 { 2 } else { 8 });
+                    rows.push(spec(Kind::Single, s, 1, 1, win, o.iters.unwrap_or(iters_for(bw_bytes, s, 4, 1024))));
+                }
+            }
+            "paged" => {
+                let page_sizes = o.sizes.clone().unwrap_or(if smoke { vec![4 << 10] } else { vec![1 << 10, 4 << 10, 16 << 10, 64 << 10] });
+                let counts = o.pages.clone().unwrap_or(if smoke { vec![100] } else { vec![100, 10000] });
+                for &n in &counts {
+                    for &s in &page_sizes {
+                        // 10,000-page rows: the largest page only in the full suite (625 MiB per side).
+                        if n >= 10000 && o.sizes.is_none() && s > 4 << 10 && !big_pages {
+                            continue;
+                        }
+                        let per = s * n as u64;
+                        let win = o.window.unwrap_or(if n >= 10000 { 1 } else { 2 });
+                        rows.push(spec(Kind::Paged, s, n, 1, win, o.iters.unwrap_or(iters_for(bw_bytes, per, 2, 256))));
+                    }
+                }
+            }
+            "imm" | "sendrecv" => {
+                let kind = if w == "imm" { Kind::Imm } else { Kind::SendRecv };
+                let default = if w == "imm" { 8 } else { 64 };
+                for &s in o.sizes.as_ref().map_or(&vec![default], |v| v) {
+                    rows.push(spec(kind, s, 1, 1, 1, o.iters.unwrap_or(if smoke { 50 } else { 400 })));
+                }
+            }
+            "scatter" | "barrier" => {
+                for &p in o.peers.as_ref().unwrap_or(&peers) {
+                    if w == "scatter" {
+                        for &s in o.sizes.as_ref().map_or(&vec![64 << 10], |v| v) {
+                            let iters = o.iters.unwrap_or(iters_for(bw_bytes / 2, s * p as u64, 4, 512));
+                            rows.push(spec(Kind::Scatter, s, 1, p, o.window.unwrap_or(4), iters));
+                        }
+                    } else {
+                        rows.push(spec(Kind::Barrier, 0, 1, p, 1, o.iters.unwrap_or(if smoke { 50 } else { 400 })));
+                    }
+                }
+            }
+            "host" => {
+                let n = if smoke { 8 } else { 64 };
+                host.push(spec(Kind::HostSingle, 4 << 10, 1, 0, 64, o.iters.unwrap_or(n * 1024)));
+                host.push(spec(Kind::HostPaged, 4 << 10, 1024, 0, 4, o.iters.unwrap_or(n)));
+                host.push(spec(Kind::HostScatter, 64, 1, 64, 8, o.iters.unwrap_or(n * 16)));
+            }
+            other => return Err(format!("unknown workload {other}")),
+        }
+    }
+    Ok((rows, host, o.reps.unwrap_or(reps), o.warmup.unwrap_or(warmup)))
+}
+
+/// Starts (or connects to) `n` servers.
+fn servers(o: &Opts, n: usize) -> R<Vec<PeerConn>> {
+    if !o.connect.is_empty() {
+        if o.connect.len() < n {
+            return Err(format!("the plan needs {n} servers; --connect gave {}", o.connect.len()));
+        }
+        return o.connect[..n]
+            .iter()
+            .map(|a| Ok(PeerConn::new(Ctl::new(TcpStream::connect(a).map_err(|e| format!("connect {a}: {e}"))?)?, None)))
+            .collect();
+    }
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let cpus = cpus();
+    (0..n)
+        .map(|i| {
+            let mut cmd = Command::new(&exe);
+            cmd.args(["server", "--listen", "127.0.0.1:0"]);
+            if o.pin && cpus > 1 {
+                cmd.args(["--cpu", &((i + 1) % cpus).to_string()]);
+            }
+            let mut child = cmd
+                .stdout(Stdio::piped())
+                .spawn()
+                .map_err(|e| format!("spawn server: {e}"))?;
+            let mut line = String::new();
+            BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).map_err(|e| e.to_string())?;
+            let addr = line.trim().rsplit(' ').next().unwrap_or("").to_string();
+            let s = TcpStream::connect(&addr).map_err(|e| format!("server said {line:?}: {e}"))?;
+            Ok(PeerConn::new(Ctl::new(s)?, Some(child)))
+        })
+        .collect()
+}
+
+impl Drop for PeerConn {
+    fn drop(&mut self) {
+        let _ = self.ctl.send(&json!({ "op": "quit" }));
+        if let Some(mut c) = self.child.take() {
+            let t = Instant::now();
+            while t.elapsed().as_secs() < 5 {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// CPUs this process may use, as it started (before any pinning).
+fn cpus() -> usize {
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// Pins the calling thread (and every thread it starts later) to one CPU,
+/// or with `None` lets it run on all of them again.
+fn pin_to(cpu: Option<usize>) -> R<()> {
+    unsafe extern "C" {
+        fn sched_setaffinity(pid: i32, size: usize, mask: *const u64) -> i32;
+    }
+    let mut mask = [0u64; 16];
+    match cpu {
+        Some(c) => mask[c / 64] |= 1 << (c % 64),
+        None => mask = [u64::MAX; 16],
+    }
+    // SAFETY: mask is a 1024-bit cpu_set_t; pid 0 is this thread (threads started later inherit it).
+    if unsafe { sched_setaffinity(0, size_of_val(&mask), mask.as_ptr()) } != 0 {
+        return Err(format!("cannot pin to CPU {cpu:?}: {}", std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+fn run(o: &Opts) -> R<bool> {
+    let (rows, host, reps, warmup) = plan(o)?;
+    // On loopback, one CPU per process: placement by the scheduler would
+    // otherwise decide whether two pollers share a core, run by run.
+    let pinned = o.pin && o.connect.is_empty() && cpus() > 1;
+    if pinned {
+        pin_to(Some(0))?;
+    }
+    let total = rows.len() * o.providers.len() + host.len();
+    let tty = std::io::stderr().is_terminal();
+    let started = Instant::now();
+    let mut done = 0usize;
+    let say = |i: usize, what: &str, msg: &str| {
+        let line = format!("[{i}/{total} {:.0}s] {what} {msg}", started.elapsed().as_secs_f64());
+        if tty {
+            eprint!("\r\x1b[K{line}");
+        } else if msg.ends_with("rep 1/1") || msg.starts_with("rep 1/") {
+            eprintln!("{line}");
+        }
+        let _ = std::io::stderr().flush();
+    };
+    let mut results: Vec<Row> = Vec::new();
+    let need = rows.iter().map(|s| s.kind.peers(s)).max().unwrap_or(0);
+    if need > 0 {
+        let mut peers = servers(o, need)?;
+        let bind = o.bind.clone().or_else(|| o.connect.is_empty().then(|| "127.0.0.1".to_string()));
+        for p in &o.providers {
+            let mut s = Session::open(p, o.domains, bind.as_deref(), &mut peers)?;
+            s.reps = reps;
+            s.warmup = warmup;
+            for spec in &rows {
+                done += 1;
+                let what = format!("{} {}", s.provider, spec.kind.name());
+                let row = s.run(spec, &mut peers, &|m| say(done, &what, m)).map_err(|e| format!("{what}: {e}"))?;
+                results.push(row);
+            }
+            s.close();
+        }
+    }
+    // Host cost is the engine's throughput with its submitting thread and its
+    // worker running side by side: unpinned.
+    if pinned && !host.is_empty() {
+        pin_to(None)?;
+    }
+    for spec in &host {
+        done += 1;
+        results.push(client::host_cost(spec, reps, warmup, &|m| say(done, spec.kind.name(), m))?);
+    }
+    if tty {
+        eprintln!();
+    }
+    report::print_table(&results);
+    let targets = report::targets(&results);
+    report::print_targets(&targets);
+    let verified = results.iter().all(|r| r.verified != Some(false));
+    println!("\n{} rows in {:.1} s; bytes verified: {}", results.len(), started.elapsed().as_secs_f64(), if verified { "all" } else { "FAILED" });
+    if let Some(path) = &o.json {
+        let doc = json!({
+            "tool": "fabriclib-bench",
+            "version": env!("CARGO_PKG_VERSION"),
+            "command": std::env::args().collect::<Vec<_>>(),
+            "machine": machine(),
+            "reps": reps,
+            "warmup": warmup,
+            "pinned": pinned,
+            "elapsed_s": started.elapsed().as_secs_f64(),
+            "verified": verified,
+            "rows": results.iter().map(report::row_json).collect::<Vec<_>>(),
+            "targets": report::targets_json(&targets),
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap() + "\n").map_err(|e| format!("{path}: {e}"))?;
+    }
+    if let Some(path) = &o.plot {
+        report::plot(&results, path)?;
+    }
+    Ok(verified)
+}
+
+fn machine() -> serde_json::Value {
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    let cpu = read("/proc/cpuinfo").lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).unwrap_or("").trim().to_string();
+    // SAFETY: fi_version has no preconditions.
+    let fi_version = unsafe { fabriclib::sys::fi_version() };
+    json!({
+        "cpus": cpus(),
+        "cpu": cpu,
+        "kernel": read("/proc/sys/kernel/osrelease").trim(),
+        "libfabric": format!("{}.{}", fi_version >> 16, fi_version & 0xffff),
+    })
+}
+
+fn main() {
+    cpus();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let res = if args.first().map(String::as_str) == Some("server") {
+        let mut listen = "127.0.0.1:7471".to_string();
+        let mut it = args[1..].iter();
+        while let Some(a) = it.next() {
+            match (a.as_str(), it.next()) {
+                ("--listen", Some(v)) => listen = v.clone(),
+                ("--cpu", Some(v)) => {
+                    if let Err(e) = num(v).and_then(|c| pin_to(Some(c))) {
+                        eprintln!("fabriclib-bench server: {e}");
+                        std::process::exit(2);
+                    }
+                }
+                _ => {
+                    eprintln!("{USAGE}");
+                    std::process::exit(2);
+                }
+            }
+        }
+        server::serve(&listen).map(|_| true)
+    } else {
+        parse(&args).and_then(|o| run(&o))
+    };
+    match res {
+        Ok(true) => {}
+        Ok(false) => std::process::exit(1),
+        Err(e) => {
+            eprintln!("\nfabriclib-bench: {e}");
+            std::process::exit(2);
+        }
+    }
+}

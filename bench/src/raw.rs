@@ -1,0 +1,318 @@
+//! The raw baseline: the same libfabric provider, opened from the same
+//! `fi_info` hints and driven through the same bindings, with no engine: one
+//! thread posts `fi_writedata`/`fi_send` straight from its loop (keeping a
+//! window of operations in flight, retrying on `-FI_EAGAIN`) and polls the
+//! completion queue itself; the receiver counts remote CQ data. Every engine
+//! row of the benchmark is divided by the same row measured with this.
+use fabriclib::domain::fabric::FabricDomain;
+use fabriclib::sys::*;
+use std::collections::HashMap;
+use std::ffi::{CStr, c_void};
+use std::ptr::null_mut;
+use std::time::Instant;
+
+pub type R<T> = Result<T, String>;
+
+fn ck(what: &str, ret: isize) -> R<()> {
+    if ret >= 0 {
+        return Ok(());
+    }
+    // SAFETY: fi_strerror returns a static string.
+    let msg = unsafe { CStr::from_ptr(fi_strerror((-ret) as i32)) }.to_string_lossy();
+    Err(format!("raw {what}: {msg} ({ret})"))
+}
+
+/// A registered region: what a local post needs (`desc`) and what a peer
+/// needs to write into it (`base`, `key`).
+pub struct RawMr {
+    mr: *mut fid_mr,
+    pub desc: *mut c_void,
+    pub base: u64,
+    pub key: u64,
+}
+
+/// One write: `len` bytes from `local` to `addr` (with `key`) of `peer`.
+#[derive(Clone, Copy)]
+pub struct RawWrite {
+    pub local: *const u8,
+    pub len: usize,
+    pub desc: *mut c_void,
+    pub peer: fi_addr_t,
+    pub addr: u64,
+    pub key: u64,
+    pub imm: Option<u32>,
+}
+
+pub struct RawEp {
+    info: *mut fi_info,
+    fabric: *mut fid_fabric,
+    domain: *mut fid_domain,
+    av: *mut fid_av,
+    cq: *mut fid_cq,
+    ep: *mut fid_ep,
+    mr_mode: u64,
+    next_key: u64,
+    pub addr: Vec<u8>,
+    pub provider: String,
+    ctx: Box<[fi_context2]>,
+    free: Vec<usize>,
+    cq_buf: Vec<fi_cq_data_entry>,
+    /// Immediates seen and not yet consumed by `wait_imm`.
+    arrived: HashMap<u32, u64>,
+    /// Receives completed (context index, length), not yet consumed by `wait_recv`.
+    received: Vec<(usize, usize)>,
+    /// The buffer posted with each receive context.
+    recv_bufs: HashMap<usize, (*mut u8, usize, *mut c_void)>,
+}
+
+impl RawEp {
+    pub fn open(provider: &str, bind: Option<&str>) -> R<RawEp> {
+        let info = FabricDomain::getinfo(provider, bind).map_err(|e| e.message)?;
+        // SAFETY: info is a valid fi_info from fi_getinfo; every object is
+        // closed in Drop, endpoint first.
+        unsafe {
+            let tx = (*(*info).tx_attr).size.max(64);
+            let mut r = RawEp {
+                info,
+                fabric: null_mut(),
+                domain: null_mut(),
+                av: null_mut(),
+                cq: null_mut(),
+                ep: null_mut(),
+                mr_mode: (*(*info).domain_attr).mr_mode as u64,
+                next_key: 1,
+                addr: Vec::new(),
+                provider: CStr::from_ptr((*(*info).fabric_attr).prov_name).to_string_lossy().into_owned(),
+                ctx: vec![fi_context2::default(); tx + 1024].into_boxed_slice(),
+                free: (0..tx + 1024).rev().collect(),
+                cq_buf: vec![fi_cq_data_entry::default(); 64],
+                arrived: HashMap::new(),
+                received: Vec::new(),
+                recv_bufs: HashMap::new(),
+            };
+            ck("fi_fabric", fi_fabric((*info).fabric_attr, &mut r.fabric, null_mut()) as isize)?;
+            ck("fi_domain", fi_domain(r.fabric, info, &mut r.domain, null_mut()) as isize)?;
+            let mut cq_attr = fi_cq_attr {
+                size: 16384,
+                format: fi_cq_format_FI_CQ_FORMAT_DATA,
+                wait_obj: fi_wait_obj_FI_WAIT_NONE,
+                ..Default::default()
+            };
+            ck("fi_cq_open", fi_cq_open(r.domain, &mut cq_attr, &mut r.cq, null_mut()) as isize)?;
+            let mut av_attr = fi_av_attr { type_: fi_av_type_FI_AV_TABLE, count: 64, ..Default::default() };
+            ck("fi_av_open", fi_av_open(r.domain, &mut av_attr, &mut r.av, null_mut()) as isize)?;
+            ck("fi_endpoint", fi_endpoint(r.domain, info, &mut r.ep, null_mut()) as isize)?;
+            ck("fi_ep_bind(av)", fi_ep_bind(r.ep, &mut (*r.av).fid, 0) as isize)?;
+            ck("fi_ep_bind(cq)", fi_ep_bind(r.ep, &mut (*r.cq).fid, (FI_TRANSMIT | FI_RECV) as u64) as isize)?;
+            ck("fi_enable", fi_enable(r.ep) as isize)?;
+            let mut buf = vec![0u8; 256];
+            let mut len = buf.len();
+            ck("fi_getname", fi_getname(&mut (*r.ep).fid, buf.as_mut_ptr().cast(), &mut len) as isize)?;
+            buf.truncate(len);
+            r.addr = buf;
+            Ok(r)
+        }
+    }
+
+    /// Registers `len` bytes at `ptr`; the memory must outlive the returned region's `close`.
+    pub fn register(&mut self, ptr: *mut u8, len: usize) -> R<RawMr> {
+        let access = (FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | FI_SEND | FI_RECV) as u64;
+        let key = self.next_key;
+        self.next_key += 1;
+        let mut mr: *mut fid_mr = null_mut();
+        // SAFETY: the domain is open and the caller keeps ptr..ptr+len alive.
+        unsafe {
+            ck("fi_mr_reg", fi_mr_reg(self.domain, ptr as *const c_void, len, access, 0, key, 0, &mut mr, null_mut()) as isize)?;
+            if self.mr_mode & FI_MR_ENDPOINT as u64 != 0 {
+                ck("fi_mr_bind", fi_mr_bind(mr, &mut (*self.ep).fid, 0) as isize)?;
+                ck("fi_mr_enable", fi_mr_enable(mr) as isize)?;
+            }
+            let base = if self.mr_mode & FI_MR_VIRT_ADDR as u64 != 0 { ptr as u64 } else { 0 };
+            Ok(RawMr { mr, desc: fi_mr_desc(mr), base, key: fi_mr_key(mr) })
+        }
+    }
+
+    pub fn deregister(&mut self, mr: RawMr) {
+        // SAFETY: mr came from register and is closed once (consumed here).
+        unsafe { fi_close(&mut (*mr.mr).fid) };
+    }
+
+    pub fn insert(&mut self, addr: &[u8]) -> R<fi_addr_t> {
+        let mut a: fi_addr_t = 0;
+        // SAFETY: av is open; addr is the peer's fi_getname blob.
+        let n = unsafe { fi_av_insert(self.av, addr.as_ptr().cast(), 1, &mut a, 0, null_mut()) };
+        if n != 1 {
+            return Err(format!("raw fi_av_insert: {n}"));
+        }
+        Ok(a)
+    }
+
+    /// Reads completions: local ones free their context, remote CQ data is
+    /// counted per immediate, receives are queued. Returns local completions.
+    pub fn poll(&mut self) -> R<usize> {
+        // SAFETY: cq_buf holds 64 entries.
+        let n = unsafe { fi_cq_read(self.cq, self.cq_buf.as_mut_ptr().cast(), 64) };
+        if n == -(FI_EAGAIN as isize) {
+            return Ok(0);
+        }
+        if n == -(FI_EAVAIL as isize) {
+            let mut err = fi_cq_err_entry::default();
+            // SAFETY: the CQ reported an error entry.
+            unsafe { fi_cq_readerr(self.cq, &mut err, 0) };
+            return Err(format!("raw completion error: {}", fabriclib::domain::fabric::strerror(err.err)));
+        }
+        ck("fi_cq_read", n)?;
+        let mut local = 0;
+        for i in 0..n as usize {
+            let e = self.cq_buf[i];
+            let data = e.flags & FI_REMOTE_CQ_DATA as u64 != 0;
+            if e.flags & FI_RECV as u64 != 0 {
+                // The context stays with its buffer until wait_recv reposts it.
+                self.received.push((self.index(e.op_context), e.len));
+            } else if data {
+                *self.arrived.entry(e.data as u32).or_default() += 1;
+            } else {
+                self.release(e.op_context);
+                local += 1;
+            }
+        }
+        Ok(local)
+    }
+
+    fn index(&self, ctx: *mut c_void) -> usize {
+        (ctx as usize - self.ctx.as_ptr() as usize) / size_of::<fi_context2>()
+    }
+
+    fn release(&mut self, ctx: *mut c_void) {
+        let i = self.index(ctx);
+        self.free.push(i);
+    }
+
+    fn repost(&mut self, i: usize) -> R<()> {
+        let (buf, len, desc) = self.recv_bufs[&i];
+        let ctx = &mut self.ctx[i] as *mut fi_context2 as *mut c_void;
+        // SAFETY: buf is registered memory that outlives the endpoint's use of it.
+        ck("fi_recv", unsafe { fi_recv(self.ep, buf.cast(), len, desc, u64::MAX, ctx) })
+    }
+
+    /// Posts one write, progressing (polling) while the provider says EAGAIN.
+    pub fn post_write(&mut self, w: &RawWrite, deadline: Instant) -> R<()> {
+        loop {
+            if let Some(i) = self.free.pop() {
+                let ctx = &mut self.ctx[i] as *mut fi_context2 as *mut c_void;
+                // SAFETY: local/desc belong to a registered region that outlives the op.
+                let ret = unsafe {
+                    match w.imm {
+                        Some(imm) => fi_writedata(self.ep, w.local.cast(), w.len, w.desc, imm as u64, w.peer, w.addr, w.key, ctx),
+                        None => fi_write(self.ep, w.local.cast(), w.len, w.desc, w.peer, w.addr, w.key, ctx),
+                    }
+                };
+                if ret == 0 {
+                    return Ok(());
+                }
+                self.free.push(i);
+                if ret != -(FI_EAGAIN as isize) {
+                    return ck("fi_writedata", ret);
+                }
+            }
+            self.poll()?;
+            if Instant::now() > deadline {
+                return Err("raw: write not accepted before the deadline".into());
+            }
+        }
+    }
+
+    /// Posts every write of `ops` keeping at most `window` in flight, and
+    /// returns when all have completed locally.
+    pub fn write_all(&mut self, ops: impl Iterator<Item = RawWrite>, window: usize, deadline: Instant) -> R<()> {
+        let mut out = 0;
+        for w in ops {
+            while out >= window {
+                out -= self.poll()?;
+                self.check(deadline)?;
+            }
+            self.post_write(&w, deadline)?;
+            out += 1;
+        }
+        while out > 0 {
+            out -= self.poll()?;
+            self.check(deadline)?;
+        }
+        Ok(())
+    }
+
+    fn check(&self, deadline: Instant) -> R<()> {
+        if Instant::now() > deadline { Err("raw: timed out".into()) } else { Ok(()) }
+    }
+
+    /// Polls until `n` writes carrying `imm` have landed here (earlier arrivals count).
+    pub fn wait_imm(&mut self, imm: u32, n: u64, deadline: Instant) -> R<()> {
+        loop {
+            let have = self.arrived.get(&imm).copied().unwrap_or(0);
+            if have >= n {
+                self.arrived.insert(imm, have - n);
+                return Ok(());
+            }
+            self.poll()?;
+            self.check(deadline)?;
+        }
+    }
+
+    /// Posts a receive buffer (kept in `recv_bufs`, reposted by `wait_recv`).
+    pub fn post_recv(&mut self, buf: *mut u8, len: usize, desc: *mut c_void) -> R<()> {
+        let i = self.free.pop().ok_or("raw: out of contexts")?;
+        self.recv_bufs.insert(i, (buf, len, desc));
+        self.repost(i)
+    }
+
+    /// Sends `len` bytes (registered with `desc`) to `peer`; completion is reaped by `poll`.
+    pub fn send(&mut self, peer: fi_addr_t, buf: *const u8, len: usize, desc: *mut c_void, deadline: Instant) -> R<()> {
+        loop {
+            let i = self.free.pop().ok_or("raw: out of contexts")?;
+            let ctx = &mut self.ctx[i] as *mut fi_context2 as *mut c_void;
+            // SAFETY: buf is registered memory that outlives the op.
+            let ret = unsafe { fi_send(self.ep, buf.cast(), len, desc, peer, ctx) };
+            if ret == 0 {
+                return Ok(());
+            }
+            self.free.push(i);
+            if ret != -(FI_EAGAIN as isize) {
+                return ck("fi_send", ret);
+            }
+            self.poll()?;
+            self.check(deadline)?;
+        }
+    }
+
+    /// Waits for one message and reposts a receive buffer for the next.
+    pub fn wait_recv(&mut self, deadline: Instant) -> R<usize> {
+        loop {
+            if let Some((i, len)) = self.received.pop() {
+                self.repost(i)?;
+                return Ok(len);
+            }
+            self.poll()?;
+            self.check(deadline)?;
+        }
+    }
+}
+
+impl Drop for RawEp {
+    fn drop(&mut self) {
+        // SAFETY: objects opened in open (or null), each closed once, endpoint first.
+        unsafe {
+            for f in [
+                self.ep as *mut fid,
+                self.av as *mut fid,
+                self.cq as *mut fid,
+                self.domain as *mut fid,
+                self.fabric as *mut fid,
+            ] {
+                if !f.is_null() {
+                    fi_close(f);
+                }
+            }
+            fi_freeinfo(self.info);
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! `fabriclib-bench server`: the passive side. It owns a TransferEngine and a
+//! raw endpoint on the provider the client asks for, a target region, and
+//! answers the client's commands: count immediates, hash what landed, or
+//! answer pings (engine or raw) so the client can time round trips.
+use crate::ctl::{Ctl, R, err_msg, field_str, field_u64, hash_pages, hex, permutation, unhex};
+use crate::raw::{RawEp, RawMr, RawWrite};
+use fabriclib::{EngineConfig, MrDesc, MrHandle, NetAddr, OnDone, TransferEngine};
+use serde_json::{Value, json};
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+/// How long any one command may take before the server reports an error.
+const DEADLINE: Duration = Duration::from_secs(60);
+/// Largest ping message (a receive buffer's size).
+pub const MSG: usize = 64 * 1024;
+
+/// A region registered with both the engine and the raw endpoint.
+pub struct Region {
+    pub mem: Vec<u8>,
+    pub mr: MrHandle,
+    pub raw: RawMr,
+}
+
+impl Region {
+    pub fn new(engine: &TransferEngine, raw: &mut RawEp, len: usize) -> R<Region> {
+        let mut mem = vec![0u8; len.max(64)];
+        // SAFETY: mem lives in the Region, which the owner drops only after both
+        // registrations are closed (see `close`).
+        let mr = unsafe { engine.register(mem.as_mut_ptr(), mem.len()) }.map_err(|e| e.to_string())?;
+        let raw = raw.register(mem.as_mut_ptr(), mem.len())?;
+        Ok(Region { mem, mr, raw })
+    }
+    pub fn close(self, raw: &mut RawEp) {
+        raw.deregister(self.raw);
+        drop(self.mr);
+    }
+}
+
+struct Peer {
+    desc: Arc<MrDesc>,
+    raw: u64,
+    raw_base: u64,
+    raw_key: u64,
+}
+
+struct Open {
+    engine: Arc<TransferEngine>,
+    raw: RawEp,
+    buf: Option<Region>,
+    msgs: Region,
+    peer: Option<Peer>,
+    /// Where the engine's receive callback echoes messages (set while a send pong runs).
+    echo_to: Arc<Mutex<Option<NetAddr>>>,
+    echoed: Arc<AtomicU64>,
+}
+
+impl Open {
+    fn new(cmd: &Value) -> R<Open> {
+        let cfg = EngineConfig {
+            provider: Some(field_str(cmd, "provider")?.to_string()),
+            bind_addr: cmd.get("bind").and_then(Value::as_str).map(String::from),
+            domains: field_u64(cmd, "domains")? as usize,
+            ..Default::default()
+        };
+        let engine = Arc::new(TransferEngine::new(&cfg).map_err(|e| e.to_string())?);
+        let mut raw = RawEp::open(engine.provider(), cfg.bind_addr.as_deref())?;
+        let mut msgs = Region::new(&engine, &mut raw, 2 * MSG)?;
+        // Raw: receive into the first half, answer from the second.
+        raw.post_recv(msgs.mem.as_mut_ptr(), MSG, msgs.raw.desc)?;
+        let (echo_to, echoed) = (Arc::new(Mutex::new(None::<NetAddr>)), Arc::new(AtomicU64::new(0)));
+        let (weak, to, n) = (Arc::downgrade(&engine), echo_to.clone(), echoed.clone());
+        engine
+            .submit_recvs(MSG, 16, move |msg| {
+                let (Ok(msg), Some(e)) = (msg, weak.upgrade()) else { return };
+                if let Some(to) = to.lock().unwrap().as_ref() {
+                    if e.submit_send(to, msg, OnDone::Nothing).is_ok() {
+                        n.fetch_add(1, Ordering::Release);
+                    }
+                }
+            })
+            .map_err(|e| e.to_string())?;
+        Ok(Open { engine, raw, buf: None, msgs, peer: None, echo_to, echoed })
+    }
+
+    fn close(mut self) {
+        if let Some(b) = self.buf.take() {
+            b.close(&mut self.raw);
+        }
+        self.msgs.close(&mut self.raw);
+    }
+
+    fn handle(&mut self, op: &str, cmd: &Value, ctl: &mut Ctl) -> R<Value> {
+        let deadline = Instant::now() + DEADLINE;
+        match op {
+            "alloc" => {
+                if let Some(b) = self.buf.take() {
+                    b.close(&mut self.raw);
+                }
+                let b = Region::new(&self.engine, &mut self.raw, field_u64(cmd, "size")? as usize)?;
+                let v = json!({ "desc": hex(&b.mr.descriptor().to_bytes()), "raw_base": b.raw.base, "raw_key": b.raw.key });
+                self.buf = Some(b);
+                Ok(v)
+            }
+            "clear" => {
+                self.buf_mut()?.mem.fill(0);
+                Ok(json!({}))
+            }
+            "hash" => {
+                let (page, n, seed) = (field_u64(cmd, "page")? as usize, field_u64(cmd, "n")? as usize, field_u64(cmd, "seed")?);
+                let mem = &self.buf_mut()?.mem;
+                if page * n > mem.len() {
+                    return Err(format!("hash: {n} pages of {page} bytes exceed the {}-byte region", mem.len()));
+                }
+                Ok(json!({ "hash": hash_pages(mem, page, &permutation(seed, n)).to_string() }))
+            }
+            "peer" => {
+                let desc = MrDesc::parse(&unhex(field_str(cmd, "desc")?)?).map_err(|e| e.to_string())?;
+                let raw = self.raw.insert(&unhex(field_str(cmd, "raw")?)?)?;
+                self.peer = Some(Peer { desc: Arc::new(desc), raw, raw_base: field_u64(cmd, "raw_base")?, raw_key: field_u64(cmd, "raw_key")? });
+                Ok(json!({}))
+            }
+            "expect" => {
+                let (imm, count) = (field_u64(cmd, "imm")? as u32, field_u64(cmd, "count")?);
+                if field_str(cmd, "mode")? == "engine" {
+                    let (tx, rx) = mpsc::channel();
+                    let done = OnDone::callback(move |r| drop(tx.send(r)));
+                    self.engine.expect_imm_count(imm, count as u32, done).map_err(|e| e.to_string())?;
+                    ctl.send(&json!({ "armed": true }))?;
+                    match rx.recv_timeout(DEADLINE) {
+                        Ok(Ok(())) => Ok(json!({})),
+                        Ok(Err(e)) => Err(e.to_string()),
+                        Err(_) => Err(format!("engine: {count} immediates {imm} did not arrive in time")),
+                    }
+                } else {
+                    ctl.send(&json!({ "armed": true }))?;
+                    self.raw.wait_imm(imm, count, deadline).map(|_| json!({}))
+                }
+            }
+            "pong" => self.pong(cmd, ctl, deadline),
+            other => Err(format!("unknown command {other}")),
+        }
+    }
+
+    fn buf_mut(&mut self) -> R<&mut Region> {
+        self.buf.as_mut().ok_or_else(|| "no region: send alloc first".to_string())
+    }
+
+    /// Answers `n` pings: an immediate with an immediate (a `size`-byte write
+    /// into the client's region), or a message with the same message.
+    fn pong(&mut self, cmd: &Value, ctl: &mut Ctl, deadline: Instant) -> R<Value> {
+        let (engine_mode, kind) = (field_str(cmd, "mode")? == "engine", field_str(cmd, "kind")?);
+        let (n, size) = (field_u64(cmd, "n")?, field_u64(cmd, "size")?);
+        let (imm_c, imm_s) = (field_u64(cmd, "imm_c")? as u32, field_u64(cmd, "imm_s")? as u32);
+        let peer = self.peer.as_ref().ok_or("pong: no peer: send peer first")?;
+        match (kind, engine_mode) {
+            ("imm", true) => {
+                let src = self.buf.as_ref().ok_or("pong: no region")?.mr.clone();
+                let flag = Arc::new(AtomicU32::new(0));
+                self.engine.expect_imm_count(imm_c, 1, OnDone::Flag(flag.clone())).map_err(|e| e.to_string())?;
+                ctl.send(&json!({ "armed": true }))?;
+                for i in 0..n {
+                    crate::client::wait_flag(&flag, crate::client::Wait::Spin, deadline)?;
+                    flag.store(0, Ordering::Relaxed);
+                    let e = &self.engine;
+                    e.submit_single_write(size, Some(imm_s), &src, 0, &peer.desc, 0, OnDone::Nothing).map_err(|e| e.to_string())?;
+                    if i + 1 < n {
+                        e.expect_imm_count(imm_c, 1, OnDone::Flag(flag.clone())).map_err(|e| e.to_string())?;
+                    }
+                }
+            }
+            ("imm", false) => {
+                let b = self.buf.as_ref().ok_or("pong: no region")?;
+                let w = RawWrite {
+                    local: b.mem.as_ptr(),
+                    len: size as usize,
+                    desc: b.raw.desc,
+                    peer: peer.raw,
+                    addr: peer.raw_base,
+                    key: peer.raw_key,
+                    imm: Some(imm_s),
+                };
+                ctl.send(&json!({ "armed": true }))?;
+                for _ in 0..n {
+                    self.raw.wait_imm(imm_c, 1, deadline)?;
+                    self.raw.post_write(&w, deadline)?;
+                }
+                // Reap the last local completions before the next command.
+                while self.raw.poll()? > 0 {}
+            }
+            ("send", true) => {
+                let start = self.echoed.load(Ordering::Acquire);
+                *self.echo_to.lock().unwrap() = Some(peer.desc.owner.clone());
+                ctl.send(&json!({ "armed": true }))?;
+                while self.echoed.load(Ordering::Acquire) - start < n && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                *self.echo_to.lock().unwrap() = None;
+                if self.echoed.load(Ordering::Acquire) - start < n {
+                    return Err("engine: pings did not arrive in time".into());
+                }
+            }
+            ("send", false) => {
+                let reply = self.msgs.mem[MSG..].as_ptr();
+                ctl.send(&json!({ "armed": true }))?;
+                for _ in 0..n {
+                    let len = self.raw.wait_recv(deadline)?;
+                    self.raw.send(peer.raw, reply, len, self.msgs.raw.desc, deadline)?;
+                }
+            }
+            _ => return Err(format!("pong: unknown kind {kind}")),
+        }
+        Ok(json!({}))
+    }
+}
+
+/// Serves one client connection, then exits.
+pub fn serve(listen: &str) -> R<()> {
+    let l = TcpListener::bind(listen).map_err(|e| format!("listen on {listen}: {e}"))?;
+    println!("fabriclib-bench server listening on {}", l.local_addr().map_err(|e| e.to_string())?);
+    let (s, _) = l.accept().map_err(|e| e.to_string())?;
+    let mut ctl = Ctl::new(s)?;
+    let mut open: Option<Open> = None;
+    while let Some(cmd) = ctl.recv_opt()? {
+        let op = field_str(&cmd, "op")?.to_string();
+        let res = match (op.as_str(), open.as_mut()) {
+            ("quit", _) => break,
+            ("open", _) => {
+                if let Some(o) = open.take() {
+                    o.close();
+                }
+                Open::new(&cmd).map(|o| {
+                    let v = json!({ "engine": hex(&o.engine.main_address().to_bytes()), "raw": hex(&o.raw.addr), "provider": o.engine.provider() });
+                    open = Some(o);
+                    v
+                })
+            }
+            (_, Some(o)) => o.handle(&op, &cmd, &mut ctl),
+            (_, None) => Err("send open first".into()),
+        };
+        ctl.send(&res.unwrap_or_else(err_msg))?;
+    }
+    if let Some(o) = open.take() {
+        o.close();
+    }
+    Ok(())
+}

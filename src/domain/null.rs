@@ -1,0 +1,77 @@
+//! The `null` provider: a domain whose work requests complete the moment they
+//! are posted and move no bytes. It exists for one job: measuring the
+//! engine's own host cost (submit → validate → queue → shard → template →
+//! post → aggregate → notify) without wire time or a provider's software
+//! stack in the way (`fabriclib-bench`'s host-cost rows). Select it only by
+//! naming it (`provider = "null"`); it is never tried by default.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+
+use super::{Completion, Domain, LocalMr, PeerId, Post, WriteWr};
+use crate::config::EngineConfig;
+use crate::error::Result;
+use crate::wire::RemoteKey;
+use std::collections::{HashMap, VecDeque};
+use std::ffi::c_void;
+
+/// Work requests "in flight" at most (as a NIC's send queue depth).
+const DEPTH: usize = 1024;
+
+pub struct NullDomain {
+    addr: Vec<u8>,
+    done: VecDeque<u64>,
+    peers: HashMap<Box<[u8]>, PeerId>,
+    next_key: u64,
+}
+
+impl NullDomain {
+    fn post(&mut self, token: u64) -> Result<Post> {
+        if self.done.len() >= DEPTH {
+            return Ok(Post::Again);
+        }
+        self.done.push_back(token);
+        Ok(Post::Posted)
+    }
+}
+
+impl Domain for NullDomain {
+    fn open(_cfg: &EngineConfig, index: usize) -> Result<Self> {
+        let addr = format!("null:{}:{index}", std::process::id()).into_bytes();
+        Ok(NullDomain { addr, done: VecDeque::with_capacity(DEPTH), peers: HashMap::new(), next_key: 1 })
+    }
+    fn provider(&self) -> &str {
+        "null"
+    }
+    fn address(&self) -> &[u8] {
+        &self.addr
+    }
+    fn max_msg_size(&self) -> usize {
+        1 << 30
+    }
+    fn register(&mut self, ptr: *mut u8, _len: usize) -> Result<LocalMr> {
+        self.next_key += 1;
+        Ok(LocalMr { raw: std::ptr::null_mut(), desc: std::ptr::null_mut(), remote: RemoteKey { remote_base: ptr as u64, key: self.next_key } })
+    }
+    fn deregister(&mut self, _mr: &LocalMr) {}
+    fn resolve(&mut self, addr: &[u8]) -> Result<PeerId> {
+        let n = self.peers.len() as PeerId;
+        Ok(*self.peers.entry(addr.into()).or_insert(n))
+    }
+    fn post_write(&mut self, _wr: &WriteWr, token: u64) -> Result<Post> {
+        self.post(token)
+    }
+    fn post_send(&mut self, _peer: PeerId, _buf: *const u8, _len: usize, _desc: *mut c_void, token: u64) -> Result<Post> {
+        self.post(token)
+    }
+    /// Receives never complete (nothing arrives on the null provider).
+    fn post_recv(&mut self, _buf: *mut u8, _len: usize, _desc: *mut c_void, _token: u64) -> Result<Post> {
+        Ok(Post::Posted)
+    }
+    fn poll(&mut self, out: &mut Vec<Completion>) -> Result<usize> {
+        let n = self.done.len().min(64);
+        out.extend(self.done.drain(..n).map(|token| Completion::Done { token }));
+        Ok(n)
+    }
+    fn in_flight(&self) -> usize {
+        self.done.len()
+    }
+}
