@@ -149,7 +149,7 @@ pub fn wait_flag(f: &AtomicU32, how: Wait, deadline: Instant) -> R<()> {
         spins += 1;
         if how == Wait::Park {
             std::thread::park_timeout(Duration::from_millis(1));
-        } else if spins % 64 == 0 {
+        } else if spins % 8 == 0 {
             std::thread::yield_now();
         } else {
             std::hint::spin_loop();

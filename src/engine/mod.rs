@@ -87,10 +87,13 @@ pub struct TransferEngine {
     groups: Mutex<HashMap<u64, Arc<[NetAddr]>>>,
 }
 
-fn check_range(what: &str, off: u64, len: u64, region: u64) -> Result<()> {
+/// Checks `[off, off+len)` against a region of `region` bytes; `what` names
+/// the range in the error (built only on failure: this runs per page and per
+/// destination).
+fn check_range<W: std::fmt::Display>(what: impl FnOnce() -> W, off: u64, len: u64, region: u64) -> Result<()> {
     match off.checked_add(len) {
         Some(end) if end <= region => Ok(()),
-        _ => bail!(OutOfBounds, "{what}: bytes [{off}, {off}+{len}) fall outside the {region}-byte region"),
+        _ => bail!(OutOfBounds, "{}: bytes [{off}, {off}+{len}) fall outside the {region}-byte region", what()),
     }
 }
 
@@ -144,6 +147,15 @@ impl TransferEngine {
         let (tx, rx) = mpsc::channel();
         self.shared.ctrl.push(make(tx));
         self.shared.wake();
+        // The worker answers within a pass or two: poll (yielding, in case it
+        // shares this core) before sleeping on the channel.
+        for _ in 0..64 {
+            match rx.try_recv() {
+                Ok(r) => return r,
+                Err(mpsc::TryRecvError::Empty) => std::thread::yield_now(),
+                Err(mpsc::TryRecvError::Disconnected) => return Err(notify::shutdown_error()),
+            }
+        }
         rx.recv().unwrap_or_else(|_| Err(notify::shutdown_error()))
     }
 
@@ -273,8 +285,8 @@ impl TransferEngine {
         if len == 0 && imm.is_none() {
             bail!(InvalidArgument, "submit_single_write: zero length without an immediate");
         }
-        check_range("single write source", src_offset, len, src.len() as u64)?;
-        check_range("single write destination", dst_offset, len, dst.len)?;
+        check_range(|| "single write source", src_offset, len, src.len() as u64)?;
+        check_range(|| "single write destination", dst_offset, len, dst.len)?;
         let max = self.max_msg_size() as u64;
         let chunk = match imm {
             Some(_) if len > max => bail!(
@@ -327,7 +339,7 @@ impl TransferEngine {
             let max_idx = p.indices.iter().copied().max().unwrap_or(0) as u64;
             let start = max_idx.checked_mul(p.stride).and_then(|s| s.checked_add(p.offset));
             match start {
-                Some(s) => check_range(&format!("paged write {side} page {max_idx}"), s, page_len, region)?,
+                Some(s) => check_range(|| format!("paged write {side} page {max_idx}"), s, page_len, region)?,
                 None => bail!(OutOfBounds, "paged write {side}: page {max_idx} * stride overflows"),
             }
         }
@@ -359,7 +371,7 @@ impl TransferEngine {
         Ok(PeerGroup(id))
     }
 
-    fn check_group(&self, group: Option<PeerGroup>, owners: impl ExactSizeIterator<Item = NetAddr>) -> Result<Option<u64>> {
+    fn check_group<'a>(&self, group: Option<PeerGroup>, owners: impl ExactSizeIterator<Item = &'a NetAddr>) -> Result<Option<u64>> {
         let Some(PeerGroup(g)) = group else { return Ok(None) };
         let members = self.groups.lock().unwrap().get(&g).cloned();
         let Some(members) = members else { bail!(BadHandle, "unknown peer group {g}") };
@@ -367,7 +379,7 @@ impl TransferEngine {
             bail!(InvalidArgument, "peer group {g} has {} peers but {} destinations were given", members.len(), owners.len());
         }
         for (i, o) in owners.enumerate() {
-            if members[i] != o {
+            if members[i] != *o {
                 bail!(InvalidArgument, "destination {i} does not belong to peer {i} of group {g}");
             }
         }
@@ -397,10 +409,10 @@ impl TransferEngine {
             if d.len > max {
                 bail!(InvalidArgument, "submit_scatter: destination {i}: {} bytes is over max_msg_size {max}", d.len);
             }
-            check_range(&format!("scatter destination {i} source"), d.src_offset, d.len, src.len() as u64)?;
-            check_range(&format!("scatter destination {i}"), d.dst_offset, d.len, d.dst.len)?;
+            check_range(|| format!("scatter destination {i} source"), d.src_offset, d.len, src.len() as u64)?;
+            check_range(|| format!("scatter destination {i}"), d.dst_offset, d.len, d.dst.len)?;
         }
-        let g = self.check_group(group, dsts.iter().map(|d| d.dst.owner.clone()))?;
+        let g = self.check_group(group, dsts.iter().map(|d| &d.dst.owner))?;
         let items = dsts
             .iter()
             .map(|d| ScatterItem { len: d.len, src_offset: d.src_offset, dst: d.dst.clone(), dst_offset: d.dst_offset })
@@ -417,7 +429,7 @@ impl TransferEngine {
         for d in dsts {
             self.check_peer(&d.owner)?;
         }
-        let g = self.check_group(group, dsts.iter().map(|d| d.owner.clone()))?;
+        let g = self.check_group(group, dsts.iter().map(|d| &d.owner))?;
         self.submit(Shape::Barrier { dsts: dsts.into(), group: g }, Some(imm), None, done)
     }
 

@@ -56,10 +56,13 @@ pub type Job = Box<dyn FnOnce() + Send>;
 #[derive(Clone)]
 pub struct Notifier {
     tx: Sender<Job>,
+    /// Set when a completion was delivered since the last `take_fired`.
+    fired: std::cell::Cell<bool>,
 }
 
 impl Notifier {
     pub fn fire(&self, done: OnDone, res: Result<()>) {
+        self.fired.set(!matches!(done, OnDone::Nothing) || self.fired.get());
         match done {
             OnDone::Nothing => {}
             OnDone::Callback(cb) => self.run(Box::new(move || cb(res))),
@@ -67,6 +70,12 @@ impl Notifier {
             // SAFETY: the caller promised the flag is valid until this store.
             OnDone::RawFlag(RawFlag(p)) => unsafe { (*p).store(flag_value(&res), Ordering::Release) },
         }
+    }
+
+    /// Whether anything was delivered since the last call (the worker then
+    /// yields once, so that a waiter sharing its core sees it at once).
+    pub fn take_fired(&self) -> bool {
+        self.fired.replace(false)
     }
 
     /// Runs `job` on the callback thread.
@@ -89,7 +98,7 @@ pub fn spawn_callback_thread() -> std::io::Result<(Notifier, std::thread::JoinHa
             }
         }
     })?;
-    Ok((Notifier { tx }, handle))
+    Ok((Notifier { tx, fired: Default::default() }, handle))
 }
 
 pub fn shutdown_error() -> crate::error::Error {
