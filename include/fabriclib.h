@@ -210,6 +210,18 @@ fabriclib_status fabriclib_config_set_domains(struct fabriclib_config *config, u
 fabriclib_status fabriclib_config_set_submit_queue(struct fabriclib_config *config,
                                                    size_t requests);
 
+// Sets how the worker waits when it has nothing to do. It busy-polls while
+// requests are in flight or an immediate expectation is armed, and for
+// `spin_us` microseconds after its last activity (default 2000); then it
+// naps up to `nap_us` microseconds at a time (default 500; a submit wakes it
+// at once, but data arriving for a receive pool waits out the nap). Larger
+// `spin_us` lowers the latency of sporadic traffic and costs CPU; `spin_us`
+// should stay above `nap_us` so that two engines exchanging requests keep
+// each other awake. `nap_us` must be at least 1.
+fabriclib_status fabriclib_config_set_idle(struct fabriclib_config *config,
+                                           uint64_t spin_us,
+                                           uint64_t nap_us);
+
 // Creates an engine from `config` (NULL: defaults); the config may be freed
 // afterwards. Opens the domains and starts the worker and callback threads;
 // fails with `FABRICLIB_STATUS_UNSUPPORTED` if no provider is usable.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: Rust unit tests and parser fuzzing, the multi-process
-# loopback tests over tcp;ofi_rxm and shm (1 and 2 domains), the C API tests,
+# loopback tests over tcp;ofi_rxm and shm (1 and 2 domains), a short
+# fabriclib-bench run (JSON, plot, byte verification), the C API tests,
 # the install-and-consume test (find_package + pkg-config) and the header
 # drift check. Installs the apt packages it needs.
 set -euo pipefail
@@ -11,8 +12,8 @@ cleanup() { find /dev/shm -maxdepth 1 -user "$(id -u)" -regex '.*/[0-9]+:[0-9]+:
 trap cleanup EXIT
 export CARGO_BUILD_JOBS=${CARGO_BUILD_JOBS:-2}
 
-echo "== cargo test (unit tests, parser fuzzing, multi-process loopback)"
-cargo test --locked
+echo "== cargo test (unit tests, parser fuzzing, multi-process loopback, fabriclib-bench smoke run)"
+cargo test --locked --workspace
 
 echo "== C API tests and install test (ctest)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null

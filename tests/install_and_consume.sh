@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs fabriclib into a staging prefix, then builds and runs c_examples
-# against it twice: with find_package(fabriclib) and with pkg-config.
+# against it twice: with find_package(fabriclib) and with pkg-config; checks
+# that the installed fabriclib-bench runs.
 # Usage: install_and_consume.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$1 src=$2
@@ -16,6 +17,10 @@ test -f "$lib/pkgconfig/fabriclib.pc"
 soname=$(objdump -p "$lib"/libfabriclib.so.*.*.* | awk '/SONAME/ {print $2}')
 test -L "$lib/$soname" && test -L "$lib/libfabriclib.so"
 echo "installed $(basename "$(readlink -f "$lib/libfabriclib.so")"), SONAME $soname"
+# The benchmark is installed and runs from the prefix (a short shm run, bytes verified).
+test -x "$stage/usr/bin/fabriclib-bench"
+"$stage/usr/bin/fabriclib-bench" --workload single --sizes 64K --provider shm --reps 1 | grep -q "bytes verified: all"
+echo "installed fabriclib-bench runs"
 
 echo "== find_package(fabriclib)"
 cmake -S "$src/c_examples" -B "$stage/cm" -DCMAKE_PREFIX_PATH="$stage/usr" >/dev/null
@@ -31,4 +36,4 @@ done
 export LD_LIBRARY_PATH="$lib"
 FABRICLIB_PROVIDER=tcp FABRICLIB_BIND_ADDR=127.0.0.1 "$stage/pc/hello"
 "$stage/pc/kv_transfer" demo --layers 4 --pages 16 --page-kib 8 --provider tcp --port 18613 | tail -1
-echo "install_and_consume: 2 passed, 0 failed"
+echo "install_and_consume: 3 passed, 0 failed"

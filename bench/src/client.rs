@@ -526,7 +526,7 @@ impl Session {
                     p.ctl.recv()?;
                 }
                 // Reap the raw side's own local completions.
-                while self.raw.poll()? > 0 {}
+                self.raw.drain(Instant::now() + DEADLINE)?;
             }
         }
         Ok(())

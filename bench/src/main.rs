@@ -36,7 +36,7 @@ options:
   --peers LIST               server processes for scatter and barrier (default 4; at most 8)
   --window N                 requests in flight (raw: the same number of work requests)
   --iters N                  requests per repetition (latency rows: pings per repetition)
-  --reps N  --warmup N       measured and warm-up repetitions (default 5 and 1)
+  --reps N  --warmup N       measured and warm-up repetitions (quick: 15 and 1)
   --connect LIST             servers to use instead of spawning them (ADDR:PORT, comma-separated)
   --bind ADDR                local address for socket providers (default 127.0.0.1 on loopback)
   --no-pin                   do not pin processes to CPUs (default: client on CPU 0,
@@ -138,7 +138,7 @@ fn plan(o: &Opts) -> R<(Vec<Spec>, Vec<Spec>, usize, usize)> {
     let suite = o.suite.clone().unwrap_or_else(|| if o.workloads.is_some() { "custom".into() } else { "quick".into() });
     let (sizes, bw_bytes, reps, warmup, peers, big_pages): (Vec<u64>, u64, usize, usize, Vec<usize>, bool) = match suite.as_str() {
         "smoke" => (vec![64 << 10], 1 << 20, 2, 1, vec![2], false),
-        "quick" | "custom" => (vec![4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 32 << 20], 64 << 20, 5, 1, vec![4], false),
+        "quick" | "custom" => (vec![4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 32 << 20], 64 << 20, 15, 1, vec![4], false),
         "full" => ((10..=26).step_by(2).map(|s| 1u64 << s).chain([32 << 20, 64 << 20]).collect(), 128 << 20, 10, 2, vec![2, 4, 8], true),
         s => return Err(format!("unknown suite {s} (smoke, quick, full)")),
     };

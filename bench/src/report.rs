@@ -200,12 +200,13 @@ pub fn plot(rows: &[Row], path: &str) -> R<()> {
         .margin(16)
         .x_label_area_size(48)
         .y_label_area_size(64)
-        .build_cartesian_2d((xmin.min(xmax)..xmax.max(xmin + 1)).log_scale(), 0f64..ymax)
+        .build_cartesian_2d((xmin.min(xmax)..xmax.max(xmin + 1)).log_scale().base(2.0), 0f64..ymax)
         .map_err(|x| e(&x))?;
     chart
         .configure_mesh()
         .x_desc("write size")
         .y_desc("GB/s (median)")
+        .x_labels(12)
         .x_label_formatter(&|x| fmt_size(*x))
         .draw()
         .map_err(|x| e(&x))?;

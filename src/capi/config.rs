@@ -95,3 +95,24 @@ pub extern "C" fn fabriclib_config_set_submit_queue(config: *mut fabriclib_confi
         Ok(())
     })
 }
+
+/// Sets how the worker waits when it has nothing to do. It busy-polls while
+/// requests are in flight or an immediate expectation is armed, and for
+/// `spin_us` microseconds after its last activity (default 2000); then it
+/// naps up to `nap_us` microseconds at a time (default 500; a submit wakes it
+/// at once, but data arriving for a receive pool waits out the nap). Larger
+/// `spin_us` lowers the latency of sporadic traffic and costs CPU; `spin_us`
+/// should stay above `nap_us` so that two engines exchanging requests keep
+/// each other awake. `nap_us` must be at least 1.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_config_set_idle(config: *mut fabriclib_config, spin_us: u64, nap_us: u64) -> fabriclib_status {
+    ffi(|| {
+        let c = config_mut(config)?;
+        if nap_us == 0 {
+            return Err(Error::new(Status::InvalidArgument, "nap_us must be at least 1 microsecond"));
+        }
+        c.cfg.idle_spin_us = spin_us;
+        c.cfg.idle_nap_us = nap_us;
+        Ok(())
+    })
+}

@@ -61,6 +61,9 @@ int main(void) {
     EXPECT(fabriclib_config_set_domains(cfg, 0), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_config_set_domains(cfg, 9), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_config_set_submit_queue(cfg, 0), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_config_set_idle(NULL, 2000, 500), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_config_set_idle(cfg, 2000, 0), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_config_set_idle(cfg, 0, 1), FABRICLIB_STATUS_OK);
     EXPECT(fabriclib_config_set_provider(cfg, "no-such-provider"), FABRICLIB_STATUS_OK);
     fabriclib_engine *bad = NULL;
     EXPECT(fabriclib_engine_create(cfg, &bad), FABRICLIB_STATUS_UNSUPPORTED);

@@ -1,0 +1,90 @@
+//! Runs fabriclib-bench briefly (the smoke suite: every workload, both CI
+//! providers, a couple of repetitions) and checks what it reports: the JSON
+//! is well-formed and complete, every byte it moved was verified, the plot
+//! was drawn. No timing is asserted: speed is the bench's job, not a test's.
+use serde_json::Value;
+use std::process::Command;
+
+fn bench() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_fabriclib-bench"))
+}
+
+#[test]
+fn smoke_suite_reports_verified_rows_as_json_and_svg() {
+    let dir = std::env::temp_dir().join(format!("fabriclib-bench-smoke-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (json, svg) = (dir.join("out.json"), dir.join("out.svg"));
+    let out = bench()
+        .args(["--suite", "smoke", "--provider", "tcp;ofi_rxm,shm", "--json"])
+        .arg(&json)
+        .arg("--plot")
+        .arg(&svg)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "bench failed: {}\n{stdout}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("bytes verified: all"), "{stdout}");
+
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).expect("well-formed JSON");
+    assert_eq!(doc["tool"], "fabriclib-bench");
+    assert_eq!(doc["verified"], true);
+    let rows = doc["rows"].as_array().expect("rows");
+    let workloads = ["single", "paged", "imm", "sendrecv", "scatter", "barrier", "host-single", "host-paged", "host-scatter"];
+    for w in workloads {
+        assert!(rows.iter().any(|r| r["workload"] == w), "no {w} row");
+    }
+    for p in ["tcp;ofi_rxm", "shm"] {
+        assert!(rows.iter().any(|r| r["provider"] == p), "no {p} rows");
+    }
+    for r in rows {
+        let w = r["workload"].as_str().unwrap();
+        let e = &r["engine"];
+        assert!(e["samples"].as_u64().unwrap() >= 1, "{w}: no engine samples");
+        let (min, med, p99) = (e["min"].as_f64().unwrap(), e["median"].as_f64().unwrap(), e["p99"].as_f64().unwrap());
+        assert!(min > 0.0 && min <= med && med <= p99, "{w}: engine stats out of order: {e}");
+        if w.starts_with("host-") {
+            assert!(r["raw"].is_null() && r["ratio"].is_null(), "{w}: host rows have no raw baseline");
+        } else {
+            assert!(r["raw"]["median"].as_f64().unwrap() > 0.0, "{w}: no raw baseline");
+            assert!(r["ratio"].as_f64().unwrap() > 0.0, "{w}: no ratio");
+        }
+        if ["single", "paged", "scatter"].contains(&w) {
+            assert_eq!(r["verified"], true, "{w}: bytes not verified");
+            assert!(e["gbps"]["median"].as_f64().unwrap() > 0.0);
+        }
+    }
+    assert!(doc["targets"].as_array().unwrap().iter().all(|t| t["met"].is_boolean()));
+    let plot = std::fs::read_to_string(&svg).unwrap();
+    assert!(plot.starts_with("<svg") && plot.contains("shm engine") && plot.contains("tcp;ofi_rxm raw"), "plot lacks series");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_damaged_byte_fails_verification() {
+    // The server flips one landed byte before hashing: the bench must notice.
+    let out = bench()
+        .args(["--workload", "single,paged", "--sizes", "4K", "--pages", "100", "--provider", "shm", "--reps", "1"])
+        .env("FABRICLIB_BENCH_CORRUPT", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("bytes verified: FAILED"), "{stdout}");
+    assert!(stdout.lines().filter(|l| l.trim_end().ends_with("NO")).count() == 2, "{stdout}");
+}
+
+#[test]
+fn bad_arguments_are_refused_with_usage() {
+    for args in [&["--suite", "nope"][..], &["--workload", "teleport"], &["--peers", "9"], &["--sizes", "12Q"], &["--frobnicate"]] {
+        let out = bench().args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?} was accepted");
+        assert!(!out.stderr.is_empty(), "{args:?}: no message");
+    }
+}
+
+#[test]
+fn unknown_provider_fails_cleanly() {
+    let out = bench().args(["--workload", "single", "--sizes", "4K", "--provider", "no-such-provider"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no-such-provider"));
+}
