@@ -2,7 +2,7 @@
 //! through the TransferEngine and once through the raw endpoint, interleaved
 //! so that both see the same machine, and verifies the bytes after the last
 //! repetition of each.
-use crate::ctl::{Ctl, R, field_str, field_u64, fill, hash, hash_pages, hex, permutation, unhex};
+use crate::ctl::{Ctl, R, field_str, field_u64, fill, hash_pages, hex, permutation, unhex};
 use crate::raw::{RawEp, RawWrite};
 use crate::server::{MSG, Region};
 use fabriclib::engine::notify::flag_value;
@@ -272,8 +272,8 @@ impl Session {
                 "op": "peer",
                 "desc": hex(&land.mr.descriptor().to_bytes()),
                 "raw": hex(&raw.addr),
-                "raw_base": land.raw.base,
-                "raw_key": land.raw.key,
+                "raw_base": land.raw.remote.remote_base,
+                "raw_key": land.raw.remote.key,
             }))?;
         }
         let provider = engine.provider().to_string();
@@ -293,8 +293,7 @@ impl Session {
     }
 
     fn group(&mut self, peers: &[PeerConn]) -> R<PeerGroup> {
-        if let Some((n, g)) = self.group.filter(|(n, _)| *n == peers.len()) {
-            let _ = n;
+        if let Some((_, g)) = self.group.filter(|(n, _)| *n == peers.len()) {
             return Ok(g);
         }
         let addrs: Vec<NetAddr> = peers.iter().map(|p| p.engine.clone().unwrap()).collect();
@@ -436,7 +435,6 @@ impl Session {
                 }
             }
         }
-        let _ = hash;
         Ok(())
     }
 

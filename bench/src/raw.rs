@@ -1,11 +1,13 @@
-//! The raw baseline: the same libfabric provider, opened from the same
-//! `fi_info` hints and driven through the same bindings, with no engine: one
+//! The raw baseline: the same libfabric provider, opened by the same code
+//! (`FabricEndpoint`: same `fi_info` hints, same objects) and driven through
+//! the same bindings, with no engine: one
 //! thread posts `fi_writedata`/`fi_send` straight from its loop (keeping a
 //! window of operations in flight, retrying on `-FI_EAGAIN`) and polls the
 //! completion queue itself; the receiver counts remote CQ data. Like the
 //! engine's worker, it yields the core every 16 empty polls. Every engine
 //! row of the benchmark is divided by the same row measured with this.
-use fabriclib::domain::fabric::FabricDomain;
+use fabriclib::domain::LocalMr;
+use fabriclib::domain::fabric::FabricEndpoint;
 use fabriclib::sys::*;
 use std::collections::HashMap;
 use std::ffi::{CStr, c_void};
@@ -23,14 +25,8 @@ fn ck(what: &str, ret: isize) -> R<()> {
     Err(format!("raw {what}: {msg} ({ret})"))
 }
 
-/// A registered region: what a local post needs (`desc`) and what a peer
-/// needs to write into it (`base`, `key`).
-pub struct RawMr {
-    mr: *mut fid_mr,
-    pub desc: *mut c_void,
-    pub base: u64,
-    pub key: u64,
-}
+/// A registered region (`desc` for local posts; `remote` for peers).
+pub type RawMr = LocalMr;
 
 /// One write: `len` bytes from `local` to `addr` (with `key`) of `peer`.
 #[derive(Clone, Copy)]
@@ -45,14 +41,7 @@ pub struct RawWrite {
 }
 
 pub struct RawEp {
-    info: *mut fi_info,
-    fabric: *mut fid_fabric,
-    domain: *mut fid_domain,
-    av: *mut fid_av,
-    cq: *mut fid_cq,
-    ep: *mut fid_ep,
-    mr_mode: u64,
-    next_key: u64,
+    fe: FabricEndpoint,
     pub addr: Vec<u8>,
     pub provider: String,
     ctx: Box<[fi_context2]>,
@@ -72,82 +61,36 @@ pub struct RawEp {
 
 impl RawEp {
     pub fn open(provider: &str, bind: Option<&str>) -> R<RawEp> {
-        let info = FabricDomain::getinfo(provider, bind).map_err(|e| e.message)?;
-        // SAFETY: info is a valid fi_info from fi_getinfo; every object is
-        // closed in Drop, endpoint first.
-        unsafe {
-            let tx = (*(*info).tx_attr).size.max(64);
-            let mut r = RawEp {
-                info,
-                fabric: null_mut(),
-                domain: null_mut(),
-                av: null_mut(),
-                cq: null_mut(),
-                ep: null_mut(),
-                mr_mode: (*(*info).domain_attr).mr_mode as u64,
-                next_key: 1,
-                addr: Vec::new(),
-                provider: CStr::from_ptr((*(*info).fabric_attr).prov_name).to_string_lossy().into_owned(),
-                ctx: vec![fi_context2::default(); tx + 1024].into_boxed_slice(),
-                free: (0..tx + 1024).rev().collect(),
-                cq_buf: vec![fi_cq_data_entry::default(); 64],
-                outstanding: 0,
-                empty_polls: 0,
-                arrived: HashMap::new(),
-                received: Vec::new(),
-                recv_bufs: HashMap::new(),
-            };
-            ck("fi_fabric", fi_fabric((*info).fabric_attr, &mut r.fabric, null_mut()) as isize)?;
-            ck("fi_domain", fi_domain(r.fabric, info, &mut r.domain, null_mut()) as isize)?;
-            let mut cq_attr = fi_cq_attr {
-                size: 16384,
-                format: fi_cq_format_FI_CQ_FORMAT_DATA,
-                wait_obj: fi_wait_obj_FI_WAIT_NONE,
-                ..Default::default()
-            };
-            ck("fi_cq_open", fi_cq_open(r.domain, &mut cq_attr, &mut r.cq, null_mut()) as isize)?;
-            let mut av_attr = fi_av_attr { type_: fi_av_type_FI_AV_TABLE, count: 64, ..Default::default() };
-            ck("fi_av_open", fi_av_open(r.domain, &mut av_attr, &mut r.av, null_mut()) as isize)?;
-            ck("fi_endpoint", fi_endpoint(r.domain, info, &mut r.ep, null_mut()) as isize)?;
-            ck("fi_ep_bind(av)", fi_ep_bind(r.ep, &mut (*r.av).fid, 0) as isize)?;
-            ck("fi_ep_bind(cq)", fi_ep_bind(r.ep, &mut (*r.cq).fid, (FI_TRANSMIT | FI_RECV) as u64) as isize)?;
-            ck("fi_enable", fi_enable(r.ep) as isize)?;
-            let mut buf = vec![0u8; 256];
-            let mut len = buf.len();
-            ck("fi_getname", fi_getname(&mut (*r.ep).fid, buf.as_mut_ptr().cast(), &mut len) as isize)?;
-            buf.truncate(len);
-            r.addr = buf;
-            Ok(r)
-        }
+        let fe = FabricEndpoint::open(provider, bind, 16384).map_err(|e| e.message)?;
+        let n = fe.depth() + 1024;
+        Ok(RawEp {
+            addr: fe.addr.clone(),
+            provider: fe.provider.clone(),
+            fe,
+            ctx: vec![fi_context2::default(); n].into_boxed_slice(),
+            free: (0..n).rev().collect(),
+            cq_buf: vec![fi_cq_data_entry::default(); 64],
+            empty_polls: 0,
+            outstanding: 0,
+            arrived: HashMap::new(),
+            received: Vec::new(),
+            recv_bufs: HashMap::new(),
+        })
     }
 
-    /// Registers `len` bytes at `ptr`; the memory must outlive the returned region's `close`.
+    /// Registers `len` bytes at `ptr`; the memory must outlive the region's `deregister`.
     pub fn register(&mut self, ptr: *mut u8, len: usize) -> R<RawMr> {
-        let access = (FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | FI_SEND | FI_RECV) as u64;
-        let key = self.next_key;
-        self.next_key += 1;
-        let mut mr: *mut fid_mr = null_mut();
-        // SAFETY: the domain is open and the caller keeps ptr..ptr+len alive.
-        unsafe {
-            ck("fi_mr_reg", fi_mr_reg(self.domain, ptr as *const c_void, len, access, 0, key, 0, &mut mr, null_mut()) as isize)?;
-            if self.mr_mode & FI_MR_ENDPOINT as u64 != 0 {
-                ck("fi_mr_bind", fi_mr_bind(mr, &mut (*self.ep).fid, 0) as isize)?;
-                ck("fi_mr_enable", fi_mr_enable(mr) as isize)?;
-            }
-            let base = if self.mr_mode & FI_MR_VIRT_ADDR as u64 != 0 { ptr as u64 } else { 0 };
-            Ok(RawMr { mr, desc: fi_mr_desc(mr), base, key: fi_mr_key(mr) })
-        }
+        self.fe.register(ptr, len).map_err(|e| e.message)
     }
 
     pub fn deregister(&mut self, mr: RawMr) {
-        // SAFETY: mr came from register and is closed once (consumed here).
-        unsafe { fi_close(&mut (*mr.mr).fid) };
+        self.fe.deregister(&mr)
     }
 
     pub fn insert(&mut self, addr: &[u8]) -> R<fi_addr_t> {
         let mut a: fi_addr_t = 0;
         // SAFETY: av is open; addr is the peer's fi_getname blob.
-        let n = unsafe { fi_av_insert(self.av, addr.as_ptr().cast(), 1, &mut a, 0, null_mut()) };
+        let n = unsafe { fi_av_insert(self.fe.av, addr.as_ptr().cast(), 1, &mut a, 0, null_mut()) };
         if n != 1 {
             return Err(format!("raw fi_av_insert: {n}"));
         }
@@ -158,7 +101,7 @@ impl RawEp {
     /// counted per immediate, receives are queued. Returns local completions.
     pub fn poll(&mut self) -> R<usize> {
         // SAFETY: cq_buf holds 64 entries.
-        let n = unsafe { fi_cq_read(self.cq, self.cq_buf.as_mut_ptr().cast(), 64) };
+        let n = unsafe { fi_cq_read(self.fe.cq, self.cq_buf.as_mut_ptr().cast(), 64) };
         if n == -(FI_EAGAIN as isize) {
             // The engine's worker policy, so that both share a small host alike.
             self.empty_polls = self.empty_polls.wrapping_add(1);
@@ -170,7 +113,7 @@ impl RawEp {
         if n == -(FI_EAVAIL as isize) {
             let mut err = fi_cq_err_entry::default();
             // SAFETY: the CQ reported an error entry.
-            unsafe { fi_cq_readerr(self.cq, &mut err, 0) };
+            unsafe { fi_cq_readerr(self.fe.cq, &mut err, 0) };
             return Err(format!("raw completion error: {}", fabriclib::domain::fabric::strerror(err.err)));
         }
         ck("fi_cq_read", n)?;
@@ -205,35 +148,38 @@ impl RawEp {
         let (buf, len, desc) = self.recv_bufs[&i];
         let ctx = &mut self.ctx[i] as *mut fi_context2 as *mut c_void;
         // SAFETY: buf is registered memory that outlives the endpoint's use of it.
-        ck("fi_recv", unsafe { fi_recv(self.ep, buf.cast(), len, desc, u64::MAX, ctx) })
+        ck("fi_recv", unsafe { fi_recv(self.fe.ep, buf.cast(), len, desc, u64::MAX, ctx) })
     }
 
-    /// Posts one write, progressing (polling) while the provider says EAGAIN.
-    pub fn post_write(&mut self, w: &RawWrite, deadline: Instant) -> R<()> {
+    /// Posts one operation with a fresh context, progressing (polling) while
+    /// the provider says EAGAIN; its local completion is reaped by `poll`.
+    fn post(&mut self, what: &str, deadline: Instant, op: impl Fn(*mut fid_ep, *mut c_void) -> isize) -> R<()> {
         loop {
             if let Some(i) = self.free.pop() {
-                let ctx = &mut self.ctx[i] as *mut fi_context2 as *mut c_void;
-                // SAFETY: local/desc belong to a registered region that outlives the op.
-                let ret = unsafe {
-                    match w.imm {
-                        Some(imm) => fi_writedata(self.ep, w.local.cast(), w.len, w.desc, imm as u64, w.peer, w.addr, w.key, ctx),
-                        None => fi_write(self.ep, w.local.cast(), w.len, w.desc, w.peer, w.addr, w.key, ctx),
-                    }
-                };
+                let ret = op(self.fe.ep, &mut self.ctx[i] as *mut fi_context2 as *mut c_void);
                 if ret == 0 {
                     self.outstanding += 1;
                     return Ok(());
                 }
                 self.free.push(i);
                 if ret != -(FI_EAGAIN as isize) {
-                    return ck("fi_writedata", ret);
+                    return ck(what, ret);
                 }
             }
             self.poll()?;
-            if Instant::now() > deadline {
-                return Err("raw: write not accepted before the deadline".into());
-            }
+            self.check(deadline)?;
         }
+    }
+
+    /// Posts one write (`fi_writedata` with an immediate, else `fi_write`).
+    pub fn post_write(&mut self, w: &RawWrite, deadline: Instant) -> R<()> {
+        // SAFETY: local/desc belong to a registered region that outlives the op.
+        self.post("fi_writedata", deadline, |ep, ctx| unsafe {
+            match w.imm {
+                Some(imm) => fi_writedata(ep, w.local.cast(), w.len, w.desc, imm as u64, w.peer, w.addr, w.key, ctx),
+                None => fi_write(ep, w.local.cast(), w.len, w.desc, w.peer, w.addr, w.key, ctx),
+            }
+        })
     }
 
     /// Posts every write of `ops` keeping at most `window` in flight, and
@@ -282,24 +228,10 @@ impl RawEp {
         self.repost(i)
     }
 
-    /// Sends `len` bytes (registered with `desc`) to `peer`; completion is reaped by `poll`.
+    /// Sends `len` bytes (registered with `desc`) to `peer`.
     pub fn send(&mut self, peer: fi_addr_t, buf: *const u8, len: usize, desc: *mut c_void, deadline: Instant) -> R<()> {
-        loop {
-            let i = self.free.pop().ok_or("raw: out of contexts")?;
-            let ctx = &mut self.ctx[i] as *mut fi_context2 as *mut c_void;
-            // SAFETY: buf is registered memory that outlives the op.
-            let ret = unsafe { fi_send(self.ep, buf.cast(), len, desc, peer, ctx) };
-            if ret == 0 {
-                self.outstanding += 1;
-                return Ok(());
-            }
-            self.free.push(i);
-            if ret != -(FI_EAGAIN as isize) {
-                return ck("fi_send", ret);
-            }
-            self.poll()?;
-            self.check(deadline)?;
-        }
+        // SAFETY: buf is registered memory that outlives the op.
+        self.post("fi_send", deadline, |ep, ctx| unsafe { fi_send(ep, buf.cast(), len, desc, peer, ctx) })
     }
 
     /// Waits for one message and reposts a receive buffer for the next.
@@ -311,26 +243,6 @@ impl RawEp {
             }
             self.poll()?;
             self.check(deadline)?;
-        }
-    }
-}
-
-impl Drop for RawEp {
-    fn drop(&mut self) {
-        // SAFETY: objects opened in open (or null), each closed once, endpoint first.
-        unsafe {
-            for f in [
-                self.ep as *mut fid,
-                self.av as *mut fid,
-                self.cq as *mut fid,
-                self.domain as *mut fid,
-                self.fabric as *mut fid,
-            ] {
-                if !f.is_null() {
-                    fi_close(f);
-                }
-            }
-            fi_freeinfo(self.info);
         }
     }
 }

@@ -62,8 +62,8 @@ pub fn describe(r: &Row) -> String {
 
 pub fn print_table(rows: &[Row]) {
     println!(
-        "{:<12} {:<12} {:<18} {:>3} {:>6} {:>7}  {:>10} {:>10}  {:>7} {:>7}  {:>6}  {}",
-        "workload", "provider", "shape", "dom", "window", "iters", "engine", "raw", "eng/raw", "diff", "unit", "verified"
+        "{:<12} {:<12} {:<18} {:>3} {:>6} {:>7}  {:>10} {:>10}  {:>7} {:>7}  {:>6}  verified",
+        "workload", "provider", "shape", "dom", "window", "iters", "engine", "raw", "eng/raw", "diff", "unit"
     );
     for r in rows {
         let (e, w) = headline(r);

@@ -99,7 +99,7 @@ impl Open {
                     b.close(&mut self.raw);
                 }
                 let b = Region::new(&self.engine, &mut self.raw, field_u64(cmd, "size")? as usize)?;
-                let v = json!({ "desc": hex(&b.mr.descriptor().to_bytes()), "raw_base": b.raw.base, "raw_key": b.raw.key });
+                let v = json!({ "desc": hex(&b.mr.descriptor().to_bytes()), "raw_base": b.raw.remote.remote_base, "raw_key": b.raw.remote.key });
                 self.buf = Some(b);
                 Ok(v)
             }

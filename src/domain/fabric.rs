@@ -80,34 +80,46 @@ impl CtxPool {
     }
 }
 
-pub struct FabricDomain {
-    info: *mut fi_info,
-    fabric: *mut fid_fabric,
-    domain: *mut fid_domain,
-    av: *mut fid_av,
-    cq: *mut fid_cq,
-    ep: *mut fid_ep,
-    provider: String,
-    addr: Vec<u8>,
-    mr_mode: u64,
-    max_msg: usize,
+/// The libfabric objects of one `FI_EP_RDM` endpoint (fabric, domain,
+/// completion queue, address vector, endpoint), opened from the `fi_info`
+/// fabriclib always asks for, with memory registration. `FabricDomain` drives
+/// its data path; so does the benchmark's raw baseline, which is why the
+/// handles are public: both run on exactly the same provider configuration.
+pub struct FabricEndpoint {
+    pub info: *mut fi_info,
+    pub fabric: *mut fid_fabric,
+    pub domain: *mut fid_domain,
+    pub av: *mut fid_av,
+    pub cq: *mut fid_cq,
+    pub ep: *mut fid_ep,
+    /// The provider actually opened (e.g. `tcp;ofi_rxm`).
+    pub provider: String,
+    /// This endpoint's address (`fi_getname`).
+    pub addr: Vec<u8>,
+    pub mr_mode: u64,
+    pub max_msg: usize,
     next_key: u64,
+}
+
+// SAFETY: the libfabric objects are owned by this value and used by one
+// thread at a time (FI_THREAD_DOMAIN).
+unsafe impl Send for FabricEndpoint {}
+
+pub struct FabricDomain {
+    fe: FabricEndpoint,
     peers: HashMap<Box<[u8]>, PeerId>,
     ctx: CtxPool,
     cq_buf: Vec<fi_cq_data_entry>,
 }
 
-// SAFETY: the libfabric objects are owned by this value and used by one
-// thread at a time (the worker that owns the domain; FI_THREAD_DOMAIN).
+// SAFETY: as for FabricEndpoint; the completion buffer holds plain data.
 unsafe impl Send for FabricDomain {}
 
-impl FabricDomain {
+impl FabricEndpoint {
     /// The `fi_info` every fabriclib endpoint is opened from (`FI_EP_RDM`,
     /// `FI_MSG|FI_RMA`, the mr_mode bits we handle, `FI_THREAD_DOMAIN`),
-    /// bound to `node` for IP-addressed providers. Public so that the
-    /// benchmark's raw baseline opens exactly the same provider configuration;
-    /// free it with `fi_freeinfo`.
-    pub fn getinfo(provider: &str, node: Option<&str>) -> Result<*mut fi_info> {
+    /// bound to `node` for IP-addressed providers.
+    fn getinfo(provider: &str, node: Option<&str>) -> Result<*mut fi_info> {
         // SAFETY: hints is a fresh fi_info from fi_allocinfo with all attr
         // structs allocated; strings we put in it are malloc'ed (fi_freeinfo frees them).
         unsafe {
@@ -144,12 +156,20 @@ impl FabricDomain {
         }
     }
 
-    fn open_with(provider: &str, node: Option<&str>) -> Result<FabricDomain> {
+    /// Work requests the endpoint's transmit and receive queues hold.
+    pub fn depth(&self) -> usize {
+        // SAFETY: info is valid for the endpoint's life.
+        unsafe { (*(*self.info).tx_attr).size + (*(*self.info).rx_attr).size }
+    }
+
+    /// Opens an endpoint of `provider` (bound to `node` for IP providers) with
+    /// a completion queue of at least `cq_min` entries.
+    pub fn open(provider: &str, node: Option<&str>, cq_min: usize) -> Result<FabricEndpoint> {
         let info = Self::getinfo(provider, node)?;
         // SAFETY: info is a valid fi_info list from fi_getinfo; we use its first
         // entry, and every object opened below is closed in Drop (fields start null).
         unsafe {
-            let mut d = FabricDomain {
+            let mut d = FabricEndpoint {
                 info,
                 fabric: null_mut(),
                 domain: null_mut(),
@@ -161,16 +181,11 @@ impl FabricDomain {
                 mr_mode: (*(*info).domain_attr).mr_mode as u64,
                 max_msg: (*(*info).ep_attr).max_msg_size,
                 next_key: 1,
-                peers: HashMap::new(),
-                ctx: CtxPool::new(0),
-                cq_buf: vec![fi_cq_data_entry::default(); CQ_BATCH],
             };
-            let depth = (*(*info).tx_attr).size + (*(*info).rx_attr).size;
-            d.ctx = CtxPool::new(depth.max(256));
             check("fi_fabric", fi_fabric((*info).fabric_attr, &mut d.fabric, null_mut()) as i64)?;
             check("fi_domain", fi_domain(d.fabric, info, &mut d.domain, null_mut()) as i64)?;
             let mut cq_attr = fi_cq_attr {
-                size: (depth * 2).max(4096),
+                size: (d.depth() * 2).max(cq_min),
                 format: fi_cq_format_FI_CQ_FORMAT_DATA,
                 wait_obj: fi_wait_obj_FI_WAIT_NONE,
                 ..Default::default()
@@ -191,41 +206,8 @@ impl FabricDomain {
         }
     }
 
-    fn post_result(&mut self, what: &str, ret: isize, ctx: *mut c_void) -> Result<Post> {
-        if ret == 0 {
-            return Ok(Post::Posted);
-        }
-        self.ctx.release(ctx);
-        if ret == -(FI_EAGAIN as isize) { Ok(Post::Again) } else { Err(fi_err(what, ret as i64)) }
-    }
-}
-
-impl Domain for FabricDomain {
-    fn open(cfg: &EngineConfig, _index: usize) -> Result<Self> {
-        let bind = cfg.bind_addr();
-        let mut errors = Vec::new();
-        for p in cfg.providers() {
-            match Self::open_with(&p, bind.as_deref()) {
-                Ok(d) => return Ok(d),
-                Err(e) => errors.push(format!("{p}: {}", e.message)),
-            }
-        }
-        Err(Error::new(Status::Unsupported, format!("no usable libfabric provider: {}", errors.join("; "))))
-    }
-
-    fn provider(&self) -> &str {
-        &self.provider
-    }
-
-    fn address(&self) -> &[u8] {
-        &self.addr
-    }
-
-    fn max_msg_size(&self) -> usize {
-        self.max_msg
-    }
-
-    fn register(&mut self, ptr: *mut u8, len: usize) -> Result<LocalMr> {
+    /// Registers `len` bytes at `ptr` for local use and remote writes.
+    pub fn register(&mut self, ptr: *mut u8, len: usize) -> Result<LocalMr> {
         let access = (FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | FI_SEND | FI_RECV) as u64;
         // Requested keys must be unique per domain on providers without FI_MR_PROV_KEY.
         let key = self.next_key;
@@ -254,11 +236,61 @@ impl Domain for FabricDomain {
         }
     }
 
-    fn deregister(&mut self, mr: &LocalMr) {
+    pub fn deregister(&mut self, mr: &LocalMr) {
         // SAFETY: raw is an fid_mr from register, closed exactly once (the worker drops LocalMr after this).
         unsafe {
             fi_close(&mut (*(mr.raw as *mut fid_mr)).fid);
         }
+    }
+}
+
+impl FabricDomain {
+    fn open_with(provider: &str, node: Option<&str>) -> Result<FabricDomain> {
+        let fe = FabricEndpoint::open(provider, node, 4096)?;
+        let ctx = CtxPool::new(fe.depth().max(256));
+        Ok(FabricDomain { fe, peers: HashMap::new(), ctx, cq_buf: vec![fi_cq_data_entry::default(); CQ_BATCH] })
+    }
+
+    fn post_result(&mut self, what: &str, ret: isize, ctx: *mut c_void) -> Result<Post> {
+        if ret == 0 {
+            return Ok(Post::Posted);
+        }
+        self.ctx.release(ctx);
+        if ret == -(FI_EAGAIN as isize) { Ok(Post::Again) } else { Err(fi_err(what, ret as i64)) }
+    }
+}
+
+impl Domain for FabricDomain {
+    fn open(cfg: &EngineConfig, _index: usize) -> Result<Self> {
+        let bind = cfg.bind_addr();
+        let mut errors = Vec::new();
+        for p in cfg.providers() {
+            match Self::open_with(&p, bind.as_deref()) {
+                Ok(d) => return Ok(d),
+                Err(e) => errors.push(format!("{p}: {}", e.message)),
+            }
+        }
+        Err(Error::new(Status::Unsupported, format!("no usable libfabric provider: {}", errors.join("; "))))
+    }
+
+    fn provider(&self) -> &str {
+        &self.fe.provider
+    }
+
+    fn address(&self) -> &[u8] {
+        &self.fe.addr
+    }
+
+    fn max_msg_size(&self) -> usize {
+        self.fe.max_msg
+    }
+
+    fn register(&mut self, ptr: *mut u8, len: usize) -> Result<LocalMr> {
+        self.fe.register(ptr, len)
+    }
+
+    fn deregister(&mut self, mr: &LocalMr) {
+        self.fe.deregister(mr)
     }
 
     fn resolve(&mut self, addr: &[u8]) -> Result<PeerId> {
@@ -267,11 +299,11 @@ impl Domain for FabricDomain {
         }
         let mut fi_addr: fi_addr_t = FI_ADDR_UNSPEC_;
         // SAFETY: av is open; addr is a provider address blob of addr.len() bytes.
-        let n = unsafe { fi_av_insert(self.av, addr.as_ptr().cast(), 1, &mut fi_addr, 0, null_mut()) };
+        let n = unsafe { fi_av_insert(self.fe.av, addr.as_ptr().cast(), 1, &mut fi_addr, 0, null_mut()) };
         if n != 1 {
             return Err(Error::new(
                 Status::Malformed,
-                format!("{}: fi_av_insert refused a peer address of {} bytes ({n})", self.provider, addr.len()),
+                format!("{}: fi_av_insert refused a peer address of {} bytes ({n})", self.fe.provider, addr.len()),
             ));
         }
         self.peers.insert(addr.into(), fi_addr);
@@ -285,9 +317,9 @@ impl Domain for FabricDomain {
         let ret = unsafe {
             match wr.imm {
                 Some(imm) => fi_writedata(
-                    self.ep, wr.local.cast(), wr.len, wr.desc, imm as u64, wr.peer, wr.remote_addr, wr.key, ctx,
+                    self.fe.ep, wr.local.cast(), wr.len, wr.desc, imm as u64, wr.peer, wr.remote_addr, wr.key, ctx,
                 ),
-                None => fi_write(self.ep, wr.local.cast(), wr.len, wr.desc, wr.peer, wr.remote_addr, wr.key, ctx),
+                None => fi_write(self.fe.ep, wr.local.cast(), wr.len, wr.desc, wr.peer, wr.remote_addr, wr.key, ctx),
             }
         };
         self.post_result("fi_write", ret, ctx)
@@ -296,20 +328,20 @@ impl Domain for FabricDomain {
     fn post_send(&mut self, peer: PeerId, buf: *const u8, len: usize, desc: *mut c_void, token: u64) -> Result<Post> {
         let Some(ctx) = self.ctx.take(token) else { return Ok(Post::Again) };
         // SAFETY: buf is a registered staging buffer owned by the worker until completion.
-        let ret = unsafe { fi_send(self.ep, buf.cast(), len, desc, peer, ctx) };
+        let ret = unsafe { fi_send(self.fe.ep, buf.cast(), len, desc, peer, ctx) };
         self.post_result("fi_send", ret, ctx)
     }
 
     fn post_recv(&mut self, buf: *mut u8, len: usize, desc: *mut c_void, token: u64) -> Result<Post> {
         let Some(ctx) = self.ctx.take(token) else { return Ok(Post::Again) };
         // SAFETY: buf is a registered receive buffer owned by the worker until completion.
-        let ret = unsafe { fi_recv(self.ep, buf.cast(), len, desc, FI_ADDR_UNSPEC_, ctx) };
+        let ret = unsafe { fi_recv(self.fe.ep, buf.cast(), len, desc, FI_ADDR_UNSPEC_, ctx) };
         self.post_result("fi_recv", ret, ctx)
     }
 
     fn poll(&mut self, out: &mut Vec<Completion>) -> Result<usize> {
         // SAFETY: cq_buf has CQ_BATCH entries; fi_cq_read writes at most that many.
-        let n = unsafe { fi_cq_read(self.cq, self.cq_buf.as_mut_ptr().cast(), CQ_BATCH) };
+        let n = unsafe { fi_cq_read(self.fe.cq, self.cq_buf.as_mut_ptr().cast(), CQ_BATCH) };
         if n > 0 {
             for i in 0..n as usize {
                 let e = self.cq_buf[i];
@@ -330,7 +362,7 @@ impl Domain for FabricDomain {
         if n == -(FI_EAVAIL as isize) {
             let mut err = fi_cq_err_entry::default();
             // SAFETY: cq is open and reported an error entry.
-            let r = unsafe { fi_cq_readerr(self.cq, &mut err, 0) };
+            let r = unsafe { fi_cq_readerr(self.fe.cq, &mut err, 0) };
             if r == 1 {
                 // A failed remote-side event has no context of ours: nothing to fail locally.
                 if let Some(token) = self.ctx.release(err.op_context) {
@@ -347,7 +379,7 @@ impl Domain for FabricDomain {
     }
 }
 
-impl Drop for FabricDomain {
+impl Drop for FabricEndpoint {
     fn drop(&mut self) {
         // SAFETY: each object was opened by open_with (or is null) and is closed
         // once, endpoint first, as libfabric requires.
