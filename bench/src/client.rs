@@ -237,7 +237,9 @@ pub struct Session {
 }
 
 impl Session {
-    pub fn open(provider: &str, domains: usize, bind: Option<&str>, peers: &mut [PeerConn]) -> R<Session> {
+    /// `bind`: this side's address for socket providers; `servers_bind`: the
+    /// one to ask the servers for (loopback; two-host servers use their own).
+    pub fn open(provider: &str, domains: usize, bind: Option<&str>, servers_bind: Option<&str>, peers: &mut [PeerConn]) -> R<Session> {
         let cfg = EngineConfig {
             provider: Some(provider.into()),
             bind_addr: bind.map(String::from),
@@ -262,7 +264,7 @@ impl Session {
             .map_err(|e| e.to_string())?;
         for p in peers.iter_mut() {
             let mut cmd = json!({ "op": "open", "provider": engine.provider(), "domains": domains });
-            if let Some(b) = bind {
+            if let Some(b) = servers_bind {
                 cmd["bind"] = b.into();
             }
             let v = p.ctl.call(cmd)?;

@@ -24,7 +24,9 @@ use std::time::Instant;
 
 const USAGE: &str = "\
 usage: fabriclib-bench [options]                 run the client; spawns its servers on loopback
-       fabriclib-bench server [--listen ADDR:PORT] one server process (prints its control address)
+       fabriclib-bench server [--listen ADDR:PORT] [--bind ADDR] [--cpu N]
+                                                  one server process (prints its control address;
+                                                  --bind: its address for socket providers)
 
 options:
   --suite smoke|quick|full   a predefined plan (default: quick, unless --workload is given)
@@ -139,7 +141,7 @@ fn plan(o: &Opts) -> R<(Vec<Spec>, Vec<Spec>, usize, usize)> {
     let (sizes, bw_bytes, reps, warmup, peers, big_pages): (Vec<u64>, u64, usize, usize, Vec<usize>, bool) = match suite.as_str() {
         "smoke" => (vec![64 << 10], 1 << 20, 2, 1, vec![2], false),
         "quick" | "custom" => (vec![4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 32 << 20], 64 << 20, 15, 1, vec![4], false),
-        "full" => ((10..=26).step_by(2).map(|s| 1u64 << s).chain([32 << 20, 64 << 20]).collect(), 128 << 20, 10, 2, vec![2, 4, 8], true),
+        "full" => ((10..=24).step_by(2).map(|s| 1u64 << s).chain([32 << 20, 64 << 20]).collect(), 128 << 20, 10, 2, vec![2, 4, 8], true),
         s => return Err(format!("unknown suite {s} (smoke, quick, full)")),
     };
     let all = ["single", "paged", "imm", "sendrecv", "scatter", "barrier", "host"];
@@ -299,9 +301,10 @@ fn run(o: &Opts) -> R<bool> {
     let need = rows.iter().map(|s| s.kind.peers(s)).max().unwrap_or(0);
     if need > 0 {
         let mut peers = servers(o, need)?;
-        let bind = o.bind.clone().or_else(|| o.connect.is_empty().then(|| "127.0.0.1".to_string()));
+        let local = o.connect.is_empty().then_some("127.0.0.1");
+        let bind = o.bind.as_deref().or(local);
         for p in &o.providers {
-            let mut s = Session::open(p, o.domains, bind.as_deref(), &mut peers)?;
+            let mut s = Session::open(p, o.domains, bind, local, &mut peers)?;
             s.reps = reps;
             s.warmup = warmup;
             for spec in &rows {
@@ -370,10 +373,12 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let res = if args.first().map(String::as_str) == Some("server") {
         let mut listen = "127.0.0.1:7471".to_string();
+        let mut bind = None;
         let mut it = args[1..].iter();
         while let Some(a) = it.next() {
             match (a.as_str(), it.next()) {
                 ("--listen", Some(v)) => listen = v.clone(),
+                ("--bind", Some(v)) => bind = Some(v.clone()),
                 ("--cpu", Some(v)) => {
                     if let Err(e) = num(v).and_then(|c| pin_to(Some(c))) {
                         eprintln!("fabriclib-bench server: {e}");
@@ -386,7 +391,7 @@ fn main() {
                 }
             }
         }
-        server::serve(&listen).map(|_| true)
+        server::serve(&listen, bind.as_deref()).map(|_| true)
     } else {
         parse(&args).and_then(|o| run(&o))
     };

@@ -57,10 +57,11 @@ struct Open {
 }
 
 impl Open {
-    fn new(cmd: &Value) -> R<Open> {
+    /// `bind`: the server's own `--bind`, else what the client asked for (loopback).
+    fn new(cmd: &Value, bind: Option<&str>) -> R<Open> {
         let cfg = EngineConfig {
             provider: Some(field_str(cmd, "provider")?.to_string()),
-            bind_addr: cmd.get("bind").and_then(Value::as_str).map(String::from),
+            bind_addr: bind.or_else(|| cmd.get("bind").and_then(Value::as_str)).map(String::from),
             domains: field_u64(cmd, "domains")? as usize,
             ..Default::default()
         };
@@ -219,8 +220,9 @@ impl Open {
     }
 }
 
-/// Serves one client connection, then exits.
-pub fn serve(listen: &str) -> R<()> {
+/// Serves one client connection, then exits. `bind`: the local address its
+/// socket-provider endpoints use (two-host runs).
+pub fn serve(listen: &str, bind: Option<&str>) -> R<()> {
     let l = TcpListener::bind(listen).map_err(|e| format!("listen on {listen}: {e}"))?;
     println!("fabriclib-bench server listening on {}", l.local_addr().map_err(|e| e.to_string())?);
     let (s, _) = l.accept().map_err(|e| e.to_string())?;
@@ -234,7 +236,7 @@ pub fn serve(listen: &str) -> R<()> {
                 if let Some(o) = open.take() {
                     o.close();
                 }
-                Open::new(&cmd).map(|o| {
+                Open::new(&cmd, bind).map(|o| {
                     let v = json!({ "engine": hex(&o.engine.main_address().to_bytes()), "raw": hex(&o.raw.addr), "provider": o.engine.provider() });
                     open = Some(o);
                     v

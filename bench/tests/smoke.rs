@@ -60,6 +60,30 @@ fn smoke_suite_reports_verified_rows_as_json_and_svg() {
 }
 
 #[test]
+fn client_connects_to_a_server_started_by_hand() {
+    // The two-host setup, on loopback: a server with its own --bind, a client with --connect.
+    use std::io::{BufRead, BufReader};
+    let mut server = bench()
+        .args(["server", "--listen", "127.0.0.1:0", "--bind", "127.0.0.1"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let addr = line.trim().rsplit(' ').next().unwrap().to_string();
+    let out = bench()
+        .args(["--connect", &addr, "--bind", "127.0.0.1", "--provider", "tcp;ofi_rxm", "--workload", "single,imm"])
+        .args(["--sizes", "64K", "--reps", "1", "--iters", "8"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("bytes verified: all"), "{stdout}");
+    // The client's quit ends the server.
+    assert!(server.wait().unwrap().success());
+}
+
+#[test]
 fn a_damaged_byte_fails_verification() {
     // The server flips one landed byte before hashing: the bench must notice.
     let out = bench()
