@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: Rust unit tests and parser fuzzing, the multi-process
 # loopback tests over tcp;ofi_rxm and shm (1 and 2 domains), a short
-# fabriclib-bench run (JSON, plot, byte verification), the C API tests,
+# fabriclib-bench run (JSON, plot, byte verification), the C API tests
+# (also under valgrind memcheck),
 # the install-and-consume test (find_package + pkg-config) and the header
 # drift check. Installs the apt packages it needs.
 set -euo pipefail

@@ -119,8 +119,10 @@ pub(crate) fn put<T>(out: *mut T, v: T) -> Result<()> {
     Ok(())
 }
 
-/// Boxes a new handle and writes it to `out`.
+/// Boxes a new handle and writes it to `out`. A NULL `out` is refused before
+/// anything is boxed (the value is dropped, not leaked).
 pub(crate) fn give<T: Handle>(out: *mut *mut T, h: T) -> Result<()> {
+    non_null(out, "out")?;
     h.magic().store(T::MAGIC, Ordering::Relaxed);
     put(out, Box::into_raw(Box::new(h)))
 }
