@@ -56,6 +56,9 @@
 // Mask for the status in a completion flag word.
 #define FABRICLIB_FLAG_STATUS_MASK 65535
 
+// Most receive buffers one `submit_recvs` posts (each is 64 KiB underneath).
+#define MAX_RECV_BUFFERS 4096
+
 // Engine settings. Create with `fabriclib_config_new`, free with
 // `fabriclib_config_free`. Not thread-safe: one thread at a time.
 typedef struct fabriclib_config fabriclib_config;
@@ -296,9 +299,13 @@ fabriclib_status fabriclib_submit_send(const struct fabriclib_engine *engine,
                                        size_t len,
                                        const struct fabriclib_on_done *done);
 
-// Posts `count` receive buffers of `len` bytes (at most 65536) as one pool.
-// Each arriving message calls `callback(user_data, FABRICLIB_STATUS_OK, data,
-// len)` on the callback thread; the buffer is reposted when it returns. When
+// Posts `count` receive buffers (at most 4096) for messages of up to `len`
+// bytes (at most 65536) as one pool. Each arriving message calls
+// `callback(user_data, FABRICLIB_STATUS_OK, data, len)` on the callback
+// thread; the buffer is reposted when it returns. A message longer than `len`
+// is dropped and reported as `callback(user_data, FABRICLIB_STATUS_TRUNCATED,
+// NULL, 0)`; the sender's connection is unaffected (each buffer is 64 KiB
+// underneath, so a pool costs `count` × 64 KiB). When
 // the engine is destroyed, `callback` runs once more with
 // `FABRICLIB_STATUS_SHUTDOWN`; `user_data` must stay valid until then. Any thread.
 fabriclib_status fabriclib_submit_recvs(const struct fabriclib_engine *engine,

@@ -144,9 +144,13 @@ pub extern "C" fn fabriclib_submit_send(
     })
 }
 
-/// Posts `count` receive buffers of `len` bytes (at most 65536) as one pool.
-/// Each arriving message calls `callback(user_data, FABRICLIB_STATUS_OK, data,
-/// len)` on the callback thread; the buffer is reposted when it returns. When
+/// Posts `count` receive buffers (at most 4096) for messages of up to `len`
+/// bytes (at most 65536) as one pool. Each arriving message calls
+/// `callback(user_data, FABRICLIB_STATUS_OK, data, len)` on the callback
+/// thread; the buffer is reposted when it returns. A message longer than `len`
+/// is dropped and reported as `callback(user_data, FABRICLIB_STATUS_TRUNCATED,
+/// NULL, 0)`; the sender's connection is unaffected (each buffer is 64 KiB
+/// underneath, so a pool costs `count` × 64 KiB). When
 /// the engine is destroyed, `callback` runs once more with
 /// `FABRICLIB_STATUS_SHUTDOWN`; `user_data` must stay valid until then. Any thread.
 #[unsafe(no_mangle)]

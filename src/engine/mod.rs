@@ -25,6 +25,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 
+/// Most receive buffers one `submit_recvs` posts (each is 64 KiB underneath).
+pub const MAX_RECV_BUFFERS: usize = 4096;
+
 /// Single writes without an immediate larger than this are sharded by bytes over all domains.
 const SHARD_MIN: u64 = 256 * 1024;
 
@@ -242,16 +245,19 @@ impl TransferEngine {
         self.submit(Shape::Send { to: to.clone(), msg: msg.into() }, None, None, done)
     }
 
-    /// Posts `count` receive buffers of `len` bytes on domain 0. Every message
-    /// that arrives calls `cb` on the callback thread with its bytes (or an
-    /// error, e.g. `Truncated`); the buffer is reposted when `cb` returns. At
-    /// shutdown `cb` is called once more with `Shutdown`.
+    /// Posts `count` receive buffers for messages of up to `len` bytes on
+    /// domain 0. Every message that arrives calls `cb` on the callback thread
+    /// with its bytes; one longer than `len` is dropped and reported as
+    /// `Truncated` (the sender's connection is unaffected: buffers are always
+    /// 64 KiB underneath, so `count` costs `count` × 64 KiB). The buffer is
+    /// reposted when `cb` returns. At shutdown `cb` is called once more with
+    /// `Shutdown`.
     pub fn submit_recvs(&self, len: usize, count: usize, cb: impl Fn(Result<&[u8]>) + Send + Sync + 'static) -> Result<()> {
         if len == 0 || count == 0 {
             bail!(InvalidArgument, "submit_recvs: buffer length and count must be at least 1");
         }
-        if len > MAX_SEND || count > 65536 {
-            bail!(InvalidArgument, "submit_recvs: at most 65536 buffers of at most {MAX_SEND} bytes");
+        if len > MAX_SEND || count > MAX_RECV_BUFFERS {
+            bail!(InvalidArgument, "submit_recvs: at most {MAX_RECV_BUFFERS} buffers of at most {MAX_SEND} bytes");
         }
         self.rpc(|reply| Ctrl::RecvPool { len, count, cb: Arc::new(cb), reply })
     }

@@ -124,9 +124,13 @@ impl Drop for OwnedMem {
     }
 }
 
+/// A receive pool. Its buffers are always `MAX_SEND` bytes, whatever the
+/// user asked for: no engine sends more, so the provider never truncates (on
+/// `tcp;ofi_rxm` a truncated receive tears the connection down); a message
+/// longer than the pool's `len` is reported as `Truncated` by the worker.
 struct RecvPool {
     mem: Arc<OwnedMem>,
-    slot_len: usize,
+    len: usize,
     mr: LocalMr,
     cb: RecvCallback,
 }
@@ -311,10 +315,10 @@ impl<D: Domain> Worker<D> {
                 let _ = reply.send(self.imm.expect(imm, count, done, &self.notifier));
             }
             Ctrl::RecvPool { len, count, cb, reply } => {
-                let mem = OwnedMem::new(len * count);
+                let mem = OwnedMem::new(MAX_SEND * count);
                 let r = self.domains[0].register(mem.ptr, mem.len).map(|mr| {
                     let p = self.pools.len() as u32;
-                    self.pools.push(RecvPool { mem, slot_len: len, mr, cb });
+                    self.pools.push(RecvPool { mem, len, mr, cb });
                     self.repost.extend((0..count as u32).map(|i| (p, i)));
                 });
                 let _ = reply.send(r);
@@ -388,8 +392,8 @@ impl<D: Domain> Worker<D> {
         while let Some((p, i)) = self.repost.pop_front() {
             let pool = &self.pools[p as usize];
             // SAFETY: slot i lies inside the pool's allocation.
-            let buf = unsafe { pool.mem.ptr.add(i as usize * pool.slot_len) };
-            match self.domains[0].post_recv(buf, pool.slot_len, pool.mr.desc, RECV_BIT | (p as u64) << 32 | i as u64) {
+            let buf = unsafe { pool.mem.ptr.add(i as usize * MAX_SEND) };
+            match self.domains[0].post_recv(buf, MAX_SEND, pool.mr.desc, RECV_BIT | (p as u64) << 32 | i as u64) {
                 Ok(Post::Posted) => busy = true,
                 Ok(Post::Again) => {
                     self.repost.push_front((p, i));
@@ -510,11 +514,18 @@ impl<D: Domain> Worker<D> {
     fn deliver(&mut self, token: u64, res: Result<usize>) {
         let (p, i) = (((token & !RECV_BIT) >> 32) as u32, token as u32);
         let pool = &self.pools[p as usize];
-        let (mem, cb, slot_len, shared) = (pool.mem.clone(), pool.cb.clone(), pool.slot_len, self.shared.clone());
+        let (mem, cb, max, shared) = (pool.mem.clone(), pool.cb.clone(), pool.len, self.shared.clone());
+        let res = res.and_then(|len| match len {
+            len if len > max => Err(Error::new(
+                Status::Truncated,
+                format!("a {len}-byte message does not fit this pool's {max}-byte buffers; dropped"),
+            )),
+            len => Ok(len),
+        });
         self.notifier.run(Box::new(move || {
             let res = res.map(|len| {
-                // SAFETY: the slot is ours until we repost it below; len <= slot_len.
-                unsafe { std::slice::from_raw_parts(mem.ptr.add(i as usize * slot_len), len.min(slot_len)) }
+                // SAFETY: the slot is ours until we repost it below; len <= max <= MAX_SEND.
+                unsafe { std::slice::from_raw_parts(mem.ptr.add(i as usize * MAX_SEND), len) }
             });
             // Repost even if the callback panics (the callback thread catches it).
             struct Repost(Arc<Shared>, u32, u32);

@@ -21,6 +21,10 @@ static int failures, checks;
         }                                                                                    \
     } while (0)
 
+static void ignore_recv(void *user_data, fabriclib_status st, const uint8_t *data, size_t len) {
+    (void)user_data, (void)st, (void)data, (void)len;
+}
+
 static fabriclib_engine *make_engine(void) {
     fabriclib_config *cfg = NULL;
     fabriclib_engine *e = NULL;
@@ -125,6 +129,11 @@ int main(void) {
     EXPECT(fabriclib_submit_send(e, addr, addr_len, NULL, 1, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_submit_send(e, addr, addr_len, mem, LEN + 1, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_submit_recvs(e, 0, 4, NULL, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_submit_recvs(e, 64, 4, ignore_recv, NULL), FABRICLIB_STATUS_OK);
+    EXPECT(fabriclib_submit_recvs(e, 0, 4, ignore_recv, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_submit_recvs(e, 64, 0, ignore_recv, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_submit_recvs(e, 65537, 4, ignore_recv, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_submit_recvs(e, 64, 4097, ignore_recv, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
 
     /* Immediates. */
     EXPECT(fabriclib_expect_imm_count(e, 1, 0, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);

@@ -364,6 +364,96 @@ fn bad_input(prov: &str, domains: usize) -> TestResult {
     Ok(())
 }
 
+
+/// Destroying an engine with 10,000 requests queued or on the wire: every
+/// request ends exactly once (done, or shut down), the destroy returns within
+/// the shutdown drain, and the peer goes on serving.
+fn destroy_with_10000_pending(prov: &str, domains: usize) -> TestResult {
+    const N: usize = 10_000;
+    let cfg = EngineConfig { domains, submit_queue: 2 * N, ..Default::default() };
+    let l = local_with(cfg, prov, 4096 * 16, 10)?;
+    let mut p = Peer::spawn(prov, domains, 4096 * 16)?;
+    let d = desc(&p);
+    let ends: Arc<Vec<std::sync::atomic::AtomicU8>> = Arc::new((0..N).map(|_| Default::default()).collect());
+    let shut_down = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    for i in 0..N {
+        let (ends, shut_down) = (ends.clone(), shut_down.clone());
+        let done = OnDone::callback(move |r| {
+            ends[i].fetch_add(1, Ordering::Relaxed);
+            match r {
+                Ok(()) => {}
+                Err(e) if e.status == Status::Shutdown => drop(shut_down.fetch_add(1, Ordering::Relaxed)),
+                Err(e) => panic!("request {i} ended with {e}"),
+            }
+        });
+        let off = (i % 16) as u64 * 4096;
+        l.engine.submit_single_write(4096, None, &l.mr, off, &d, off, done).map_err(e2s)?;
+    }
+    let t = Instant::now();
+    drop(l);
+    let took = t.elapsed();
+    if took > Duration::from_secs(10) {
+        return Err(format!("destroy took {took:?}"));
+    }
+    let bad: Vec<usize> = (0..N).filter(|&i| ends[i].load(Ordering::Relaxed) != 1).collect();
+    if !bad.is_empty() {
+        return Err(format!("{} requests did not end exactly once (first: {})", bad.len(), bad[0]));
+    }
+    if shut_down.load(Ordering::Relaxed) == 0 {
+        // Not an error of the engine, but then the test did not test shutdown.
+        return Err("every request finished before the destroy: nothing was pending".into());
+    }
+    p.hash().map(|_| ())
+}
+
+/// Random bytes into a receive pool, including messages larger than its
+/// buffers: the receiver reports truncation to its callback and keeps
+/// serving; well-formed traffic afterwards round-trips intact.
+fn garbage_into_receive_pool(prov: &str, domains: usize) -> TestResult {
+    let l = local(prov, domains, 4096, 11)?;
+    let mut p = Peer::spawn(prov, domains, 4096)?;
+    let (tx, rx) = channel::<Vec<u8>>();
+    let tx = std::sync::Mutex::new(tx);
+    l.engine
+        .submit_recvs(2048, 8, move |m| {
+            if let Ok(m) = m {
+                tx.lock().unwrap().send(m.to_vec()).unwrap();
+            }
+        })
+        .map_err(e2s)?;
+    p.send(&format!("PARENT {}", to_hex(&l.engine.main_address().to_bytes())));
+    p.send("ECHO 1024 4");
+    p.wait_for("ECHOING")?;
+    let to = addr(&p);
+    let mut rng = Rng(12);
+    let mut echoed = 0;
+    for _ in 0..100 {
+        // A third of them overflow the peer's 1024-byte buffers.
+        let mut msg = vec![0u8; 1 + rng.below(3000) as usize];
+        rng.fill(&mut msg);
+        l.engine.submit_send(&to, &msg, OnDone::Nothing).map_err(e2s)?;
+        if msg.len() <= 1024 {
+            echoed += 1;
+        }
+    }
+    for i in 0..echoed {
+        let m = rx.recv_timeout(WAIT).map_err(|e| format!("echo {i} of {echoed}: {e}"))?;
+        if m[0] != 0xEC || m.len() > 1025 {
+            return Err(format!("echo {i}: {} bytes, first {:#x}", m.len(), m[0]));
+        }
+    }
+    if rx.recv_timeout(Duration::from_millis(300)).is_ok() {
+        return Err("an oversized message was echoed".into());
+    }
+    let msg = b"still serving".to_vec();
+    l.engine.submit_send(&to, &msg, OnDone::Nothing).map_err(e2s)?;
+    let m = rx.recv_timeout(WAIT).map_err(|e| e.to_string())?;
+    if m[1..] != msg[..] {
+        return Err("the echo after the garbage differs".into());
+    }
+    Ok(())
+}
+
 type Test = fn(&str, usize) -> TestResult;
 const TESTS: &[(&str, Test)] = &[
     ("single_writes", single_writes),
@@ -373,6 +463,8 @@ const TESTS: &[(&str, Test)] = &[
     ("send_recv_round_trips", send_recv),
     ("submits_from_4_threads", four_threads),
     ("bad_input", bad_input),
+    ("destroy_with_10000_pending", destroy_with_10000_pending),
+    ("garbage_into_receive_pool", garbage_into_receive_pool),
 ];
 
 fn main() {
