@@ -208,6 +208,61 @@ mod tests {
         assert!(NetAddr::parse(&sample().to_bytes()).is_err());
     }
 
+    /// Bounded-time mutation fuzzing of both parsers (`FABRICLIB_FUZZ_SECS`,
+    /// default 3): valid blobs get bytes flipped, set, inserted, deleted,
+    /// truncated, duplicated and spliced with each other; nothing may panic,
+    /// and whatever parses must re-encode to exactly the bytes it came from.
+    #[test]
+    fn fuzz_parsers_for_a_bounded_time() {
+        let secs: f64 = std::env::var("FABRICLIB_FUZZ_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(3.0);
+        let seeds = [sample().to_bytes(), sample().owner.to_bytes(), NetAddr { domains: vec![vec![9u8; 40].into()] }.to_bytes()];
+        let mut x = 0x5eed_u64;
+        let mut next = move || {
+            x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        };
+        let (start, mut execs, mut parsed) = (std::time::Instant::now(), 0u64, 0u64);
+        while start.elapsed().as_secs_f64() < secs {
+            for _ in 0..256 {
+                let mut b = seeds[(next() % 3) as usize].clone();
+                for _ in 0..1 + next() % 4 {
+                    let at = (next() as usize) % (b.len() + 1);
+                    match next() % 7 {
+                        0 if at < b.len() => b[at] ^= 1 << (next() % 8),
+                        1 if at < b.len() => b[at] = next() as u8,
+                        2 => b.insert(at, next() as u8),
+                        3 if at < b.len() => drop(b.remove(at)),
+                        4 => b.truncate(at),
+                        5 => {
+                            let tail = b[at..].to_vec();
+                            b.extend_from_slice(&tail);
+                        }
+                        _ => {
+                            let other = &seeds[(next() % 3) as usize];
+                            let from = (next() as usize) % (other.len() + 1);
+                            b.truncate(at);
+                            b.extend_from_slice(&other[from..]);
+                        }
+                    }
+                }
+                execs += 1;
+                if let Ok(a) = NetAddr::parse(&b) {
+                    parsed += 1;
+                    assert_eq!(a.to_bytes(), b, "address re-encodes differently");
+                }
+                if let Ok(d) = MrDesc::parse(&b) {
+                    parsed += 1;
+                    assert_eq!(d.to_bytes(), b, "descriptor re-encodes differently");
+                }
+            }
+        }
+        eprintln!("fuzz_parsers: {execs} inputs in {secs} s, {parsed} parsed and round-tripped");
+        assert!(execs > 0);
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 4096, ..ProptestConfig::default() })]
         // Fuzz: arbitrary bytes never panic; whatever parses re-encodes to the same bytes.
