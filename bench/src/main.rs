@@ -175,6 +175,11 @@ fn plan(o: &Opts) -> R<(Vec<Spec>, Vec<Spec>, usize, usize)> {
                 let kind = if w == "imm" { Kind::Imm } else { Kind::SendRecv };
                 let default = if w == "imm" { 8 } else { 64 };
                 for &s in o.sizes.as_ref().map_or(&vec![default], |v| v) {
+                    // Pings are messages / writes into a 64 KiB landing region.
+                    if s > server::MSG as u64 {
+                        eprintln!("fabriclib-bench: {w}: skipping size {} (pings are at most 64 KiB)", ctl::fmt_size(s));
+                        continue;
+                    }
                     rows.push(spec(kind, s, 1, 1, 1, o.iters.unwrap_or(if smoke { 50 } else { 400 })));
                 }
             }

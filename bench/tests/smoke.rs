@@ -99,7 +99,7 @@ fn a_damaged_byte_fails_verification() {
 
 #[test]
 fn bad_arguments_are_refused_with_usage() {
-    for args in [&["--suite", "nope"][..], &["--workload", "teleport"], &["--peers", "9"], &["--sizes", "12Q"], &["--frobnicate"]] {
+    for args in [&["--suite", "nope"][..], &["--workload", "teleport"], &["--peers", "9"], &["--sizes", "12Q"], &["--frobnicate"], &["--peers", "x"]] {
         let out = bench().args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?} was accepted");
         assert!(!out.stderr.is_empty(), "{args:?}: no message");

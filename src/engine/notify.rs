@@ -86,15 +86,36 @@ impl Notifier {
     }
 }
 
+/// How long the callback thread keeps polling after its last callback.
+const CALLBACK_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+
 /// Starts the callback thread. It ends when every `Notifier` is dropped, after
 /// running what was queued. A panicking callback is caught and reported on
 /// stderr; the thread goes on.
 pub fn spawn_callback_thread() -> std::io::Result<(Notifier, std::thread::JoinHandle<()>)> {
     let (tx, rx): (Sender<Job>, Receiver<Job>) = std::sync::mpsc::channel();
     let handle = std::thread::Builder::new().name("fabriclib-cb".into()).spawn(move || {
-        for job in rx {
+        let run = |job: Job| {
             if catch_unwind(AssertUnwindSafe(job)).is_err() {
                 eprintln!("fabriclib: a completion callback panicked; the engine goes on");
+            }
+        };
+        loop {
+            // After a callback, poll (yielding) for a short while before sleeping
+            // on the channel: the next completion of a request/response exchange
+            // then needs no wake-up from the worker.
+            let t = std::time::Instant::now();
+            let job = loop {
+                match rx.try_recv() {
+                    Ok(job) => break Some(job),
+                    Err(std::sync::mpsc::TryRecvError::Disconnected) => return,
+                    Err(std::sync::mpsc::TryRecvError::Empty) if t.elapsed() < CALLBACK_SPIN => std::thread::yield_now(),
+                    Err(std::sync::mpsc::TryRecvError::Empty) => break None,
+                }
+            };
+            match job.map_or_else(|| rx.recv().ok(), Some) {
+                Some(job) => run(job),
+                None => return,
             }
         }
     })?;
