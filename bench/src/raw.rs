@@ -41,9 +41,8 @@ pub struct RawWrite {
 }
 
 pub struct RawEp {
-    fe: FabricEndpoint,
-    pub addr: Vec<u8>,
-    pub provider: String,
+    /// The endpoint (its `addr` and `provider` are what peers and reports need).
+    pub fe: FabricEndpoint,
     ctx: Box<[fi_context2]>,
     free: Vec<usize>,
     cq_buf: Vec<fi_cq_data_entry>,
@@ -64,8 +63,6 @@ impl RawEp {
         let fe = FabricEndpoint::open(provider, bind, 16384).map_err(|e| e.message)?;
         let n = fe.depth() + 1024;
         Ok(RawEp {
-            addr: fe.addr.clone(),
-            provider: fe.provider.clone(),
             fe,
             ctx: vec![fi_context2::default(); n].into_boxed_slice(),
             free: (0..n).rev().collect(),

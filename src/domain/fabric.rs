@@ -381,7 +381,7 @@ impl Domain for FabricDomain {
 
 impl Drop for FabricEndpoint {
     fn drop(&mut self) {
-        // SAFETY: each object was opened by open_with (or is null) and is closed
+        // SAFETY: each object was opened by open (or is null) and is closed
         // once, endpoint first, as libfabric requires.
         unsafe {
             if !self.ep.is_null() {

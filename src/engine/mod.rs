@@ -25,6 +25,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 
+/// How long a control call polls for the worker's reply before sleeping on it.
+const RPC_POLL: std::time::Duration = std::time::Duration::from_micros(50);
+
 /// Most receive buffers one `submit_recvs` posts (each is 64 KiB underneath).
 pub const MAX_RECV_BUFFERS: usize = 4096;
 
@@ -150,16 +153,8 @@ impl TransferEngine {
         let (tx, rx) = mpsc::channel();
         self.shared.ctrl.push(make(tx));
         self.shared.wake();
-        // The worker answers within a pass or two: poll (yielding, in case it
-        // shares this core) before sleeping on the channel.
-        for _ in 0..64 {
-            match rx.try_recv() {
-                Ok(r) => return r,
-                Err(mpsc::TryRecvError::Empty) => std::thread::yield_now(),
-                Err(mpsc::TryRecvError::Disconnected) => return Err(notify::shutdown_error()),
-            }
-        }
-        rx.recv().unwrap_or_else(|_| Err(notify::shutdown_error()))
+        // The worker answers within a pass or two: poll before sleeping.
+        notify::recv_polling(&rx, RPC_POLL).unwrap_or_else(|| Err(notify::shutdown_error()))
     }
 
     fn alive(&self) -> Result<()> {

@@ -4,7 +4,8 @@ use crate::error::{Result, Status};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::mpsc::{Receiver, Sender};
+use std::sync::mpsc::{Receiver, Sender, TryRecvError};
+use std::time::{Duration, Instant};
 
 /// Bit set in a completion flag once the request has ended; the low 16 bits
 /// then hold its status (0 = success).
@@ -62,7 +63,9 @@ pub struct Notifier {
 
 impl Notifier {
     pub fn fire(&self, done: OnDone, res: Result<()>) {
-        self.fired.set(!matches!(done, OnDone::Nothing) || self.fired.get());
+        if !matches!(done, OnDone::Nothing) {
+            self.fired.set(true);
+        }
         match done {
             OnDone::Nothing => {}
             OnDone::Callback(cb) => self.run(Box::new(move || cb(res))),
@@ -86,8 +89,24 @@ impl Notifier {
     }
 }
 
-/// How long the callback thread keeps polling after its last callback.
-const CALLBACK_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+/// Receives from `rx`, first polling it (yielding the core between tries) for
+/// up to `poll`, then sleeping on it. A reply that comes within `poll` then
+/// needs no wake-up from its sender. `None` once every sender is gone.
+pub fn recv_polling<T>(rx: &Receiver<T>, poll: Duration) -> Option<T> {
+    let t = Instant::now();
+    loop {
+        match rx.try_recv() {
+            Ok(v) => return Some(v),
+            Err(TryRecvError::Disconnected) => return None,
+            Err(TryRecvError::Empty) if t.elapsed() < poll => std::thread::yield_now(),
+            Err(TryRecvError::Empty) => return rx.recv().ok(),
+        }
+    }
+}
+
+/// How long the callback thread keeps polling after a callback: the next
+/// completion of a request/response exchange then needs no futex wake.
+const CALLBACK_POLL: Duration = Duration::from_micros(50);
 
 /// Starts the callback thread. It ends when every `Notifier` is dropped, after
 /// running what was queued. A panicking callback is caught and reported on
@@ -95,27 +114,9 @@ const CALLBACK_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
 pub fn spawn_callback_thread() -> std::io::Result<(Notifier, std::thread::JoinHandle<()>)> {
     let (tx, rx): (Sender<Job>, Receiver<Job>) = std::sync::mpsc::channel();
     let handle = std::thread::Builder::new().name("fabriclib-cb".into()).spawn(move || {
-        let run = |job: Job| {
+        while let Some(job) = recv_polling(&rx, CALLBACK_POLL) {
             if catch_unwind(AssertUnwindSafe(job)).is_err() {
                 eprintln!("fabriclib: a completion callback panicked; the engine goes on");
-            }
-        };
-        loop {
-            // After a callback, poll (yielding) for a short while before sleeping
-            // on the channel: the next completion of a request/response exchange
-            // then needs no wake-up from the worker.
-            let t = std::time::Instant::now();
-            let job = loop {
-                match rx.try_recv() {
-                    Ok(job) => break Some(job),
-                    Err(std::sync::mpsc::TryRecvError::Disconnected) => return,
-                    Err(std::sync::mpsc::TryRecvError::Empty) if t.elapsed() < CALLBACK_SPIN => std::thread::yield_now(),
-                    Err(std::sync::mpsc::TryRecvError::Empty) => break None,
-                }
-            };
-            match job.map_or_else(|| rx.recv().ok(), Some) {
-                Some(job) => run(job),
-                None => return,
             }
         }
     })?;

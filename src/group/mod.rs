@@ -4,6 +4,7 @@
 //! software providers only progress when polled), aggregates per-unit
 //! completions into one per request and counts immediates.
 pub mod request;
+mod recv;
 
 use crate::config::EngineConfig;
 use crate::domain::{Completion, Domain, LocalMr, PeerId, Post};
@@ -12,7 +13,8 @@ use crate::engine::notify::{Notifier, shutdown_error};
 use crate::error::{Error, Result, Status};
 use crate::wire::{MAX_DOMAINS, NetAddr};
 use crossbeam_queue::{ArrayQueue, SegQueue};
-use request::{Ctrl, RecvCallback, Request, Shape};
+use recv::{OwnedMem, RecvPool};
+use request::{Ctrl, Request, Shape};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -99,40 +101,6 @@ pub fn spawn<D: Domain>(cfg: &EngineConfig, notifier: Notifier) -> Result<(Arc<S
             Err(Error::new(Status::Panic, "the worker thread died while starting"))
         }
     }
-}
-
-/// Memory the worker allocates itself (receive pools, send staging, scratch).
-struct OwnedMem {
-    ptr: *mut u8,
-    len: usize,
-}
-// SAFETY: plain heap memory; who may touch which byte is arranged by the worker
-// (a receive slot belongs to the callback thread between delivery and repost).
-unsafe impl Send for OwnedMem {}
-unsafe impl Sync for OwnedMem {}
-impl OwnedMem {
-    fn new(len: usize) -> Arc<OwnedMem> {
-        let b = vec![0u8; len.max(1)].into_boxed_slice();
-        let len = b.len();
-        Arc::new(OwnedMem { ptr: Box::into_raw(b) as *mut u8, len })
-    }
-}
-impl Drop for OwnedMem {
-    fn drop(&mut self) {
-        // SAFETY: ptr/len came from Box::into_raw of a boxed slice of len bytes.
-        unsafe { drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.ptr, self.len))) }
-    }
-}
-
-/// A receive pool. Its buffers are always `MAX_SEND` bytes, whatever the
-/// user asked for: no engine sends more, so the provider never truncates (on
-/// `tcp;ofi_rxm` a truncated receive tears the connection down); a message
-/// longer than the pool's `len` is reported as `Truncated` by the worker.
-struct RecvPool {
-    mem: Arc<OwnedMem>,
-    len: usize,
-    mr: LocalMr,
-    cb: RecvCallback,
 }
 
 struct Active {
@@ -315,13 +283,7 @@ impl<D: Domain> Worker<D> {
                 let _ = reply.send(self.imm.expect(imm, count, done, &self.notifier));
             }
             Ctrl::RecvPool { len, count, cb, reply } => {
-                let mem = OwnedMem::new(MAX_SEND * count);
-                let r = self.domains[0].register(mem.ptr, mem.len).map(|mr| {
-                    let p = self.pools.len() as u32;
-                    self.pools.push(RecvPool { mem, len, mr, cb });
-                    self.repost.extend((0..count as u32).map(|i| (p, i)));
-                });
-                let _ = reply.send(r);
+                let _ = reply.send(self.add_pool(len, count, cb));
             }
             Ctrl::Repost { pool, index } => self.repost.push_back((pool, index)),
             Ctrl::AddGroup { addrs, reply } => {
@@ -387,24 +349,8 @@ impl<D: Domain> Worker<D> {
     }
 
     fn post_all(&mut self) -> bool {
-        let mut busy = false;
         // Receive buffers first, so that a peer's message always finds one.
-        while let Some((p, i)) = self.repost.pop_front() {
-            let pool = &self.pools[p as usize];
-            // SAFETY: slot i lies inside the pool's allocation.
-            let buf = unsafe { pool.mem.ptr.add(i as usize * MAX_SEND) };
-            match self.domains[0].post_recv(buf, MAX_SEND, pool.mr.desc, RECV_BIT | (p as u64) << 32 | i as u64) {
-                Ok(Post::Posted) => busy = true,
-                Ok(Post::Again) => {
-                    self.repost.push_front((p, i));
-                    break;
-                }
-                Err(e) => {
-                    eprintln!("fabriclib: cannot post a receive buffer: {e}");
-                    break;
-                }
-            }
-        }
+        let mut busy = self.post_receives();
         for d in 0..self.domains.len() {
             busy |= self.post_domain(d);
         }
@@ -491,9 +437,7 @@ impl<D: Domain> Worker<D> {
             Completion::Recv { token, len, .. } => self.deliver(token, Ok(len)),
             Completion::Done { token } | Completion::Failed { token, .. } if token & RECV_BIT != 0 => {
                 let errno = if let Completion::Failed { errno, .. } = c { errno } else { 0 };
-                let status = if errno == crate::sys::FI_ETRUNC as i32 { Status::Truncated } else { Status::Provider };
-                let msg = format!("receive failed: {}", crate::domain::fabric::strerror(errno));
-                self.deliver(token, Err(Error::new(status, msg)));
+                self.deliver(token, Err(recv::failure(errno)));
             }
             Completion::Done { token } | Completion::Failed { token, .. } => {
                 let (slot, epoch) = (token as u32, (token >> 32) as u32);
@@ -507,37 +451,6 @@ impl<D: Domain> Worker<D> {
                 self.maybe_finish(slot);
             }
         }
-    }
-
-    /// Hands a received message to the callback thread; the buffer is
-    /// reposted after the callback returns.
-    fn deliver(&mut self, token: u64, res: Result<usize>) {
-        let (p, i) = (((token & !RECV_BIT) >> 32) as u32, token as u32);
-        let pool = &self.pools[p as usize];
-        let (mem, cb, max, shared) = (pool.mem.clone(), pool.cb.clone(), pool.len, self.shared.clone());
-        let res = res.and_then(|len| match len {
-            len if len > max => Err(Error::new(
-                Status::Truncated,
-                format!("a {len}-byte message does not fit this pool's {max}-byte buffers; dropped"),
-            )),
-            len => Ok(len),
-        });
-        self.notifier.run(Box::new(move || {
-            let res = res.map(|len| {
-                // SAFETY: the slot is ours until we repost it below; len <= max <= MAX_SEND.
-                unsafe { std::slice::from_raw_parts(mem.ptr.add(i as usize * MAX_SEND), len) }
-            });
-            // Repost even if the callback panics (the callback thread catches it).
-            struct Repost(Arc<Shared>, u32, u32);
-            impl Drop for Repost {
-                fn drop(&mut self) {
-                    self.0.ctrl.push(Ctrl::Repost { pool: self.1, index: self.2 });
-                    self.0.wake();
-                }
-            }
-            let _guard = Repost(shared, p, i);
-            cb(res);
-        }));
     }
 
     fn maybe_finish(&mut self, slot: u32) {

@@ -13,7 +13,7 @@ mod util;
 use fabriclib::{EngineConfig, FLAG_DONE, MrDesc, MrHandle, NetAddr, OnDone, Pages, ScatterDst, Status, TransferEngine};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::mpsc::channel;
+use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 use util::{Peer, Rng, WAIT, fnv64, to_hex};
 
@@ -245,8 +245,10 @@ fn scatter_and_barrier(prov: &str, domains: usize) -> TestResult {
     Ok(())
 }
 
-fn send_recv(prov: &str, domains: usize) -> TestResult {
-    let l = local(prov, domains, 4096, 4)?;
+/// A receive pool on `l` whose messages arrive on the returned channel, and a
+/// peer that echoes every message it receives (into a pool of `echo_pool`,
+/// "LEN COUNT") back to it with `0xEC` prepended.
+fn echo_peer(l: &Local, prov: &str, domains: usize, echo_pool: &str) -> Result<(Peer, Receiver<Vec<u8>>, NetAddr), String> {
     let mut p = Peer::spawn(prov, domains, 4096)?;
     let (tx, rx) = channel::<Vec<u8>>();
     let tx = std::sync::Mutex::new(tx);
@@ -258,9 +260,15 @@ fn send_recv(prov: &str, domains: usize) -> TestResult {
         })
         .map_err(e2s)?;
     p.send(&format!("PARENT {}", to_hex(&l.engine.main_address().to_bytes())));
-    p.send("ECHO 8192 32");
+    p.send(&format!("ECHO {echo_pool}"));
     p.wait_for("ECHOING")?;
     let to = addr(&p);
+    Ok((p, rx, to))
+}
+
+fn send_recv(prov: &str, domains: usize) -> TestResult {
+    let l = local(prov, domains, 4096, 4)?;
+    let (_p, rx, to) = echo_peer(&l, prov, domains, "8192 32")?;
     let mut rng = Rng(5);
     // 200 round trips, one at a time, random sizes and bytes.
     for i in 0..200 {
@@ -411,20 +419,7 @@ fn destroy_with_10000_pending(prov: &str, domains: usize) -> TestResult {
 /// serving; well-formed traffic afterwards round-trips intact.
 fn garbage_into_receive_pool(prov: &str, domains: usize) -> TestResult {
     let l = local(prov, domains, 4096, 11)?;
-    let mut p = Peer::spawn(prov, domains, 4096)?;
-    let (tx, rx) = channel::<Vec<u8>>();
-    let tx = std::sync::Mutex::new(tx);
-    l.engine
-        .submit_recvs(2048, 8, move |m| {
-            if let Ok(m) = m {
-                tx.lock().unwrap().send(m.to_vec()).unwrap();
-            }
-        })
-        .map_err(e2s)?;
-    p.send(&format!("PARENT {}", to_hex(&l.engine.main_address().to_bytes())));
-    p.send("ECHO 1024 4");
-    p.wait_for("ECHOING")?;
-    let to = addr(&p);
+    let (_p, rx, to) = echo_peer(&l, prov, domains, "1024 4")?;
     let mut rng = Rng(12);
     let mut echoed = 0;
     for _ in 0..100 {
