@@ -16,9 +16,9 @@ int main(void) {
     fabriclib_mr_register(e, dst, sizeof dst, &d);
     fabriclib_mr_descriptor(d, desc, sizeof desc, &n);      /* what a peer receives */
     fabriclib_remote_mr_parse(desc, n, &rd);
-    fabriclib_on_done on_landed = {landed, (void *)&ok, NULL};
-    fabriclib_expect_imm_count(e, imm, 1, &on_landed);     /* the receiver's side */
-    fabriclib_submit_single_write(e, sizeof src, &imm, s, 0, rd, 0, NULL);
+    fabriclib_on_done on_landed = {.callback = landed, .user_data = (void *)&ok};
+    fabriclib_expect_imm_count(e, imm, 1, &on_landed, NULL);     /* the receiver's side */
+    fabriclib_submit_single_write(e, sizeof src, &imm, s, 0, rd, 0, NULL, NULL);
     while (!ok) {}
     printf("%s: %s\n", ok == 1 ? "landed" : "failed", dst);
     fabriclib_remote_mr_free(rd); fabriclib_mr_deregister(s); fabriclib_mr_deregister(d);

@@ -56,6 +56,18 @@
 // Mask for the status in a completion flag word.
 #define FABRICLIB_FLAG_STATUS_MASK 65535
 
+// A peer has answered the handshake: requests to it are posted.
+#define FABRICLIB_PEER_UP 1
+
+// A peer is dead, unreachable, shut down or restarted (see the status passed with it).
+#define FABRICLIB_PEER_DOWN 2
+
+// A peer was greeted and has not answered yet (`fabriclib_peer_state` only).
+#define FABRICLIB_PEER_CONNECTING 0
+
+// `fabriclib_on_done.timeout_us` for a request with no deadline.
+#define FABRICLIB_NO_TIMEOUT UINT64_MAX
+
 // Most receive buffers one `submit_recvs` posts (each is 64 KiB underneath).
 #define MAX_RECV_BUFFERS 4096
 
@@ -79,24 +91,44 @@ typedef struct fabriclib_remote_mr fabriclib_remote_mr;
 // A status code: `FABRICLIB_STATUS_OK` (0) or one of the `FABRICLIB_STATUS_*` values.
 typedef int32_t fabriclib_status;
 
+// Told when a peer comes up (`FABRICLIB_PEER_UP`, `why` 0) or goes down
+// (`FABRICLIB_PEER_DOWN`, `why` `FABRICLIB_STATUS_PEER_DOWN` or
+// `FABRICLIB_STATUS_STALE`). `addr` (`addr_len` bytes) is the peer's
+// address blob, valid during the call. Runs on the engine's callback thread.
+typedef void (*fabriclib_peer_cb)(void *user_data,
+                                  const uint8_t *addr,
+                                  size_t addr_len,
+                                  int32_t state,
+                                  fabriclib_status why);
+
 // Called once when a request ends: `status` is `FABRICLIB_STATUS_OK` or why
 // it failed. Runs on the engine's callback thread; must not block for long
 // (it delays other callbacks) and must not destroy the engine.
 typedef void (*fabriclib_done_cb)(void *user_data, fabriclib_status status);
 
-// How a submitted request reports its end; pass NULL to not be told.
-// Exactly one of `callback` and `flag` may be set:
+// How a submitted request reports its end, and its deadline; pass NULL
+// for no report and the engine's default deadline. Zero-initialise it, then
+// set at most one of `callback` and `flag`:
 // - `callback(user_data, status)` runs once on the callback thread;
 // - `flag` receives, with one atomic release store from the worker thread,
 //   `FABRICLIB_FLAG_DONE | status` (poll it with an acquire load). It must
 //   stay valid until then; initialise it to 0.
 //
-// A submit that returns an error never reports through its `on_done`.
-// The struct itself is read during the call only.
+// `timeout_us`: 0 takes the engine's request timeout
+// (`fabriclib_config_set_request_timeout`), `FABRICLIB_NO_TIMEOUT` means
+// none, any other value is this request's own deadline in microseconds
+// after the submit. A request that misses it ends with
+// `FABRICLIB_STATUS_TIMED_OUT`.
+//
+// Every accepted request reports exactly once, whatever happens (done, an
+// error, canceled, timed out, peer down, shut down); a submit that returns
+// an error never reports through its `on_done`. The struct itself is read
+// during the call only.
 typedef struct fabriclib_on_done {
   fabriclib_done_cb callback;
   void *user_data;
   uint32_t *flag;
+  uint64_t timeout_us;
 } fabriclib_on_done;
 
 // Called for every received message with its bytes (`data`, `len`), valid
@@ -166,6 +198,27 @@ typedef struct fabriclib_scatter_dst {
 // A received message was larger than the receive buffer.
 #define FABRICLIB_STATUS_TRUNCATED 12
 
+// The request was canceled; its buffers may be reused.
+#define FABRICLIB_STATUS_CANCELED 13
+
+// The request's deadline passed; its buffers may be reused.
+#define FABRICLIB_STATUS_TIMED_OUT 14
+
+// The peer is dead or unreachable (error completions, missed keepalives, or it shut down).
+#define FABRICLIB_STATUS_PEER_DOWN 15
+
+// A descriptor or address of an engine that has restarted since (another epoch).
+#define FABRICLIB_STATUS_STALE 16
+
+// The peer refused the access (remote key, protection or bounds error).
+#define FABRICLIB_STATUS_REMOTE_ACCESS 17
+
+// The provider refused a local buffer or descriptor.
+#define FABRICLIB_STATUS_LOCAL_ACCESS 18
+
+// No such request, or it has already ended (`fabriclib_cancel`).
+#define FABRICLIB_STATUS_NOT_FOUND 19
+
 
 
 #ifdef __cplusplus
@@ -225,6 +278,44 @@ fabriclib_status fabriclib_config_set_idle(struct fabriclib_config *config,
                                            uint64_t spin_us,
                                            uint64_t nap_us);
 
+// Sets the engine's default request deadline in microseconds (default 30 s;
+// 0: no deadline). Requests and immediate expectations that have not ended
+// by then end with `FABRICLIB_STATUS_TIMED_OUT`; one request may set its own
+// (`fabriclib_on_done.timeout_us`).
+fabriclib_status fabriclib_config_set_request_timeout(struct fabriclib_config *config,
+                                                      uint64_t timeout_us);
+
+// Sets how peer failure is detected: a keepalive goes to every known peer
+// each `interval_ms` (default 500), and a peer not heard from for
+// `peer_timeout_ms` (default 3000) is declared down: its pending requests
+// end with `FABRICLIB_STATUS_PEER_DOWN` and the peer callback is told.
+// Provider errors that mean "unreachable" (connection refused or reset)
+// declare it down at once. `interval_ms` must be at least 1 and below
+// `peer_timeout_ms`.
+fabriclib_status fabriclib_config_set_keepalive(struct fabriclib_config *config,
+                                                uint64_t interval_ms,
+                                                uint64_t peer_timeout_ms);
+
+// Sets how long (milliseconds, default 1000) a canceled, timed-out or
+// peer-down request waits for the provider to give back its work requests
+// already on the wire before it is reported anyway. Only providers that
+// never complete operations to a dead peer (libfabric 1.17's shm) need it.
+fabriclib_status fabriclib_config_set_drain_timeout(struct fabriclib_config *config,
+                                                    uint64_t drain_ms);
+
+// Sets how many requests may be in flight at once (default 65536): submitted
+// and not yet reported (a callback counts until it has returned). Beyond
+// it submits return `FABRICLIB_STATUS_AGAIN`, so that a slow callback
+// cannot make the engine queue completions without bound.
+fabriclib_status fabriclib_config_set_max_inflight(struct fabriclib_config *config,
+                                                   size_t requests);
+
+// Sets the peer-state callback (NULL: none) and its `user_data`, which
+// must stay valid until every engine created from this config is destroyed.
+fabriclib_status fabriclib_config_set_peer_callback(struct fabriclib_config *config,
+                                                    fabriclib_peer_cb callback,
+                                                    void *user_data);
+
 // Creates an engine from `config` (NULL: defaults); the config may be freed
 // afterwards. Opens the domains and starts the worker and callback threads;
 // fails with `FABRICLIB_STATUS_UNSUPPORTED` if no provider is usable.
@@ -252,6 +343,24 @@ fabriclib_status fabriclib_engine_address(const struct fabriclib_engine *engine,
 // Writes the name of the libfabric provider in use (e.g. `"tcp;ofi_rxm"`) to
 // `*out`; the string lives as long as the engine. Any thread.
 fabriclib_status fabriclib_engine_provider(const struct fabriclib_engine *engine, const char **out);
+
+// Greets the engine whose address is `addr` (`addr_len` bytes) now, rather
+// than at the first request to it. A peer that is down is greeted afresh
+// (for example once its link is back) and comes up if it answers; until
+// then requests to it end at once with `FABRICLIB_STATUS_PEER_DOWN`. An
+// engine restarted elsewhere has a new address: just use that one. Any
+// thread; not from a fabriclib callback.
+fabriclib_status fabriclib_peer_add(const struct fabriclib_engine *engine,
+                                    const uint8_t *addr,
+                                    size_t addr_len);
+
+// Writes the state of the peer at `addr` (`FABRICLIB_PEER_*`) to `*state`;
+// `FABRICLIB_STATUS_NOT_FOUND` if this engine has never been in contact
+// with it. Any thread; not from a fabriclib callback.
+fabriclib_status fabriclib_peer_state(const struct fabriclib_engine *engine,
+                                      const uint8_t *addr,
+                                      size_t addr_len,
+                                      int32_t *state);
 
 // Registers `len` bytes of host memory at `ptr` with every domain of the
 // engine. The memory must stay valid until `fabriclib_mr_deregister` and
@@ -292,12 +401,17 @@ void fabriclib_remote_mr_free(struct fabriclib_remote_mr *mr);
 // address is `addr` (`addr_len` bytes); `msg` may be reused at once. The peer
 // must have a receive buffer posted (`fabriclib_submit_recvs`) at least
 // `len` bytes long. Any thread; the end is reported through `done`.
+//
+// Every `fabriclib_submit_*` function (and `fabriclib_expect_imm_count`)
+// writes the new request's id to `*request_id` unless it is NULL: pass it
+// to `fabriclib_cancel`.
 fabriclib_status fabriclib_submit_send(const struct fabriclib_engine *engine,
                                        const uint8_t *addr,
                                        size_t addr_len,
                                        const void *msg,
                                        size_t len,
-                                       const struct fabriclib_on_done *done);
+                                       const struct fabriclib_on_done *done,
+                                       uint64_t *request_id);
 
 // Posts `count` receive buffers (at most 4096) for messages of up to `len`
 // bytes (at most 65536) as one pool. Each arriving message calls
@@ -322,7 +436,8 @@ fabriclib_status fabriclib_submit_recvs(const struct fabriclib_engine *engine,
 fabriclib_status fabriclib_expect_imm_count(const struct fabriclib_engine *engine,
                                             uint32_t imm,
                                             uint32_t count,
-                                            const struct fabriclib_on_done *done);
+                                            const struct fabriclib_on_done *done,
+                                            uint64_t *request_id);
 
 // Writes `len` bytes from `src_offset` of `src` to `dst_offset` of `dst`.
 // `imm` is NULL or points to an immediate: then the destination counts
@@ -338,7 +453,8 @@ fabriclib_status fabriclib_submit_single_write(const struct fabriclib_engine *en
                                                uint64_t src_offset,
                                                const struct fabriclib_remote_mr *dst,
                                                uint64_t dst_offset,
-                                               const struct fabriclib_on_done *done);
+                                               const struct fabriclib_on_done *done,
+                                               uint64_t *request_id);
 
 // Writes `src_pages->count` pages of `page_len` bytes: page `i` goes from
 // source page `src_pages->indices[i]` to destination page
@@ -353,7 +469,8 @@ fabriclib_status fabriclib_submit_paged_writes(const struct fabriclib_engine *en
                                                const struct fabriclib_pages *src_pages,
                                                const struct fabriclib_remote_mr *dst,
                                                const struct fabriclib_pages *dst_pages,
-                                               const struct fabriclib_on_done *done);
+                                               const struct fabriclib_on_done *done,
+                                               uint64_t *request_id);
 
 // Resolves `count` peer engine addresses (`addrs[i]` of `addr_lens[i]`
 // bytes) once, so scatters and barriers to them skip per-destination
@@ -375,7 +492,8 @@ fabriclib_status fabriclib_submit_scatter(const struct fabriclib_engine *engine,
                                           const struct fabriclib_mr *src,
                                           const struct fabriclib_scatter_dst *dsts,
                                           size_t count,
-                                          const struct fabriclib_on_done *done);
+                                          const struct fabriclib_on_done *done,
+                                          uint64_t *request_id);
 
 // Sends a zero-byte write carrying `imm` to each of `count` destination
 // regions: each destination's owner counts **one `imm` per destination**.
@@ -385,7 +503,26 @@ fabriclib_status fabriclib_submit_barrier(const struct fabriclib_engine *engine,
                                           uint32_t imm,
                                           const struct fabriclib_remote_mr *const *dsts,
                                           size_t count,
-                                          const struct fabriclib_on_done *done);
+                                          const struct fabriclib_on_done *done,
+                                          uint64_t *request_id);
+
+// Cancels request (or immediate expectation) `request_id`. Nothing more of
+// it is posted; it reports `FABRICLIB_STATUS_CANCELED` once the provider has
+// given back its work requests already on the wire: after that report the
+// caller may reuse or free its buffers. Some, all or none of its bytes (and
+// immediates) may have landed. Returns `FABRICLIB_STATUS_NOT_FOUND` if the
+// request has already ended (it then reports its own outcome, if it has not
+// yet). Any thread; not from a fabriclib callback (it waits for the worker).
+fabriclib_status fabriclib_cancel(const struct fabriclib_engine *engine, uint64_t request_id);
+
+// Cancels every pending request to the engine whose address is `addr`
+// (`addr_len` bytes), including scatters and barriers with a destination
+// there; writes how many to `*canceled` unless it is NULL. Each ends as for
+// `fabriclib_cancel`. Any thread; not from a fabriclib callback.
+fabriclib_status fabriclib_cancel_peer(const struct fabriclib_engine *engine,
+                                       const uint8_t *addr,
+                                       size_t addr_len,
+                                       size_t *canceled);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -1,5 +1,38 @@
 //! Engine configuration (the C API's `fabriclib_config`).
 
+use crate::error::Error;
+use crate::wire::NetAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What a peer-state callback learns: the peer's address, whether it is now
+/// up or down, and for `Down` why (`Status::PeerDown` or `Status::Stale`).
+pub type PeerStateFn = dyn Fn(&NetAddr, PeerState, Option<&Error>) + Send + Sync;
+
+/// A peer's state as the peer-state callback reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(i32)]
+pub enum PeerState {
+    /// Greeted, no answer yet: requests to it wait (within their deadline).
+    Connecting = 0,
+    /// The peer answered the handshake: requests to it are posted.
+    Up = 1,
+    /// The peer is dead, unreachable, shut down or restarted: its pending
+    /// requests ended with `PeerDown` (or `Stale`), new ones end so at once,
+    /// until `add_peer` is called for it again.
+    Down = 2,
+}
+
+/// The peer-state callback (runs on the engine's callback thread).
+#[derive(Clone)]
+pub struct PeerCallback(pub Arc<PeerStateFn>);
+
+impl std::fmt::Debug for PeerCallback {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PeerCallback")
+    }
+}
+
 /// Providers tried, in order, when neither the config nor `FABRICLIB_PROVIDER` names one.
 pub const DEFAULT_PROVIDERS: &[&str] = &["efa", "tcp;ofi_rxm"];
 
@@ -26,6 +59,24 @@ pub struct EngineConfig {
     pub idle_spin_us: u64,
     /// How long one nap lasts at most, in microseconds (a submit wakes it at once).
     pub idle_nap_us: u64,
+    /// How long a request (or an immediate expectation) may take before it
+    /// ends with `TimedOut`, unless it gives its own; `None`: no deadline.
+    pub request_timeout: Option<Duration>,
+    /// How often the worker sends a keepalive to each known peer.
+    pub keepalive_interval: Duration,
+    /// A peer not heard from (keepalive answers, handshake) for this long is
+    /// declared down: its pending requests end with `PeerDown`.
+    pub peer_timeout: Duration,
+    /// How long a canceled, timed-out or peer-down request waits for the
+    /// provider to give back work requests already on the wire before it is
+    /// reported anyway (only providers that lose completions to a dead peer
+    /// ever need it).
+    pub drain_timeout: Duration,
+    /// Requests submitted and not yet reported (callbacks not yet returned)
+    /// at most; beyond it submits return `Again`.
+    pub max_inflight: usize,
+    /// Told when a peer comes up or goes down.
+    pub on_peer_state: Option<PeerCallback>,
 }
 
 impl Default for EngineConfig {
@@ -38,11 +89,23 @@ impl Default for EngineConfig {
             max_msg_size: None,
             idle_spin_us: 2000,
             idle_nap_us: 500,
+            request_timeout: Some(Duration::from_secs(30)),
+            keepalive_interval: Duration::from_millis(500),
+            peer_timeout: Duration::from_secs(3),
+            drain_timeout: Duration::from_secs(1),
+            max_inflight: 65536,
+            on_peer_state: None,
         }
     }
 }
 
 impl EngineConfig {
+    /// Sets the peer-state callback.
+    pub fn on_peer_state(mut self, f: impl Fn(&NetAddr, PeerState, Option<&Error>) + Send + Sync + 'static) -> Self {
+        self.on_peer_state = Some(PeerCallback(Arc::new(f)));
+        self
+    }
+
     /// Providers to try, in order, after applying `FABRICLIB_PROVIDER`.
     pub fn providers(&self) -> Vec<String> {
         if let Some(p) = std::env::var("FABRICLIB_PROVIDER").ok().filter(|s| !s.is_empty()) {

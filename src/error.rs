@@ -32,10 +32,24 @@ pub enum Status {
     BufferTooSmall = 11,
     /// A received message did not fit the receive buffer.
     Truncated = 12,
+    /// The request was canceled (`cancel`, `cancel_peer`); its buffers are free again.
+    Canceled = 13,
+    /// The request's deadline passed before it completed; its buffers are free again.
+    TimedOut = 14,
+    /// The peer is dead or unreachable (provider error, missed keepalives, or it shut down).
+    PeerDown = 15,
+    /// A descriptor or address from an engine that has since restarted (another epoch).
+    Stale = 16,
+    /// The peer refused the access (bad key, protection or bounds error on the remote side).
+    RemoteAccess = 17,
+    /// The provider refused a local buffer or descriptor (local protection or length error).
+    LocalAccess = 18,
+    /// No such request, or it has already ended.
+    NotFound = 19,
 }
 
 impl Status {
-    pub const ALL: [Status; 13] = [
+    pub const ALL: [Status; 20] = [
         Status::Ok,
         Status::Again,
         Status::InvalidArgument,
@@ -49,6 +63,13 @@ impl Status {
         Status::Panic,
         Status::BufferTooSmall,
         Status::Truncated,
+        Status::Canceled,
+        Status::TimedOut,
+        Status::PeerDown,
+        Status::Stale,
+        Status::RemoteAccess,
+        Status::LocalAccess,
+        Status::NotFound,
     ];
 
     /// A short static description.
@@ -67,6 +88,13 @@ impl Status {
             Status::Panic => "internal panic caught at the C boundary",
             Status::BufferTooSmall => "buffer too small",
             Status::Truncated => "message truncated: receive buffer too small",
+            Status::Canceled => "canceled",
+            Status::TimedOut => "timed out",
+            Status::PeerDown => "peer down or unreachable",
+            Status::Stale => "stale: the peer engine restarted since this descriptor was made",
+            Status::RemoteAccess => "remote access error",
+            Status::LocalAccess => "local access error",
+            Status::NotFound => "no such request (or it has already ended)",
         }
     }
 

@@ -14,8 +14,8 @@ pub mod group;
 pub mod sys;
 pub mod wire;
 
-pub use config::EngineConfig;
-pub use engine::notify::{FLAG_DONE, OnDone};
+pub use config::{EngineConfig, PeerState};
+pub use engine::notify::{Deadline, FLAG_DONE, OnDone, RequestId, RequestOpts};
 pub use engine::{MrHandle, Pages, PeerGroup, ScatterDst, TransferEngine};
 pub use error::{Error, Result, Status};
 pub use wire::{MrDesc, NetAddr};

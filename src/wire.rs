@@ -7,14 +7,18 @@
 //! error, never a crash.
 //!
 //! ```text
-//! address    = "FL" 0x01 0x41 ndomains:u8 { len:u16 bytes[len] }*ndomains
-//! descriptor = "FL" 0x01 0x44 base:u64 len:u64 address-body
+//! address    = "FL" 0x02 0x41 epoch:u64 ndomains:u8 { len:u16 bytes[len] }*ndomains
+//! descriptor = "FL" 0x02 0x44 base:u64 len:u64 address-body
 //!              { remote_base:u64 key:u64 }*ndomains
 //! ```
-//! `address-body` is the address without its 4-byte header.
+//! `address-body` is the address without its 4-byte header. `epoch` names
+//! one incarnation of an engine (random, never 0): an engine restarted at the
+//! same provider address has another epoch, so its peers can tell
+//! descriptors from before the restart (which would name the old keys) and
+//! refuse them (`Status::Stale`). Version 1 blobs (no epoch) are refused.
 use crate::error::{Error, Result, Status};
 
-pub const FORMAT_VERSION: u8 = 1;
+pub const FORMAT_VERSION: u8 = 2;
 const KIND_ADDRESS: u8 = 0x41; // 'A'
 const KIND_DESCRIPTOR: u8 = 0x44; // 'D'
 /// Most domains (NICs) one engine may have.
@@ -22,9 +26,11 @@ pub const MAX_DOMAINS: usize = 8;
 /// Longest provider address we accept (EFA's is 32 bytes, sockaddr_in6 28).
 pub const MAX_DOMAIN_ADDR: usize = 256;
 
-/// An engine's address: one provider address per domain, in domain order.
+/// An engine's address: the engine's epoch (its incarnation) and one
+/// provider address per domain, in domain order.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct NetAddr {
+    pub epoch: u64,
     pub domains: Vec<Box<[u8]>>,
 }
 
@@ -80,7 +86,10 @@ impl<'a> Reader<'a> {
             return Err(malformed(&format!("{what}: not a fabriclib blob (bad magic)")));
         }
         if h[2] != FORMAT_VERSION {
-            return Err(malformed(&format!("{what}: unsupported format version {} (this library reads {FORMAT_VERSION})", h[2])));
+            return Err(malformed(&format!(
+                "{what}: unsupported format version {} (this library reads {FORMAT_VERSION})",
+                h[2]
+            )));
         }
         if h[3] != kind {
             return Err(malformed(&format!("{what}: wrong blob kind 0x{:02x}", h[3])));
@@ -100,6 +109,7 @@ impl NetAddr {
     }
 
     fn write_body(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.epoch.to_le_bytes());
         out.push(self.domains.len() as u8);
         for d in &self.domains {
             out.extend_from_slice(&(d.len() as u16).to_le_bytes());
@@ -115,7 +125,16 @@ impl NetAddr {
         Ok(a)
     }
 
+    /// Whether `other` is the same provider address (another epoch or not).
+    pub fn same_place(&self, other: &NetAddr) -> bool {
+        self.domains == other.domains
+    }
+
     fn read_body(r: &mut Reader<'_>) -> Result<NetAddr> {
+        let epoch = r.u64("address epoch")?;
+        if epoch == 0 {
+            return Err(malformed("address: epoch 0"));
+        }
         let n = r.u8("address domain count")? as usize;
         if n == 0 || n > MAX_DOMAINS {
             return Err(malformed(&format!("address: {n} domains (expected 1..={MAX_DOMAINS})")));
@@ -128,7 +147,7 @@ impl NetAddr {
             }
             domains.push(r.take(len, "domain address")?.into());
         }
-        Ok(NetAddr { domains })
+        Ok(NetAddr { epoch, domains })
     }
 }
 
@@ -175,7 +194,7 @@ mod tests {
         MrDesc {
             base: 0x7f00_0000_1000,
             len: 1 << 20,
-            owner: NetAddr { domains: vec![vec![1u8; 16].into(), vec![2u8; 18].into()] },
+            owner: NetAddr { epoch: 0x1234_5678_9abc, domains: vec![vec![1u8; 16].into(), vec![2u8; 18].into()] },
             keys: vec![RemoteKey { remote_base: 0, key: 7 }, RemoteKey { remote_base: 0x7f00_0000_1000, key: 9 }],
         }
     }
@@ -197,12 +216,19 @@ mod tests {
     fn wrong_version_kind_and_magic_are_refused() {
         let a = sample().owner.to_bytes();
         assert_eq!(NetAddr::parse(&a).unwrap(), sample().owner);
-        for (i, v) in [(0usize, b'X'), (2, 2), (3, KIND_DESCRIPTOR)] {
+        for (i, v) in [(0usize, b'X'), (2, 1), (2, 3), (3, KIND_DESCRIPTOR)] {
             let mut b = a.clone();
             b[i] = v;
             let e = NetAddr::parse(&b).unwrap_err();
             assert_eq!(e.status, Status::Malformed);
         }
+        // Epoch 0 is never made: refused. So is a version-1 blob (no epoch).
+        let mut zero = sample().owner;
+        zero.epoch = 0;
+        assert_eq!(NetAddr::parse(&zero.to_bytes()).unwrap_err().status, Status::Malformed);
+        let mut v1 = a.clone();
+        v1[2] = 1;
+        assert!(NetAddr::parse(&v1).unwrap_err().message.contains("version 1"));
         // An address is not a descriptor and vice versa.
         assert!(MrDesc::parse(&a).is_err());
         assert!(NetAddr::parse(&sample().to_bytes()).is_err());
@@ -215,7 +241,11 @@ mod tests {
     #[test]
     fn fuzz_parsers_for_a_bounded_time() {
         let secs: f64 = std::env::var("FABRICLIB_FUZZ_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(3.0);
-        let seeds = [sample().to_bytes(), sample().owner.to_bytes(), NetAddr { domains: vec![vec![9u8; 40].into()] }.to_bytes()];
+        let seeds = [
+            sample().to_bytes(),
+            sample().owner.to_bytes(),
+            NetAddr { epoch: 5, domains: vec![vec![9u8; 40].into()] }.to_bytes(),
+        ];
         let mut x = 0x5eed_u64;
         let mut next = move || {
             x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);

@@ -7,7 +7,9 @@ use crate::raw::{RawEp, RawWrite};
 use crate::server::{MSG, Region};
 use fabriclib::engine::notify::flag_value;
 use fabriclib::wire::RemoteKey;
-use fabriclib::{EngineConfig, FLAG_DONE, MrDesc, NetAddr, OnDone, Pages, PeerGroup, ScatterDst, Status, TransferEngine};
+use fabriclib::{
+    EngineConfig, FLAG_DONE, MrDesc, NetAddr, OnDone, Pages, PeerGroup, ScatterDst, Status, TransferEngine,
+};
 use serde_json::json;
 use std::process::Child;
 use std::sync::Arc;
@@ -119,7 +121,14 @@ impl PeerConn {
     fn desc(&self) -> &Arc<MrDesc> {
         self.desc.as_ref().expect("alloc first")
     }
-    fn raw_write(&self, local: *const u8, len: u64, desc: *mut std::ffi::c_void, off: u64, imm: Option<u32>) -> RawWrite {
+    fn raw_write(
+        &self,
+        local: *const u8,
+        len: u64,
+        desc: *mut std::ffi::c_void,
+        off: u64,
+        imm: Option<u32>,
+    ) -> RawWrite {
         RawWrite { local, len: len as usize, desc, peer: self.raw, addr: self.raw_base + off, key: self.raw_key, imm }
     }
 }
@@ -164,7 +173,7 @@ pub fn wait_flag(f: &AtomicU32, how: Wait, deadline: Instant) -> R<()> {
 /// Submits `n` requests keeping `w` in flight. Requests of `bytes` >= 1 MiB
 /// take long enough that the waiter parks (woken by a completion callback);
 /// smaller ones are waited for by spinning on a flag.
-fn windowed(n: usize, w: usize, bytes: u64, mut submit: impl FnMut(usize, OnDone) -> fabriclib::Result<()>) -> R<()> {
+fn windowed<T>(n: usize, w: usize, bytes: u64, mut submit: impl FnMut(usize, OnDone) -> fabriclib::Result<T>) -> R<()> {
     let deadline = Instant::now() + DEADLINE;
     let w = w.max(1);
     let how = if bytes >= 1 << 20 { Wait::Park } else { Wait::Spin };
@@ -188,7 +197,7 @@ fn windowed(n: usize, w: usize, bytes: u64, mut submit: impl FnMut(usize, OnDone
         f.store(0, Ordering::Relaxed);
         loop {
             match submit(i, on_done(f)) {
-                Ok(()) => break,
+                Ok(_) => break,
                 Err(e) if e.status == Status::Again => std::thread::yield_now(),
                 Err(e) => return Err(e.to_string()),
             }
@@ -239,7 +248,13 @@ pub struct Session {
 impl Session {
     /// `bind`: this side's address for socket providers; `servers_bind`: the
     /// one to ask the servers for (loopback; two-host servers use their own).
-    pub fn open(provider: &str, domains: usize, bind: Option<&str>, servers_bind: Option<&str>, peers: &mut [PeerConn]) -> R<Session> {
+    pub fn open(
+        provider: &str,
+        domains: usize,
+        bind: Option<&str>,
+        servers_bind: Option<&str>,
+        peers: &mut [PeerConn],
+    ) -> R<Session> {
         let cfg = EngineConfig {
             provider: Some(provider.into()),
             bind_addr: bind.map(String::from),
@@ -279,7 +294,19 @@ impl Session {
             }))?;
         }
         let provider = engine.provider().to_string();
-        Ok(Session { provider, domains, engine, raw, land, src: None, received, group: None, next_imm: 1, reps: 5, warmup: 1 })
+        Ok(Session {
+            provider,
+            domains,
+            engine,
+            raw,
+            land,
+            src: None,
+            received,
+            group: None,
+            next_imm: 1,
+            reps: 5,
+            warmup: 1,
+        })
     }
 
     pub fn close(mut self) {
@@ -349,7 +376,12 @@ impl Session {
         let dsts: Vec<ScatterDst> = peers
             .iter()
             .enumerate()
-            .map(|(i, p)| ScatterDst { len: s.size, src_offset: i as u64 * s.size, dst: p.desc().clone(), dst_offset: 0 })
+            .map(|(i, p)| ScatterDst {
+                len: s.size,
+                src_offset: i as u64 * s.size,
+                dst: p.desc().clone(),
+                dst_offset: 0,
+            })
             .collect();
         let imm = self.imm();
         // Immediates each server counts per repetition.
@@ -485,11 +517,20 @@ impl Session {
                         (Mode::Engine, _) => {
                             flag.store(0, Ordering::Relaxed);
                             let e = &self.engine;
-                            e.expect_imm_count(imm_s, np as u32, OnDone::Flag(flag.clone())).map_err(|e| e.to_string())?;
+                            e.expect_imm_count(imm_s, np as u32, OnDone::Flag(flag.clone()))
+                                .map_err(|e| e.to_string())?;
                             let t0 = Instant::now();
                             let r = match s.kind {
                                 Kind::Barrier => e.submit_barrier(group, imm_c, &descs, OnDone::Nothing),
-                                _ => e.submit_single_write(s.size, Some(imm_c), &self.land.mr, 0, &descs[0], 0, OnDone::Nothing),
+                                _ => e.submit_single_write(
+                                    s.size,
+                                    Some(imm_c),
+                                    &self.land.mr,
+                                    0,
+                                    &descs[0],
+                                    0,
+                                    OnDone::Nothing,
+                                ),
                             };
                             let r = r.map_err(|e| e.to_string()).and_then(|_| wait_flag(&flag, Wait::Spin, deadline));
                             (t0.elapsed(), r)
@@ -507,7 +548,10 @@ impl Session {
                             let t0 = Instant::now();
                             let r = peers
                                 .iter()
-                                .try_for_each(|p| self.raw.post_write(&p.raw_write(land_ptr, len, land_desc, 0, Some(imm_c)), deadline))
+                                .try_for_each(|p| {
+                                    self.raw
+                                        .post_write(&p.raw_write(land_ptr, len, land_desc, 0, Some(imm_c)), deadline)
+                                })
                                 .and_then(|_| self.raw.wait_imm(imm_s, np, deadline));
                             (t0.elapsed(), r)
                         }
@@ -550,7 +594,7 @@ pub fn host_cost(spec: &Spec, reps: usize, warmup: usize, progress: &dyn Fn(&str
     let fake: Vec<Arc<MrDesc>> = (0..spec.peers)
         .map(|i| {
             let mut d = (**dst.descriptor()).clone();
-            d.owner = NetAddr { domains: vec![format!("null-peer-{i}").into_bytes().into()] };
+            d.owner = NetAddr { epoch: 1, domains: vec![format!("null-peer-{i}").into_bytes().into()] };
             d.keys = vec![RemoteKey { remote_base: b.as_ptr() as u64, key: 1 }];
             Arc::new(d)
         })
@@ -563,7 +607,12 @@ pub fn host_cost(spec: &Spec, reps: usize, warmup: usize, progress: &dyn Fn(&str
     let dsts: Vec<ScatterDst> = fake
         .iter()
         .enumerate()
-        .map(|(i, d)| ScatterDst { len: spec.size, src_offset: (i as u64 * spec.size) % len as u64, dst: d.clone(), dst_offset: 0 })
+        .map(|(i, d)| ScatterDst {
+            len: spec.size,
+            src_offset: (i as u64 * spec.size) % len as u64,
+            dst: d.clone(),
+            dst_offset: 0,
+        })
         .collect();
     let per_req = match spec.kind {
         Kind::HostPaged => pages,

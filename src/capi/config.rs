@@ -1,10 +1,14 @@
 //! `fabriclib_config`: engine settings, built with setters so fields can be
 //! added without breaking the ABI.
 use super::{fabriclib_status, ffi, give, handle, release};
-use std::sync::atomic::AtomicU64;
 use crate::config::EngineConfig;
+use crate::config::{PeerCallback, PeerState};
 use crate::error::{Error, Status};
-use std::ffi::{CStr, c_char};
+use crate::wire::NetAddr;
+use std::ffi::{CStr, c_char, c_void};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
 
 /// Engine settings. Create with `fabriclib_config_new`, free with
 /// `fabriclib_config_free`. Not thread-safe: one thread at a time.
@@ -48,7 +52,10 @@ pub extern "C" fn fabriclib_config_free(config: *mut fabriclib_config) {
 /// restores the default. The string is copied. `FABRICLIB_PROVIDER` in the
 /// environment overrides it.
 #[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_config_set_provider(config: *mut fabriclib_config, provider: *const c_char) -> fabriclib_status {
+pub extern "C" fn fabriclib_config_set_provider(
+    config: *mut fabriclib_config,
+    provider: *const c_char,
+) -> fabriclib_status {
     ffi(|| {
         let c = config_mut(config)?;
         c.cfg.provider = opt_str(provider)?;
@@ -60,7 +67,10 @@ pub extern "C" fn fabriclib_config_set_provider(config: *mut fabriclib_config, p
 /// NULL lets the provider choose. Ignored by `shm` and `efa`. The string is
 /// copied. `FABRICLIB_BIND_ADDR` overrides it.
 #[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_config_set_bind_address(config: *mut fabriclib_config, addr: *const c_char) -> fabriclib_status {
+pub extern "C" fn fabriclib_config_set_bind_address(
+    config: *mut fabriclib_config,
+    addr: *const c_char,
+) -> fabriclib_status {
     ffi(|| {
         let c = config_mut(config)?;
         c.cfg.bind_addr = opt_str(addr)?;
@@ -85,7 +95,10 @@ pub extern "C" fn fabriclib_config_set_domains(config: *mut fabriclib_config, do
 /// Sets the submission queue's capacity (default 4096 requests); when it is
 /// full, submits return `FABRICLIB_STATUS_AGAIN`.
 #[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_config_set_submit_queue(config: *mut fabriclib_config, requests: usize) -> fabriclib_status {
+pub extern "C" fn fabriclib_config_set_submit_queue(
+    config: *mut fabriclib_config,
+    requests: usize,
+) -> fabriclib_status {
     ffi(|| {
         let c = config_mut(config)?;
         if requests == 0 {
@@ -105,7 +118,11 @@ pub extern "C" fn fabriclib_config_set_submit_queue(config: *mut fabriclib_confi
 /// should stay above `nap_us` so that two engines exchanging requests keep
 /// each other awake. `nap_us` must be at least 1.
 #[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_config_set_idle(config: *mut fabriclib_config, spin_us: u64, nap_us: u64) -> fabriclib_status {
+pub extern "C" fn fabriclib_config_set_idle(
+    config: *mut fabriclib_config,
+    spin_us: u64,
+    nap_us: u64,
+) -> fabriclib_status {
     ffi(|| {
         let c = config_mut(config)?;
         if nap_us == 0 {
@@ -113,6 +130,110 @@ pub extern "C" fn fabriclib_config_set_idle(config: *mut fabriclib_config, spin_
         }
         c.cfg.idle_spin_us = spin_us;
         c.cfg.idle_nap_us = nap_us;
+        Ok(())
+    })
+}
+
+/// Sets the engine's default request deadline in microseconds (default 30 s;
+/// 0: no deadline). Requests and immediate expectations that have not ended
+/// by then end with `FABRICLIB_STATUS_TIMED_OUT`; one request may set its own
+/// (`fabriclib_on_done.timeout_us`).
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_config_set_request_timeout(
+    config: *mut fabriclib_config,
+    timeout_us: u64,
+) -> fabriclib_status {
+    ffi(|| {
+        let c = config_mut(config)?;
+        c.cfg.request_timeout = (timeout_us > 0).then(|| Duration::from_micros(timeout_us));
+        Ok(())
+    })
+}
+
+/// Sets how peer failure is detected: a keepalive goes to every known peer
+/// each `interval_ms` (default 500), and a peer not heard from for
+/// `peer_timeout_ms` (default 3000) is declared down: its pending requests
+/// end with `FABRICLIB_STATUS_PEER_DOWN` and the peer callback is told.
+/// Provider errors that mean "unreachable" (connection refused or reset)
+/// declare it down at once. `interval_ms` must be at least 1 and below
+/// `peer_timeout_ms`.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_config_set_keepalive(
+    config: *mut fabriclib_config,
+    interval_ms: u64,
+    peer_timeout_ms: u64,
+) -> fabriclib_status {
+    ffi(|| {
+        let c = config_mut(config)?;
+        if interval_ms == 0 || interval_ms >= peer_timeout_ms {
+            return Err(Error::new(Status::InvalidArgument, "keepalive: need 1 <= interval_ms < peer_timeout_ms"));
+        }
+        c.cfg.keepalive_interval = Duration::from_millis(interval_ms);
+        c.cfg.peer_timeout = Duration::from_millis(peer_timeout_ms);
+        Ok(())
+    })
+}
+
+/// Sets how long (milliseconds, default 1000) a canceled, timed-out or
+/// peer-down request waits for the provider to give back its work requests
+/// already on the wire before it is reported anyway. Only providers that
+/// never complete operations to a dead peer (libfabric 1.17's shm) need it.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_config_set_drain_timeout(config: *mut fabriclib_config, drain_ms: u64) -> fabriclib_status {
+    ffi(|| {
+        let c = config_mut(config)?;
+        c.cfg.drain_timeout = Duration::from_millis(drain_ms);
+        Ok(())
+    })
+}
+
+/// Sets how many requests may be in flight at once (default 65536): submitted
+/// and not yet reported (a callback counts until it has returned). Beyond
+/// it submits return `FABRICLIB_STATUS_AGAIN`, so that a slow callback
+/// cannot make the engine queue completions without bound.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_config_set_max_inflight(
+    config: *mut fabriclib_config,
+    requests: usize,
+) -> fabriclib_status {
+    ffi(|| {
+        let c = config_mut(config)?;
+        if requests == 0 {
+            return Err(Error::new(Status::InvalidArgument, "max_inflight must be at least 1"));
+        }
+        c.cfg.max_inflight = requests;
+        Ok(())
+    })
+}
+
+/// Told when a peer comes up (`FABRICLIB_PEER_UP`, `why` 0) or goes down
+/// (`FABRICLIB_PEER_DOWN`, `why` `FABRICLIB_STATUS_PEER_DOWN` or
+/// `FABRICLIB_STATUS_STALE`). `addr` (`addr_len` bytes) is the peer's
+/// address blob, valid during the call. Runs on the engine's callback thread.
+pub type fabriclib_peer_cb = Option<
+    unsafe extern "C" fn(user_data: *mut c_void, addr: *const u8, addr_len: usize, state: i32, why: fabriclib_status),
+>;
+
+/// Sets the peer-state callback (NULL: none) and its `user_data`, which
+/// must stay valid until every engine created from this config is destroyed.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_config_set_peer_callback(
+    config: *mut fabriclib_config,
+    callback: fabriclib_peer_cb,
+    user_data: *mut c_void,
+) -> fabriclib_status {
+    ffi(|| {
+        let c = config_mut(config)?;
+        c.cfg.on_peer_state = callback.map(|cb| {
+            let ud = super::UserData(user_data);
+            PeerCallback(Arc::new(move |addr: &NetAddr, state: PeerState, why: Option<&Error>| {
+                let ud = &ud;
+                let bytes = addr.to_bytes();
+                let why = why.map_or(0, |e| e.status as i32);
+                // SAFETY: the caller's callback with its user_data; addr is valid during the call.
+                unsafe { cb(ud.0, bytes.as_ptr(), bytes.len(), state as i32, why) }
+            }) as Arc<crate::config::PeerStateFn>)
+        });
         Ok(())
     })
 }

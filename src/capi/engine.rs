@@ -1,9 +1,11 @@
 //! `fabriclib_engine`: create, destroy, address.
 use super::{fabriclib_config, fabriclib_status, ffi, give, handle, put, release, write_blob};
-use std::sync::atomic::AtomicU64;
 use crate::config::EngineConfig;
 use crate::engine::TransferEngine;
+use crate::error::{Error, Status};
+use crate::wire::NetAddr;
 use std::ffi::{CString, c_char};
+use std::sync::atomic::AtomicU64;
 
 /// A transfer engine: a worker thread driving its domains (NICs) and a
 /// callback thread. All `fabriclib_submit_*` functions may be called from any
@@ -21,7 +23,10 @@ super::impl_handle!(fabriclib_engine, 0xfab1_e9e1_0000_0002, "engine");
 /// fails with `FABRICLIB_STATUS_UNSUPPORTED` if no provider is usable.
 /// `*out` receives an engine the caller destroys with `fabriclib_engine_destroy`.
 #[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_engine_create(config: *const fabriclib_config, out: *mut *mut fabriclib_engine) -> fabriclib_status {
+pub extern "C" fn fabriclib_engine_create(
+    config: *const fabriclib_config,
+    out: *mut *mut fabriclib_engine,
+) -> fabriclib_status {
     ffi(|| {
         super::non_null(out, "out")?;
         let cfg = if config.is_null() { EngineConfig::default() } else { handle(config)?.cfg.clone() };
@@ -60,8 +65,56 @@ pub extern "C" fn fabriclib_engine_address(
 /// Writes the name of the libfabric provider in use (e.g. `"tcp;ofi_rxm"`) to
 /// `*out`; the string lives as long as the engine. Any thread.
 #[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_engine_provider(engine: *const fabriclib_engine, out: *mut *const c_char) -> fabriclib_status {
+pub extern "C" fn fabriclib_engine_provider(
+    engine: *const fabriclib_engine,
+    out: *mut *const c_char,
+) -> fabriclib_status {
+    ffi(|| put(out, handle(engine)?.provider.as_ptr()))
+}
+
+/// A peer has answered the handshake: requests to it are posted.
+pub const FABRICLIB_PEER_UP: i32 = 1;
+/// A peer is dead, unreachable, shut down or restarted (see the status passed with it).
+pub const FABRICLIB_PEER_DOWN: i32 = 2;
+/// A peer was greeted and has not answered yet (`fabriclib_peer_state` only).
+pub const FABRICLIB_PEER_CONNECTING: i32 = 0;
+
+/// Greets the engine whose address is `addr` (`addr_len` bytes) now, rather
+/// than at the first request to it. A peer that is down is greeted afresh
+/// (for example once its link is back) and comes up if it answers; until
+/// then requests to it end at once with `FABRICLIB_STATUS_PEER_DOWN`. An
+/// engine restarted elsewhere has a new address: just use that one. Any
+/// thread; not from a fabriclib callback.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_peer_add(
+    engine: *const fabriclib_engine,
+    addr: *const u8,
+    addr_len: usize,
+) -> fabriclib_status {
     ffi(|| {
-        put(out, handle(engine)?.provider.as_ptr())
+        let e = handle(engine)?;
+        super::non_null(addr, "addr")?;
+        e.engine.add_peer(&NetAddr::parse(super::bytes(addr, addr_len, "addr")?)?)
+    })
+}
+
+/// Writes the state of the peer at `addr` (`FABRICLIB_PEER_*`) to `*state`;
+/// `FABRICLIB_STATUS_NOT_FOUND` if this engine has never been in contact
+/// with it. Any thread; not from a fabriclib callback.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_peer_state(
+    engine: *const fabriclib_engine,
+    addr: *const u8,
+    addr_len: usize,
+    state: *mut i32,
+) -> fabriclib_status {
+    ffi(|| {
+        let e = handle(engine)?;
+        super::non_null(addr, "addr")?;
+        super::non_null(state, "state")?;
+        match e.engine.peer_state(&NetAddr::parse(super::bytes(addr, addr_len, "addr")?)?)? {
+            Some(s) => put(state, s as i32),
+            None => Err(Error::new(Status::NotFound, "this engine has never been in contact with that peer")),
+        }
     })
 }

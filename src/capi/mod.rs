@@ -11,8 +11,6 @@
 // C entry points take raw pointers by nature; each one documents its contract.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
-
-
 use crate::error::{Error, Result, Status};
 use std::cell::RefCell;
 use std::ffi::{CString, c_char};
@@ -48,6 +46,20 @@ pub const FABRICLIB_STATUS_PANIC: fabriclib_status = 10;
 pub const FABRICLIB_STATUS_BUFFER_TOO_SMALL: fabriclib_status = 11;
 /// A received message was larger than the receive buffer.
 pub const FABRICLIB_STATUS_TRUNCATED: fabriclib_status = 12;
+/// The request was canceled; its buffers may be reused.
+pub const FABRICLIB_STATUS_CANCELED: fabriclib_status = 13;
+/// The request's deadline passed; its buffers may be reused.
+pub const FABRICLIB_STATUS_TIMED_OUT: fabriclib_status = 14;
+/// The peer is dead or unreachable (error completions, missed keepalives, or it shut down).
+pub const FABRICLIB_STATUS_PEER_DOWN: fabriclib_status = 15;
+/// A descriptor or address of an engine that has restarted since (another epoch).
+pub const FABRICLIB_STATUS_STALE: fabriclib_status = 16;
+/// The peer refused the access (remote key, protection or bounds error).
+pub const FABRICLIB_STATUS_REMOTE_ACCESS: fabriclib_status = 17;
+/// The provider refused a local buffer or descriptor.
+pub const FABRICLIB_STATUS_LOCAL_ACCESS: fabriclib_status = 18;
+/// No such request, or it has already ended (`fabriclib_cancel`).
+pub const FABRICLIB_STATUS_NOT_FOUND: fabriclib_status = 19;
 
 /// Set in a completion flag word once its request has ended; the low 16 bits
 /// then hold the request's `fabriclib_status`.
@@ -214,4 +226,41 @@ mod submit;
 pub use config::*;
 pub use engine::*;
 pub use memory::*;
+pub(crate) use submit::UserData;
 pub use submit::*;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The C constants are the Rust status codes, one for one.
+    #[test]
+    fn c_status_constants_match_the_rust_statuses() {
+        let c = [
+            FABRICLIB_STATUS_OK,
+            FABRICLIB_STATUS_AGAIN,
+            FABRICLIB_STATUS_INVALID_ARGUMENT,
+            FABRICLIB_STATUS_OUT_OF_BOUNDS,
+            FABRICLIB_STATUS_BAD_HANDLE,
+            FABRICLIB_STATUS_MALFORMED,
+            FABRICLIB_STATUS_ALREADY_EXISTS,
+            FABRICLIB_STATUS_PROVIDER,
+            FABRICLIB_STATUS_UNSUPPORTED,
+            FABRICLIB_STATUS_SHUTDOWN,
+            FABRICLIB_STATUS_PANIC,
+            FABRICLIB_STATUS_BUFFER_TOO_SMALL,
+            FABRICLIB_STATUS_TRUNCATED,
+            FABRICLIB_STATUS_CANCELED,
+            FABRICLIB_STATUS_TIMED_OUT,
+            FABRICLIB_STATUS_PEER_DOWN,
+            FABRICLIB_STATUS_STALE,
+            FABRICLIB_STATUS_REMOTE_ACCESS,
+            FABRICLIB_STATUS_LOCAL_ACCESS,
+            FABRICLIB_STATUS_NOT_FOUND,
+        ];
+        assert_eq!(c.len(), Status::ALL.len());
+        for (c, s) in c.iter().zip(Status::ALL) {
+            assert_eq!(*c, s as i32, "{s:?}");
+        }
+    }
+}

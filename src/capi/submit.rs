@@ -1,7 +1,7 @@
 //! The data path: sends, receives, immediate expectations, writes, peer
 //! groups, scatter and barrier.
-use super::{bytes, fabriclib_engine, put, fabriclib_mr, fabriclib_remote_mr, fabriclib_status, ffi, handle, non_null};
-use crate::engine::notify::{OnDone, RawFlag};
+use super::{bytes, fabriclib_engine, fabriclib_mr, fabriclib_remote_mr, fabriclib_status, ffi, handle, non_null, put};
+use crate::engine::notify::{Deadline, OnDone, RawFlag, RequestId, RequestOpts};
 use crate::engine::{Pages, PeerGroup, ScatterDst};
 use crate::error::{Error, Result, Status};
 use crate::wire::NetAddr;
@@ -20,21 +20,34 @@ pub type fabriclib_done_cb = Option<unsafe extern "C" fn(user_data: *mut c_void,
 pub type fabriclib_recv_cb =
     Option<unsafe extern "C" fn(user_data: *mut c_void, status: fabriclib_status, data: *const u8, len: usize)>;
 
-/// How a submitted request reports its end; pass NULL to not be told.
-/// Exactly one of `callback` and `flag` may be set:
+/// How a submitted request reports its end, and its deadline; pass NULL
+/// for no report and the engine's default deadline. Zero-initialise it, then
+/// set at most one of `callback` and `flag`:
 /// - `callback(user_data, status)` runs once on the callback thread;
 /// - `flag` receives, with one atomic release store from the worker thread,
 ///   `FABRICLIB_FLAG_DONE | status` (poll it with an acquire load). It must
 ///   stay valid until then; initialise it to 0.
 ///
-/// A submit that returns an error never reports through its `on_done`.
-/// The struct itself is read during the call only.
+/// `timeout_us`: 0 takes the engine's request timeout
+/// (`fabriclib_config_set_request_timeout`), `FABRICLIB_NO_TIMEOUT` means
+/// none, any other value is this request's own deadline in microseconds
+/// after the submit. A request that misses it ends with
+/// `FABRICLIB_STATUS_TIMED_OUT`.
+///
+/// Every accepted request reports exactly once, whatever happens (done, an
+/// error, canceled, timed out, peer down, shut down); a submit that returns
+/// an error never reports through its `on_done`. The struct itself is read
+/// during the call only.
 #[repr(C)]
 pub struct fabriclib_on_done {
     pub callback: fabriclib_done_cb,
     pub user_data: *mut c_void,
     pub flag: *mut u32,
+    pub timeout_us: u64,
 }
+
+/// `fabriclib_on_done.timeout_us` for a request with no deadline.
+pub const FABRICLIB_NO_TIMEOUT: u64 = u64::MAX;
 
 /// Pages on one side of a paged write: page `i` starts at byte
 /// `offset + indices[i] * stride` of the region.
@@ -56,7 +69,7 @@ pub struct fabriclib_scatter_dst {
     pub dst_offset: u64,
 }
 
-struct UserData(*mut c_void);
+pub(crate) struct UserData(pub(crate) *mut c_void);
 // SAFETY: the caller declares user_data usable from the callback thread.
 unsafe impl Send for UserData {}
 unsafe impl Sync for UserData {}
@@ -65,12 +78,21 @@ fn status_of(r: &Result<()>) -> fabriclib_status {
     r.as_ref().map(|_| 0).unwrap_or_else(|e| e.status as i32)
 }
 
-fn on_done(d: *const fabriclib_on_done) -> Result<OnDone> {
+fn on_done(d: *const fabriclib_on_done) -> Result<RequestOpts> {
     if d.is_null() {
-        return Ok(OnDone::Nothing);
+        return Ok(OnDone::Nothing.into());
     }
     // SAFETY: non-null, points to a fabriclib_on_done for the duration of the call.
     let d = unsafe { &*d };
+    let deadline = match d.timeout_us {
+        0 => Deadline::EngineDefault,
+        FABRICLIB_NO_TIMEOUT => Deadline::Never,
+        us => Deadline::After(std::time::Duration::from_micros(us)),
+    };
+    notify_of(d).map(|done| done.deadline(deadline))
+}
+
+fn notify_of(d: &fabriclib_on_done) -> Result<OnDone> {
     match (d.callback, d.flag.is_null()) {
         (Some(_), false) => Err(Error::new(Status::InvalidArgument, "on_done: set either callback or flag, not both")),
         (Some(cb), true) => {
@@ -90,6 +112,16 @@ fn on_done(d: *const fabriclib_on_done) -> Result<OnDone> {
         }
         (None, true) => Ok(OnDone::Nothing),
     }
+}
+
+/// Writes a submitted request's id to `out` (if not NULL).
+fn id_out(out: *mut u64, id: Result<RequestId>) -> Result<()> {
+    let id = id?;
+    if !out.is_null() {
+        // SAFETY: non-null; the caller passes a pointer to a uint64_t.
+        unsafe { *out = id.0 };
+    }
+    Ok(())
 }
 
 fn imm_opt(imm: *const u32) -> Option<u32> {
@@ -126,6 +158,10 @@ fn group_of(g: u64) -> Option<PeerGroup> {
 /// address is `addr` (`addr_len` bytes); `msg` may be reused at once. The peer
 /// must have a receive buffer posted (`fabriclib_submit_recvs`) at least
 /// `len` bytes long. Any thread; the end is reported through `done`.
+///
+/// Every `fabriclib_submit_*` function (and `fabriclib_expect_imm_count`)
+/// writes the new request's id to `*request_id` unless it is NULL: pass it
+/// to `fabriclib_cancel`.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_submit_send(
     engine: *const fabriclib_engine,
@@ -134,13 +170,14 @@ pub extern "C" fn fabriclib_submit_send(
     msg: *const c_void,
     len: usize,
     done: *const fabriclib_on_done,
+    request_id: *mut u64,
 ) -> fabriclib_status {
     ffi(|| {
         let e = handle(engine)?;
         non_null(addr, "addr")?;
         let to = NetAddr::parse(bytes(addr, addr_len, "addr")?)?;
         let msg = bytes(msg.cast(), len, "msg")?;
-        e.engine.submit_send(&to, msg, on_done(done)?)
+        id_out(request_id, e.engine.submit_send(&to, msg, on_done(done)?))
     })
 }
 
@@ -163,7 +200,9 @@ pub extern "C" fn fabriclib_submit_recvs(
 ) -> fabriclib_status {
     ffi(|| {
         let e = handle(engine)?;
-        let Some(cb) = callback else { return Err(Error::new(Status::InvalidArgument, "callback is NULL")) };
+        let Some(cb) = callback else {
+            return Err(Error::new(Status::InvalidArgument, "callback is NULL"));
+        };
         let ud = UserData(user_data);
         e.engine.submit_recvs(len, count, move |m| {
             let ud = &ud;
@@ -189,8 +228,9 @@ pub extern "C" fn fabriclib_expect_imm_count(
     imm: u32,
     count: u32,
     done: *const fabriclib_on_done,
+    request_id: *mut u64,
 ) -> fabriclib_status {
-    ffi(|| handle(engine)?.engine.expect_imm_count(imm, count, on_done(done)?))
+    ffi(|| id_out(request_id, handle(engine)?.engine.expect_imm_count(imm, count, on_done(done)?)))
 }
 
 /// Writes `len` bytes from `src_offset` of `src` to `dst_offset` of `dst`.
@@ -210,11 +250,15 @@ pub extern "C" fn fabriclib_submit_single_write(
     dst: *const fabriclib_remote_mr,
     dst_offset: u64,
     done: *const fabriclib_on_done,
+    request_id: *mut u64,
 ) -> fabriclib_status {
     ffi(|| {
         let e = handle(engine)?;
         let (src, dst) = (mr_of(e, src)?, &handle(dst)?.desc);
-        e.engine.submit_single_write(len, imm_opt(imm), src, src_offset, dst, dst_offset, on_done(done)?)
+        id_out(
+            request_id,
+            e.engine.submit_single_write(len, imm_opt(imm), src, src_offset, dst, dst_offset, on_done(done)?),
+        )
     })
 }
 
@@ -234,12 +278,13 @@ pub extern "C" fn fabriclib_submit_paged_writes(
     dst: *const fabriclib_remote_mr,
     dst_pages: *const fabriclib_pages,
     done: *const fabriclib_on_done,
+    request_id: *mut u64,
 ) -> fabriclib_status {
     ffi(|| {
         let e = handle(engine)?;
         let (src, dst) = (mr_of(e, src)?, &handle(dst)?.desc);
         let (sp, dp) = (pages(src_pages, "src_pages")?, pages(dst_pages, "dst_pages")?);
-        e.engine.submit_paged_writes(page_len, imm_opt(imm), src, sp, dst, dp, on_done(done)?)
+        id_out(request_id, e.engine.submit_paged_writes(page_len, imm_opt(imm), src, sp, dst, dp, on_done(done)?))
     })
 }
 
@@ -285,6 +330,7 @@ pub extern "C" fn fabriclib_submit_scatter(
     dsts: *const fabriclib_scatter_dst,
     count: usize,
     done: *const fabriclib_on_done,
+    request_id: *mut u64,
 ) -> fabriclib_status {
     ffi(|| {
         let e = handle(engine)?;
@@ -302,7 +348,7 @@ pub extern "C" fn fabriclib_submit_scatter(
                 Ok(ScatterDst { len: d.len, src_offset: d.src_offset, dst, dst_offset: d.dst_offset })
             })
             .collect::<Result<Vec<_>>>()?;
-        e.engine.submit_scatter(group_of(group), imm_opt(imm), src, &dsts, on_done(done)?)
+        id_out(request_id, e.engine.submit_scatter(group_of(group), imm_opt(imm), src, &dsts, on_done(done)?))
     })
 }
 
@@ -317,6 +363,7 @@ pub extern "C" fn fabriclib_submit_barrier(
     dsts: *const *const fabriclib_remote_mr,
     count: usize,
     done: *const fabriclib_on_done,
+    request_id: *mut u64,
 ) -> fabriclib_status {
     ffi(|| {
         let e = handle(engine)?;
@@ -327,7 +374,40 @@ pub extern "C" fn fabriclib_submit_barrier(
         // SAFETY: dsts has count entries (API contract).
         let raw = unsafe { std::slice::from_raw_parts(dsts, count) };
         let descs = raw.iter().map(|d| Ok(handle(*d)?.desc.clone())).collect::<Result<Vec<_>>>()?;
-        e.engine.submit_barrier(group_of(group), imm, &descs, on_done(done)?)
+        id_out(request_id, e.engine.submit_barrier(group_of(group), imm, &descs, on_done(done)?))
     })
 }
 
+/// Cancels request (or immediate expectation) `request_id`. Nothing more of
+/// it is posted; it reports `FABRICLIB_STATUS_CANCELED` once the provider has
+/// given back its work requests already on the wire: after that report the
+/// caller may reuse or free its buffers. Some, all or none of its bytes (and
+/// immediates) may have landed. Returns `FABRICLIB_STATUS_NOT_FOUND` if the
+/// request has already ended (it then reports its own outcome, if it has not
+/// yet). Any thread; not from a fabriclib callback (it waits for the worker).
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_cancel(engine: *const fabriclib_engine, request_id: u64) -> fabriclib_status {
+    ffi(|| handle(engine)?.engine.cancel(RequestId(request_id)))
+}
+
+/// Cancels every pending request to the engine whose address is `addr`
+/// (`addr_len` bytes), including scatters and barriers with a destination
+/// there; writes how many to `*canceled` unless it is NULL. Each ends as for
+/// `fabriclib_cancel`. Any thread; not from a fabriclib callback.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_cancel_peer(
+    engine: *const fabriclib_engine,
+    addr: *const u8,
+    addr_len: usize,
+    canceled: *mut usize,
+) -> fabriclib_status {
+    ffi(|| {
+        let e = handle(engine)?;
+        non_null(addr, "addr")?;
+        let n = e.engine.cancel_peer(&NetAddr::parse(bytes(addr, addr_len, "addr")?)?)?;
+        if !canceled.is_null() {
+            put(canceled, n)?;
+        }
+        Ok(())
+    })
+}

@@ -13,7 +13,7 @@
 // (the Domain contract), so these methods stay safe to call from it.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
-use super::{Completion, Domain, LocalMr, PeerId, Post, WriteWr};
+use super::{Chan, Completion, Domain, LocalMr, PeerId, Post, WriteWr};
 use crate::config::EngineConfig;
 use crate::error::{Error, Result, Status};
 use crate::sys::*;
@@ -27,6 +27,8 @@ unsafe extern "C" {
 }
 
 const CQ_BATCH: usize = 64;
+/// The tag of the engine's own messages (`Chan::Engine`).
+const ENGINE_TAG: u64 = 0xfab1_0000_0000_0001;
 
 fn fi_err(what: &str, ret: i64) -> Error {
     // SAFETY: fi_strerror returns a pointer to a static string for any value.
@@ -39,44 +41,103 @@ fn check(what: &str, ret: i64) -> Result<()> {
 }
 
 /// An op context as libfabric sees it: the provider may use `fi` while the
-/// op is in flight (FI_CONTEXT modes); `token` is ours.
+/// op is in flight (FI_CONTEXT modes); the rest is ours.
 #[repr(C)]
 struct CtxSlot {
     fi: fi_context2,
     token: u64,
+    /// The op's peer (`NO_PEER` for receives), for `abandon`.
+    peer: PeerId,
+    state: SlotState,
 }
 
-/// A fixed pool of op contexts with stable addresses; its size bounds the
-/// ops in flight, so a full pool reads as `Post::Again`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SlotState {
+    Free,
+    Busy,
+    /// Abandoned (its peer is down): a late completion frees it silently.
+    Abandoned,
+}
+
+const NO_PEER: PeerId = u64::MAX;
+const CHUNK: usize = 256;
+
+/// Op contexts with stable addresses, in chunks of `CHUNK`. `depth` ops may
+/// be in flight (a full pool reads as `Post::Again`); abandoned slots do not
+/// count, and the pool grows a chunk when only they block it.
 struct CtxPool {
-    slots: Box<[CtxSlot]>,
+    chunks: Vec<Box<[CtxSlot]>>,
     free: Vec<u32>,
+    busy: usize,
+    depth: usize,
 }
 
 impl CtxPool {
-    fn new(n: usize) -> CtxPool {
-        let slots = (0..n).map(|_| CtxSlot { fi: fi_context2::default(), token: 0 }).collect();
-        CtxPool { slots, free: (0..n as u32).rev().collect() }
+    fn new(depth: usize) -> CtxPool {
+        let mut p = CtxPool { chunks: Vec::new(), free: Vec::new(), busy: 0, depth };
+        while p.chunks.len() * CHUNK < depth {
+            p.grow();
+        }
+        p
     }
-    fn take(&mut self, token: u64) -> Option<*mut c_void> {
+    fn grow(&mut self) {
+        let base = (self.chunks.len() * CHUNK) as u32;
+        let chunk =
+            (0..CHUNK).map(|_| CtxSlot { fi: fi_context2::default(), token: 0, peer: NO_PEER, state: SlotState::Free });
+        self.chunks.push(chunk.collect());
+        self.free.extend((base..base + CHUNK as u32).rev());
+    }
+    fn slot(&mut self, i: usize) -> &mut CtxSlot {
+        &mut self.chunks[i / CHUNK][i % CHUNK]
+    }
+    fn take(&mut self, token: u64, peer: PeerId) -> Option<*mut c_void> {
+        if self.busy >= self.depth {
+            return None;
+        }
+        if self.free.is_empty() {
+            self.grow();
+        }
         let i = self.free.pop()? as usize;
-        self.slots[i].token = token;
-        Some(&mut self.slots[i] as *mut CtxSlot as *mut c_void)
+        self.busy += 1;
+        let s = self.slot(i);
+        (s.token, s.peer, s.state) = (token, peer, SlotState::Busy);
+        Some(s as *mut CtxSlot as *mut c_void)
     }
     fn index(&self, ctx: *mut c_void) -> Option<usize> {
-        let base = self.slots.as_ptr() as usize;
-        let off = (ctx as usize).checked_sub(base)?;
-        let i = off / size_of::<CtxSlot>();
-        (off % size_of::<CtxSlot>() == 0 && i < self.slots.len()).then_some(i)
+        self.chunks.iter().enumerate().find_map(|(c, chunk)| {
+            let off = (ctx as usize).checked_sub(chunk.as_ptr() as usize)?;
+            let i = off / size_of::<CtxSlot>();
+            (off % size_of::<CtxSlot>() == 0 && i < CHUNK).then_some(c * CHUNK + i)
+        })
     }
-    /// Returns the slot of a completed op and gives back its token.
-    fn release(&mut self, ctx: *mut c_void) -> Option<u64> {
+    /// Frees the slot of a completed op; its token and peer unless it was abandoned.
+    fn release(&mut self, ctx: *mut c_void) -> Option<(u64, PeerId)> {
         let i = self.index(ctx)?;
+        let s = self.slot(i);
+        let (state, token, peer) = (s.state, s.token, s.peer);
+        if state == SlotState::Free {
+            return None;
+        }
+        s.state = SlotState::Free;
         self.free.push(i as u32);
-        Some(self.slots[i].token)
+        if state == SlotState::Busy {
+            self.busy -= 1;
+            Some((token, peer))
+        } else {
+            None
+        }
+    }
+    fn abandon(&mut self, peer: PeerId, out: &mut Vec<u64>) {
+        for chunk in self.chunks.iter_mut() {
+            for s in chunk.iter_mut().filter(|s| s.state == SlotState::Busy && s.peer == peer) {
+                s.state = SlotState::Abandoned;
+                self.busy -= 1;
+                out.push(s.token);
+            }
+        }
     }
     fn in_use(&self) -> usize {
-        self.slots.len() - self.free.len()
+        self.busy
     }
 }
 
@@ -127,13 +188,17 @@ impl FabricEndpoint {
             if hints.is_null() {
                 return Err(Error::new(Status::Provider, "fi_allocinfo failed"));
             }
-            (*hints).caps = (FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_WRITE | FI_SEND | FI_RECV) as u64;
+            // FI_TAGGED: the engine's own messages (handshake, keepalive) travel
+            // tagged, apart from the application's untagged ones.
+            (*hints).caps =
+                (FI_MSG | FI_TAGGED | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_WRITE | FI_SEND | FI_RECV) as u64;
             (*hints).mode = FI_CONTEXT | FI_CONTEXT2;
             (*(*hints).ep_attr).type_ = fi_ep_type_FI_EP_RDM;
             let d = &mut *(*hints).domain_attr;
             d.mr_mode = (FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT) as i32;
             d.threading = fi_threading_FI_THREAD_DOMAIN;
-            let name = CString::new(provider).map_err(|_| Error::new(Status::InvalidArgument, "provider name contains NUL"))?;
+            let name = CString::new(provider)
+                .map_err(|_| Error::new(Status::InvalidArgument, "provider name contains NUL"))?;
             (*(*hints).fabric_attr).prov_name = strdup(name.as_ptr());
             let mut info = null_mut();
             let mut ret = fi_getinfo(FI_API_VERSION, std::ptr::null(), std::ptr::null(), 0, hints, &mut info) as i64;
@@ -143,12 +208,14 @@ impl FabricEndpoint {
             if let (Some(n), true) = (node, ret == 0 && ip.contains(&(*info).addr_format)) {
                 fi_freeinfo(info);
                 info = null_mut();
-                let n = CString::new(n).map_err(|_| Error::new(Status::InvalidArgument, "bind address contains NUL"))?;
+                let n =
+                    CString::new(n).map_err(|_| Error::new(Status::InvalidArgument, "bind address contains NUL"))?;
                 ret = fi_getinfo(FI_API_VERSION, n.as_ptr(), std::ptr::null(), FI_SOURCE, hints, &mut info) as i64;
             }
             fi_freeinfo(hints);
             if ret < 0 || info.is_null() {
-                let mut e = fi_err(&format!("fi_getinfo(provider \"{provider}\", FI_EP_RDM, FI_MSG|FI_RMA)"), ret.min(-1));
+                let mut e =
+                    fi_err(&format!("fi_getinfo(provider \"{provider}\", FI_EP_RDM, FI_MSG|FI_RMA)"), ret.min(-1));
                 e.status = Status::Unsupported;
                 return Err(e);
             }
@@ -229,7 +296,10 @@ impl FabricEndpoint {
             let rkey = fi_mr_key(mr);
             if rkey == u64::MAX {
                 fi_close(&mut (*mr).fid);
-                return Err(Error::new(Status::Unsupported, "fi_mr_key: key not available (FI_MR_RAW is not supported)"));
+                return Err(Error::new(
+                    Status::Unsupported,
+                    "fi_mr_key: key not available (FI_MR_RAW is not supported)",
+                ));
             }
             let remote_base = if self.mr_mode & FI_MR_VIRT_ADDR as u64 != 0 { ptr as u64 } else { 0 };
             Ok(LocalMr { raw: mr.cast(), desc: fi_mr_desc(mr), remote: RemoteKey { remote_base, key: rkey } })
@@ -311,13 +381,23 @@ impl Domain for FabricDomain {
     }
 
     fn post_write(&mut self, wr: &WriteWr, token: u64) -> Result<Post> {
-        let Some(ctx) = self.ctx.take(token) else { return Ok(Post::Again) };
+        let Some(ctx) = self.ctx.take(token, wr.peer) else {
+            return Ok(Post::Again);
+        };
         // SAFETY: the local buffer and desc belong to a registered region that the
         // request keeps alive until this op completes; ctx is a stable pool slot.
         let ret = unsafe {
             match wr.imm {
                 Some(imm) => fi_writedata(
-                    self.fe.ep, wr.local.cast(), wr.len, wr.desc, imm as u64, wr.peer, wr.remote_addr, wr.key, ctx,
+                    self.fe.ep,
+                    wr.local.cast(),
+                    wr.len,
+                    wr.desc,
+                    imm as u64,
+                    wr.peer,
+                    wr.remote_addr,
+                    wr.key,
+                    ctx,
                 ),
                 None => fi_write(self.fe.ep, wr.local.cast(), wr.len, wr.desc, wr.peer, wr.remote_addr, wr.key, ctx),
             }
@@ -325,17 +405,39 @@ impl Domain for FabricDomain {
         self.post_result("fi_write", ret, ctx)
     }
 
-    fn post_send(&mut self, peer: PeerId, buf: *const u8, len: usize, desc: *mut c_void, token: u64) -> Result<Post> {
-        let Some(ctx) = self.ctx.take(token) else { return Ok(Post::Again) };
+    fn post_send(
+        &mut self,
+        chan: Chan,
+        peer: PeerId,
+        buf: *const u8,
+        len: usize,
+        desc: *mut c_void,
+        token: u64,
+    ) -> Result<Post> {
+        let Some(ctx) = self.ctx.take(token, peer) else {
+            return Ok(Post::Again);
+        };
         // SAFETY: buf is a registered staging buffer owned by the worker until completion.
-        let ret = unsafe { fi_send(self.fe.ep, buf.cast(), len, desc, peer, ctx) };
+        let ret = unsafe {
+            match chan {
+                Chan::User => fi_send(self.fe.ep, buf.cast(), len, desc, peer, ctx),
+                Chan::Engine => fi_tsend(self.fe.ep, buf.cast(), len, desc, peer, ENGINE_TAG, ctx),
+            }
+        };
         self.post_result("fi_send", ret, ctx)
     }
 
-    fn post_recv(&mut self, buf: *mut u8, len: usize, desc: *mut c_void, token: u64) -> Result<Post> {
-        let Some(ctx) = self.ctx.take(token) else { return Ok(Post::Again) };
+    fn post_recv(&mut self, chan: Chan, buf: *mut u8, len: usize, desc: *mut c_void, token: u64) -> Result<Post> {
+        let Some(ctx) = self.ctx.take(token, NO_PEER) else {
+            return Ok(Post::Again);
+        };
         // SAFETY: buf is a registered receive buffer owned by the worker until completion.
-        let ret = unsafe { fi_recv(self.fe.ep, buf.cast(), len, desc, FI_ADDR_UNSPEC_, ctx) };
+        let ret = unsafe {
+            match chan {
+                Chan::User => fi_recv(self.fe.ep, buf.cast(), len, desc, FI_ADDR_UNSPEC_, ctx),
+                Chan::Engine => fi_trecv(self.fe.ep, buf.cast(), len, desc, FI_ADDR_UNSPEC_, ENGINE_TAG, 0, ctx),
+            }
+        };
         self.post_result("fi_recv", ret, ctx)
     }
 
@@ -347,13 +449,13 @@ impl Domain for FabricDomain {
                 let e = self.cq_buf[i];
                 let has_data = e.flags & FI_REMOTE_CQ_DATA as u64 != 0;
                 if e.flags & FI_RECV as u64 != 0 {
-                    if let Some(token) = self.ctx.release(e.op_context) {
+                    if let Some((token, _)) = self.ctx.release(e.op_context) {
                         let imm = has_data.then_some(e.data as u32);
                         out.push(Completion::Recv { token, len: e.len, imm });
                     }
                 } else if has_data {
                     out.push(Completion::RemoteWrite { imm: e.data as u32 });
-                } else if let Some(token) = self.ctx.release(e.op_context) {
+                } else if let Some((token, _)) = self.ctx.release(e.op_context) {
                     out.push(Completion::Done { token });
                 }
             }
@@ -365,8 +467,8 @@ impl Domain for FabricDomain {
             let r = unsafe { fi_cq_readerr(self.fe.cq, &mut err, 0) };
             if r == 1 {
                 // A failed remote-side event has no context of ours: nothing to fail locally.
-                if let Some(token) = self.ctx.release(err.op_context) {
-                    out.push(Completion::Failed { token, errno: err.err });
+                if let Some((token, peer)) = self.ctx.release(err.op_context) {
+                    out.push(Completion::Failed { token, peer, errno: err.err });
                 }
             }
             return Ok(1);
@@ -376,6 +478,10 @@ impl Domain for FabricDomain {
 
     fn in_flight(&self) -> usize {
         self.ctx.in_use()
+    }
+
+    fn abandon(&mut self, peer: PeerId, out: &mut Vec<u64>) {
+        self.ctx.abandon(peer, out)
     }
 }
 

@@ -43,6 +43,16 @@ pub struct WriteWr {
     pub imm: Option<u32>,
 }
 
+/// Which of the two message channels a send or receive uses: the
+/// application's (`submit_send`, receive pools) or the engine's own
+/// (handshake, keepalive, goodbye). They never see each other's messages
+/// (libfabric: untagged vs. tagged messages).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Chan {
+    User,
+    Engine,
+}
+
 /// What posting a work request did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Post {
@@ -56,8 +66,9 @@ pub enum Post {
 pub enum Completion {
     /// A write or send posted with `token` finished (its source buffer is free again).
     Done { token: u64 },
-    /// A write, send or receive posted with `token` failed.
-    Failed { token: u64, errno: i32 },
+    /// A write, send or receive posted with `token` (to `peer`; `u64::MAX`
+    /// for a receive) failed with libfabric error number `errno`.
+    Failed { token: u64, peer: PeerId, errno: i32 },
     /// A receive posted with `token` got `len` bytes (and the sender's immediate, if any).
     Recv { token: u64, len: usize, imm: Option<u32> },
     /// A remote write carrying `imm` landed in our memory.
@@ -79,10 +90,28 @@ pub trait Domain: Sized + Send + 'static {
     /// Turns a peer's domain address into a `PeerId` (idempotent).
     fn resolve(&mut self, addr: &[u8]) -> Result<PeerId>;
     fn post_write(&mut self, wr: &WriteWr, token: u64) -> Result<Post>;
-    fn post_send(&mut self, peer: PeerId, buf: *const u8, len: usize, desc: *mut c_void, token: u64) -> Result<Post>;
-    fn post_recv(&mut self, buf: *mut u8, len: usize, desc: *mut c_void, token: u64) -> Result<Post>;
+    fn post_send(
+        &mut self,
+        chan: Chan,
+        peer: PeerId,
+        buf: *const u8,
+        len: usize,
+        desc: *mut c_void,
+        token: u64,
+    ) -> Result<Post>;
+    fn post_recv(&mut self, chan: Chan, buf: *mut u8, len: usize, desc: *mut c_void, token: u64) -> Result<Post>;
     /// Reads up to a batch of completions into `out`; returns how many.
     fn poll(&mut self, out: &mut Vec<Completion>) -> Result<usize>;
     /// Operations posted and not yet completed.
     fn in_flight(&self) -> usize;
+    /// Gives up on every write and send to `peer` still on the wire (it was
+    /// declared down): pushes their tokens to `out`, and never reports them
+    /// afterwards (a late completion is swallowed). Their slots no longer
+    /// count against the queue depth.
+    fn abandon(&mut self, peer: PeerId, out: &mut Vec<u64>);
+    /// Whether peers must answer the engine's handshake before requests to
+    /// them are posted (false only for `null`, where nothing ever answers).
+    fn handshakes(&self) -> bool {
+        true
+    }
 }

@@ -6,7 +6,7 @@
 //! naming it (`provider = "null"`); it is never tried by default.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
-use super::{Completion, Domain, LocalMr, PeerId, Post, WriteWr};
+use super::{Chan, Completion, Domain, LocalMr, PeerId, Post, WriteWr};
 use crate::config::EngineConfig;
 use crate::error::Result;
 use crate::wire::RemoteKey;
@@ -49,7 +49,11 @@ impl Domain for NullDomain {
     }
     fn register(&mut self, ptr: *mut u8, _len: usize) -> Result<LocalMr> {
         self.next_key += 1;
-        Ok(LocalMr { raw: std::ptr::null_mut(), desc: std::ptr::null_mut(), remote: RemoteKey { remote_base: ptr as u64, key: self.next_key } })
+        Ok(LocalMr {
+            raw: std::ptr::null_mut(),
+            desc: std::ptr::null_mut(),
+            remote: RemoteKey { remote_base: ptr as u64, key: self.next_key },
+        })
     }
     fn deregister(&mut self, _mr: &LocalMr) {}
     fn resolve(&mut self, addr: &[u8]) -> Result<PeerId> {
@@ -59,11 +63,19 @@ impl Domain for NullDomain {
     fn post_write(&mut self, _wr: &WriteWr, token: u64) -> Result<Post> {
         self.post(token)
     }
-    fn post_send(&mut self, _peer: PeerId, _buf: *const u8, _len: usize, _desc: *mut c_void, token: u64) -> Result<Post> {
+    fn post_send(
+        &mut self,
+        _chan: Chan,
+        _peer: PeerId,
+        _buf: *const u8,
+        _len: usize,
+        _desc: *mut c_void,
+        token: u64,
+    ) -> Result<Post> {
         self.post(token)
     }
     /// Receives never complete (nothing arrives on the null provider).
-    fn post_recv(&mut self, _buf: *mut u8, _len: usize, _desc: *mut c_void, _token: u64) -> Result<Post> {
+    fn post_recv(&mut self, _chan: Chan, _buf: *mut u8, _len: usize, _desc: *mut c_void, _token: u64) -> Result<Post> {
         Ok(Post::Posted)
     }
     fn poll(&mut self, out: &mut Vec<Completion>) -> Result<usize> {
@@ -73,5 +85,11 @@ impl Domain for NullDomain {
     }
     fn in_flight(&self) -> usize {
         self.done.len()
+    }
+    /// Nothing is ever abandoned: every work request completes at once.
+    fn abandon(&mut self, _peer: PeerId, _out: &mut Vec<u64>) {}
+    /// Nobody answers on the null provider: peers count as up at once.
+    fn handshakes(&self) -> bool {
+        false
     }
 }

@@ -7,7 +7,7 @@
 //! once and is removed.
 use super::notify::{Notifier, OnDone};
 use crate::bail;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -28,9 +28,17 @@ impl Hasher for ImmHasher {
     }
 }
 
+/// An armed expectation: how many immediates it waits for, whom to tell,
+/// and its request id (for cancel and its deadline).
+struct Expectation {
+    want: u64,
+    done: OnDone,
+    id: u64,
+}
+
 struct Entry {
     arrived: u64,
-    expect: Option<(u64, OnDone)>,
+    expect: Option<Expectation>,
 }
 
 #[derive(Default)]
@@ -41,7 +49,7 @@ pub struct ImmCounter {
 
 impl ImmCounter {
     /// Arms an expectation of `count` immediates `imm`.
-    pub fn expect(&mut self, imm: u32, count: u32, done: OnDone, n: &Notifier) -> Result<()> {
+    pub fn expect(&mut self, imm: u32, count: u32, done: OnDone, id: u64, n: &Notifier) -> Result<()> {
         if count == 0 {
             bail!(InvalidArgument, "expect_imm_count: count must be at least 1");
         }
@@ -49,7 +57,7 @@ impl ImmCounter {
         if e.expect.is_some() {
             bail!(AlreadyExists, "immediate {imm:#x} already has an expectation; wait for it to fire");
         }
-        e.expect = Some((count as u64, done));
+        e.expect = Some(Expectation { want: count as u64, done, id });
         self.armed += 1;
         self.check(imm, n);
         Ok(())
@@ -62,14 +70,14 @@ impl ImmCounter {
     }
 
     fn check(&mut self, imm: u32, n: &Notifier) {
-        let Some(e) = self.map.get_mut(&imm) else { return };
-        if let Some((want, _)) = &e.expect {
-            if e.arrived >= *want {
-                let (want, done) = e.expect.take().unwrap();
-                e.arrived -= want;
-                self.armed -= 1;
-                n.fire(done, Ok(()));
-            }
+        let Some(e) = self.map.get_mut(&imm) else {
+            return;
+        };
+        if e.expect.as_ref().is_some_and(|x| e.arrived >= x.want) {
+            let x = e.expect.take().unwrap();
+            e.arrived -= x.want;
+            self.armed -= 1;
+            n.fire(x.done, Ok(()));
         }
         if e.arrived == 0 && e.expect.is_none() {
             self.map.remove(&imm);
@@ -81,12 +89,33 @@ impl ImmCounter {
         self.armed
     }
 
+    /// Ends the expectation on `imm` with `err` if it is still request `id`
+    /// (its deadline passed). Immediates already counted stay counted.
+    pub fn expire(&mut self, imm: u32, id: u64, err: Error, n: &Notifier) -> bool {
+        let Some(e) = self.map.get_mut(&imm) else {
+            return false;
+        };
+        if e.expect.as_ref().is_none_or(|x| x.id != id) {
+            return false;
+        }
+        let x = e.expect.take().unwrap();
+        self.armed -= 1;
+        n.fire(x.done, Err(err));
+        self.check(imm, n);
+        true
+    }
+
+    /// The immediate whose expectation is request `id`, if one is armed.
+    pub fn find(&self, id: u64) -> Option<u32> {
+        self.map.iter().find(|(_, e)| e.expect.as_ref().is_some_and(|x| x.id == id)).map(|(imm, _)| *imm)
+    }
+
     /// Ends every armed expectation with `err` (shutdown).
-    pub fn fail_all(&mut self, err: &crate::error::Error, n: &Notifier) {
+    pub fn fail_all(&mut self, err: &Error, n: &Notifier) {
         self.armed = 0;
         for (_, e) in self.map.drain() {
-            if let Some((_, done)) = e.expect {
-                n.fire(done, Err(err.clone()));
+            if let Some(x) = e.expect {
+                n.fire(x.done, Err(err.clone()));
             }
         }
     }

@@ -12,14 +12,14 @@
 pub mod imm;
 pub mod notify;
 
+use crate::bail;
 use crate::config::EngineConfig;
 use crate::domain::{fabric::FabricDomain, null::NullDomain};
 use crate::error::{Error, Result, Status};
 use crate::group::request::{Ctrl, MrInner, Request, ScatterItem, Shape};
 use crate::group::{self, GroupInfo, MAX_SEND, Shared};
 use crate::wire::{MrDesc, NetAddr, RemoteKey};
-use crate::bail;
-use notify::OnDone;
+use notify::{Deadline, RequestId, RequestOpts};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
@@ -91,6 +91,9 @@ pub struct TransferEngine {
     worker: Option<JoinHandle<()>>,
     callbacks: Option<JoinHandle<()>>,
     groups: Mutex<HashMap<u64, Arc<[NetAddr]>>>,
+    next_request: AtomicU64,
+    request_timeout: Option<std::time::Duration>,
+    max_inflight: usize,
 }
 
 /// Checks `[off, off+len)` against a region of `region` bytes; `what` names
@@ -122,6 +125,9 @@ impl TransferEngine {
             worker: Some(worker),
             callbacks: Some(callbacks),
             groups: Mutex::new(HashMap::new()),
+            next_request: AtomicU64::new(1),
+            request_timeout: cfg.request_timeout,
+            max_inflight: cfg.max_inflight.max(1),
         })
     }
 
@@ -217,27 +223,81 @@ impl TransferEngine {
         Ok(())
     }
 
-    fn submit(&self, shape: Shape, imm: Option<u32>, src_mr: Option<&MrHandle>, done: OnDone) -> Result<()> {
+    fn timeout(&self, d: Deadline) -> Option<std::time::Duration> {
+        match d {
+            Deadline::EngineDefault => self.request_timeout,
+            Deadline::Never => None,
+            Deadline::After(t) => Some(t),
+        }
+    }
+
+    fn submit(
+        &self,
+        shape: Shape,
+        imm: Option<u32>,
+        src_mr: Option<&MrHandle>,
+        opts: RequestOpts,
+    ) -> Result<RequestId> {
         self.alive()?;
-        let req = Request { shape, imm, done, src_mr: src_mr.map(|m| m.0.clone()) };
+        // The completion path is bounded too: requests not yet reported
+        // (callbacks not yet returned) count until they are.
+        if self.shared.inflight.fetch_add(1, Ordering::Acquire) >= self.max_inflight {
+            self.shared.inflight.fetch_sub(1, Ordering::Release);
+            bail!(Again, "{} requests are in flight (max_inflight); retry when some have completed", self.max_inflight);
+        }
+        let id = self.next_request.fetch_add(1, Ordering::Relaxed);
+        let timeout = self.timeout(opts.deadline);
+        let req = Request { id, timeout, shape, imm, done: opts.done, src_mr: src_mr.map(|m| m.0.clone()) };
         if let Err(req) = self.shared.data.push(req) {
             // Dropped unfired: a submit that returns an error never calls back.
             drop(req);
+            self.shared.inflight.fetch_sub(1, Ordering::Release);
             bail!(Again, "the submission queue is full ({} requests); retry later", self.shared.data.capacity());
         }
         self.shared.wake();
-        Ok(())
+        Ok(RequestId(id))
+    }
+
+    /// Cancels request (or immediate expectation) `id`. Nothing more of it is
+    /// posted; it ends with `Canceled` once the provider has given back its
+    /// work requests already on the wire, so after its callback (or flag) the
+    /// caller may reuse or free its buffers. Some, all or none of its bytes
+    /// (and immediates) may have landed. `NotFound` if it has already ended:
+    /// then it reports its own outcome.
+    pub fn cancel(&self, id: RequestId) -> Result<()> {
+        self.rpc(|reply| Ctrl::Cancel { id: id.0, reply })
+    }
+
+    /// Cancels every pending request to (or including) the engine at `peer`;
+    /// returns how many. Each ends as for `cancel`.
+    pub fn cancel_peer(&self, peer: &NetAddr) -> Result<usize> {
+        self.rpc(|reply| Ctrl::CancelPeer { addr: peer.clone(), reply })
+    }
+
+    /// Greets the engine at `peer` now (requests to a new peer do so
+    /// themselves). A peer that is down — for example one that was restarted
+    /// at the same address and epoch cannot be, so this is for a peer whose
+    /// link came back — is greeted afresh and comes up if it answers.
+    pub fn add_peer(&self, peer: &NetAddr) -> Result<()> {
+        self.check_peer(peer)?;
+        self.rpc(|reply| Ctrl::AddPeer { addr: peer.clone(), reply })
+    }
+
+    /// The state of `peer` as this engine sees it; `None` if it has never
+    /// been in contact.
+    pub fn peer_state(&self, peer: &NetAddr) -> Result<Option<crate::config::PeerState>> {
+        self.rpc(|reply| Ctrl::PeerState { addr: peer.clone(), reply })
     }
 
     /// Sends a copy of `msg` (at most 64 KiB) to domain 0 of the engine at `to`;
     /// `msg` may be reused as soon as this returns. The peer needs a posted
     /// receive buffer at least as large (see `submit_recvs`).
-    pub fn submit_send(&self, to: &NetAddr, msg: &[u8], done: OnDone) -> Result<()> {
+    pub fn submit_send(&self, to: &NetAddr, msg: &[u8], done: impl Into<RequestOpts>) -> Result<RequestId> {
         self.check_peer(to)?;
         if msg.len() > MAX_SEND {
             bail!(InvalidArgument, "submit_send: {} bytes is over the {MAX_SEND}-byte message limit", msg.len());
         }
-        self.submit(Shape::Send { to: to.clone(), msg: msg.into() }, None, None, done)
+        self.submit(Shape::Send { to: to.clone(), msg: msg.into() }, None, None, done.into())
     }
 
     /// Posts `count` receive buffers for messages of up to `len` bytes on
@@ -247,7 +307,12 @@ impl TransferEngine {
     /// 64 KiB underneath, so `count` costs `count` × 64 KiB). The buffer is
     /// reposted when `cb` returns. At shutdown `cb` is called once more with
     /// `Shutdown`.
-    pub fn submit_recvs(&self, len: usize, count: usize, cb: impl Fn(Result<&[u8]>) + Send + Sync + 'static) -> Result<()> {
+    pub fn submit_recvs(
+        &self,
+        len: usize,
+        count: usize,
+        cb: impl Fn(Result<&[u8]>) + Send + Sync + 'static,
+    ) -> Result<()> {
         if len == 0 || count == 0 {
             bail!(InvalidArgument, "submit_recvs: buffer length and count must be at least 1");
         }
@@ -260,11 +325,14 @@ impl TransferEngine {
     /// Fires `done` once `count` writes carrying immediate `imm` have landed
     /// here (immediates that arrived earlier count too). One expectation per
     /// immediate value at a time.
-    pub fn expect_imm_count(&self, imm: u32, count: u32, done: OnDone) -> Result<()> {
+    pub fn expect_imm_count(&self, imm: u32, count: u32, done: impl Into<RequestOpts>) -> Result<RequestId> {
         if count == 0 {
             bail!(InvalidArgument, "expect_imm_count: count must be at least 1");
         }
-        self.rpc(|reply| Ctrl::Expect { imm, count, done, reply })
+        let opts = done.into();
+        let (id, timeout) = (self.next_request.fetch_add(1, Ordering::Relaxed), self.timeout(opts.deadline));
+        self.rpc(|reply| Ctrl::Expect { imm, count, done: opts.done, id, timeout, reply })?;
+        Ok(RequestId(id))
     }
 
     /// Writes `len` bytes from `src_offset` of `src` to `dst_offset` of `dst`.
@@ -279,8 +347,8 @@ impl TransferEngine {
         src_offset: u64,
         dst: &Arc<MrDesc>,
         dst_offset: u64,
-        done: OnDone,
-    ) -> Result<()> {
+        done: impl Into<RequestOpts>,
+    ) -> Result<RequestId> {
         self.own(src)?;
         self.check_peer(&dst.owner)?;
         if len == 0 && imm.is_none() {
@@ -295,11 +363,14 @@ impl TransferEngine {
                 "a write with an immediate is one work request: {len} bytes is over max_msg_size {max}; use paged writes"
             ),
             Some(_) => len.max(1),
-            None if len >= SHARD_MIN && self.domains() > 1 => len.div_ceil(self.domains() as u64).next_multiple_of(4096).min(max),
+            None if len >= SHARD_MIN && self.domains() > 1 => {
+                len.div_ceil(self.domains() as u64).next_multiple_of(4096).min(max)
+            }
             None => len.min(max),
         };
-        let shape = Shape::Single { src: src.0.ptr + src_offset as usize, dst: dst.clone(), dst_off: dst_offset, len, chunk };
-        self.submit(shape, imm, Some(src), done)
+        let shape =
+            Shape::Single { src: src.0.ptr + src_offset as usize, dst: dst.clone(), dst_off: dst_offset, len, chunk };
+        self.submit(shape, imm, Some(src), done.into())
     }
 
     /// Writes `src_pages.indices.len()` pages of `page_len` bytes; page `i`
@@ -315,8 +386,8 @@ impl TransferEngine {
         src_pages: Pages<'_>,
         dst: &Arc<MrDesc>,
         dst_pages: Pages<'_>,
-        done: OnDone,
-    ) -> Result<()> {
+        done: impl Into<RequestOpts>,
+    ) -> Result<RequestId> {
         self.own(src)?;
         self.check_peer(&dst.owner)?;
         if page_len == 0 {
@@ -354,7 +425,7 @@ impl TransferEngine {
             dst_stride: dst_pages.stride,
             dst_idx: dst_pages.indices.into(),
         };
-        self.submit(shape, imm, Some(src), done)
+        self.submit(shape, imm, Some(src), done.into())
     }
 
     /// Pre-resolves a list of peer engine addresses, so scatters and barriers
@@ -372,12 +443,23 @@ impl TransferEngine {
         Ok(PeerGroup(id))
     }
 
-    fn check_group<'a>(&self, group: Option<PeerGroup>, owners: impl ExactSizeIterator<Item = &'a NetAddr>) -> Result<Option<u64>> {
-        let Some(PeerGroup(g)) = group else { return Ok(None) };
+    fn check_group<'a>(
+        &self,
+        group: Option<PeerGroup>,
+        owners: impl ExactSizeIterator<Item = &'a NetAddr>,
+    ) -> Result<Option<u64>> {
+        let Some(PeerGroup(g)) = group else {
+            return Ok(None);
+        };
         let members = self.groups.lock().unwrap().get(&g).cloned();
         let Some(members) = members else { bail!(BadHandle, "unknown peer group {g}") };
         if members.len() != owners.len() {
-            bail!(InvalidArgument, "peer group {g} has {} peers but {} destinations were given", members.len(), owners.len());
+            bail!(
+                InvalidArgument,
+                "peer group {g} has {} peers but {} destinations were given",
+                members.len(),
+                owners.len()
+            );
         }
         for (i, o) in owners.enumerate() {
             if members[i] != *o {
@@ -395,8 +477,8 @@ impl TransferEngine {
         imm: Option<u32>,
         src: &MrHandle,
         dsts: &[ScatterDst],
-        done: OnDone,
-    ) -> Result<()> {
+        done: impl Into<RequestOpts>,
+    ) -> Result<RequestId> {
         self.own(src)?;
         if dsts.is_empty() {
             bail!(InvalidArgument, "submit_scatter: no destinations");
@@ -418,12 +500,18 @@ impl TransferEngine {
             .iter()
             .map(|d| ScatterItem { len: d.len, src_offset: d.src_offset, dst: d.dst.clone(), dst_offset: d.dst_offset })
             .collect();
-        self.submit(Shape::Scatter { src: src.0.ptr, items, group: g }, imm, Some(src), done)
+        self.submit(Shape::Scatter { src: src.0.ptr, items, group: g }, imm, Some(src), done.into())
     }
 
     /// A zero-byte write carrying `imm` to each destination region: each
     /// destination's owner counts one `imm`.
-    pub fn submit_barrier(&self, group: Option<PeerGroup>, imm: u32, dsts: &[Arc<MrDesc>], done: OnDone) -> Result<()> {
+    pub fn submit_barrier(
+        &self,
+        group: Option<PeerGroup>,
+        imm: u32,
+        dsts: &[Arc<MrDesc>],
+        done: impl Into<RequestOpts>,
+    ) -> Result<RequestId> {
         if dsts.is_empty() {
             bail!(InvalidArgument, "submit_barrier: no destinations");
         }
@@ -431,7 +519,7 @@ impl TransferEngine {
             self.check_peer(&d.owner)?;
         }
         let g = self.check_group(group, dsts.iter().map(|d| &d.owner))?;
-        self.submit(Shape::Barrier { dsts: dsts.into(), group: g }, Some(imm), None, done)
+        self.submit(Shape::Barrier { dsts: dsts.into(), group: g }, Some(imm), None, done.into())
     }
 
     /// Stops the engine: every pending request ends (`Shutdown` unless it had

@@ -3,7 +3,7 @@
 use crate::error::{Result, Status};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::time::{Duration, Instant};
 
@@ -49,7 +49,41 @@ impl OnDone {
     pub fn callback(f: impl FnOnce(Result<()>) + Send + 'static) -> OnDone {
         OnDone::Callback(Box::new(f))
     }
+
+    /// This notification with a deadline of its own (instead of the engine's).
+    pub fn deadline(self, deadline: Deadline) -> RequestOpts {
+        RequestOpts { done: self, deadline }
+    }
 }
+
+/// When a request times out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Deadline {
+    /// The engine's `request_timeout`.
+    EngineDefault,
+    /// Never: the request ends only by completing, failing, cancel or shutdown.
+    Never,
+    /// This long after it is submitted.
+    After(std::time::Duration),
+}
+
+/// How a request reports its end, and when it times out. An `OnDone`
+/// converts into one with the engine's default deadline.
+pub struct RequestOpts {
+    pub done: OnDone,
+    pub deadline: Deadline,
+}
+
+impl From<OnDone> for RequestOpts {
+    fn from(done: OnDone) -> RequestOpts {
+        RequestOpts { done, deadline: Deadline::EngineDefault }
+    }
+}
+
+/// Names a submitted request (or immediate expectation) for `cancel`.
+/// Unique within an engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RequestId(pub u64);
 
 pub type Job = Box<dyn FnOnce() + Send>;
 
@@ -59,9 +93,37 @@ pub struct Notifier {
     tx: Sender<Job>,
     /// Set when a completion was delivered since the last `take_fired`.
     fired: std::cell::Cell<bool>,
+    /// Requests submitted and not yet reported (the engine's `max_inflight` bound).
+    pub(crate) inflight: Arc<AtomicUsize>,
 }
 
 impl Notifier {
+    /// Reports the end of a submitted request and, once its callback has
+    /// returned (or its flag is stored), takes it off the in-flight count.
+    pub fn fire_request(&self, done: OnDone, res: Result<()>) {
+        match done {
+            OnDone::Callback(cb) => {
+                let inflight = self.inflight.clone();
+                self.fired.set(true);
+                self.run(Box::new(move || {
+                    // Taken off even if the callback panics (the callback thread catches it).
+                    struct Dec(Arc<AtomicUsize>);
+                    impl Drop for Dec {
+                        fn drop(&mut self) {
+                            self.0.fetch_sub(1, Ordering::Release);
+                        }
+                    }
+                    let _dec = Dec(inflight);
+                    cb(res)
+                }))
+            }
+            other => {
+                self.fire(other, res);
+                self.inflight.fetch_sub(1, Ordering::Release);
+            }
+        }
+    }
+
     pub fn fire(&self, done: OnDone, res: Result<()>) {
         if !matches!(done, OnDone::Nothing) {
             self.fired.set(true);
@@ -120,7 +182,7 @@ pub fn spawn_callback_thread() -> std::io::Result<(Notifier, std::thread::JoinHa
             }
         }
     })?;
-    Ok((Notifier { tx, fired: Default::default() }, handle))
+    Ok((Notifier { tx, fired: Default::default(), inflight: Default::default() }, handle))
 }
 
 pub fn shutdown_error() -> crate::error::Error {

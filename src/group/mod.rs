@@ -3,21 +3,25 @@
 //! queues full, polls every completion queue continuously (libfabric's
 //! software providers only progress when polled), aggregates per-unit
 //! completions into one per request and counts immediates.
-pub mod request;
+mod peers;
 mod recv;
+pub mod request;
 
 use crate::config::EngineConfig;
-use crate::domain::{Completion, Domain, LocalMr, PeerId, Post};
+use crate::domain::{Chan, Completion, Domain, LocalMr, Post};
 use crate::engine::imm::ImmCounter;
 use crate::engine::notify::{Notifier, shutdown_error};
 use crate::error::{Error, Result, Status};
 use crate::wire::{MAX_DOMAINS, NetAddr};
 use crossbeam_queue::{ArrayQueue, SegQueue};
+use peers::Peers;
 use recv::{OwnedMem, RecvPool};
 use request::{Ctrl, Request, Shape};
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::HashMap;
+use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
@@ -26,6 +30,8 @@ pub struct Shared {
     pub data: ArrayQueue<Request>,
     pub ctrl: SegQueue<Ctrl>,
     pub stop: AtomicBool,
+    /// Requests submitted and not yet reported (bounded by `max_inflight`).
+    pub inflight: Arc<AtomicUsize>,
     napping: AtomicBool,
     thread: std::sync::OnceLock<Thread>,
 }
@@ -51,13 +57,21 @@ pub struct GroupInfo {
 /// Size of one send staging slot (the largest message `submit_send` takes).
 pub const MAX_SEND: usize = 64 * 1024;
 const SEND_SLOTS: usize = 64;
+/// Token bits: a user receive-pool buffer; the engine channel (handshake,
+/// keepalive); within it, a send (else a receive buffer). Request tokens are
+/// `epoch << 32 | slot` with a 30-bit epoch, so they never carry these bits.
 const RECV_BIT: u64 = 1 << 63;
+const ENGINE_BIT: u64 = 1 << 62;
+const ENGINE_SEND_BIT: u64 = 1 << 61;
+const EPOCH_MASK: u32 = (1 << 30) - 1;
 /// Work requests posted per domain before the worker polls again.
 const POST_BURST: usize = 256;
 /// Empty polling passes between two `sched_yield`s.
 const YIELD_EVERY: u32 = 16;
 /// How long shutdown waits for the NIC to finish with in-flight buffers.
 const SHUTDOWN_DRAIN: Duration = Duration::from_secs(5);
+/// How often keepalives, peer timeouts and deadlines are looked at.
+const TIMER_TICK: Duration = Duration::from_millis(1);
 
 /// Starts a worker over `cfg.domains` domains of type `D`.
 pub fn spawn<D: Domain>(cfg: &EngineConfig, notifier: Notifier) -> Result<(Arc<Shared>, GroupInfo, JoinHandle<()>)> {
@@ -68,6 +82,7 @@ pub fn spawn<D: Domain>(cfg: &EngineConfig, notifier: Notifier) -> Result<(Arc<S
         data: ArrayQueue::new(cfg.submit_queue.max(1)),
         ctrl: SegQueue::new(),
         stop: AtomicBool::new(false),
+        inflight: notifier.inflight.clone(),
         napping: AtomicBool::new(false),
         thread: Default::default(),
     });
@@ -111,11 +126,39 @@ struct Active {
     outstanding: usize,
     /// Next unit each domain posts (steps by N).
     next: [usize; MAX_DOMAINS],
-    /// The destination peer per domain, for single-destination requests.
-    peers: [PeerId; MAX_DOMAINS],
+    /// The destination peer (index into the peer table) of a
+    /// single-destination request or a send.
+    peer: u32,
+    /// The peer of each unit of a scatter or barrier.
+    unit_peers: Option<Arc<[u32]>>,
+    /// Waiting for a peer's handshake; nothing queued yet.
+    parked: bool,
     error: Option<Error>,
     /// The staging slot of a send.
     stage: Option<u32>,
+}
+
+impl Active {
+    fn involves(&self, peer: u32) -> bool {
+        match &self.unit_peers {
+            Some(u) => u.contains(&peer),
+            None => self.peer == peer,
+        }
+    }
+    fn peers(&self) -> impl Iterator<Item = u32> + '_ {
+        let one = self.unit_peers.is_none().then_some(self.peer);
+        one.into_iter().chain(self.unit_peers.iter().flat_map(|u| u.iter().copied()))
+    }
+}
+
+/// What a deadline in the timer heap is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Timer {
+    /// Request `slot` of `epoch`: times it out, or (if it has already
+    /// ended) stops waiting for its work requests.
+    Request { slot: u32, epoch: u32 },
+    /// The expectation on `imm` that is request `id`.
+    Expect { imm: u32, id: u64 },
 }
 
 struct Worker<D: Domain> {
@@ -123,6 +166,7 @@ struct Worker<D: Domain> {
     shared: Arc<Shared>,
     notifier: Notifier,
     cfg: EngineConfig,
+    epoch: u64,
     actives: Vec<Option<Active>>,
     gens: Vec<u32>,
     free: Vec<u32>,
@@ -133,13 +177,18 @@ struct Worker<D: Domain> {
     imm: ImmCounter,
     pools: Vec<RecvPool>,
     repost: VecDeque<(u32, u32)>,
-    groups: Vec<Vec<[PeerId; MAX_DOMAINS]>>,
+    groups: Vec<Arc<[u32]>>,
+    peers: Peers,
+    timers: BinaryHeap<Reverse<(Instant, Timer)>>,
+    now: Instant,
+    next_tick: Instant,
     scratch: Arc<OwnedMem>,
     scratch_mr: Vec<LocalMr>,
     stage: Arc<OwnedMem>,
     stage_mr: LocalMr,
     stage_free: Vec<u32>,
     comps: Vec<Completion>,
+    abandoned: Vec<u64>,
 }
 
 /// Closes one registration per domain (`locals[d]` in domain `d`).
@@ -151,6 +200,43 @@ fn release<D: Domain>(domains: &mut [D], locals: &[LocalMr]) {
 
 fn token(slot: u32, epoch: u32) -> u64 {
     (epoch as u64) << 32 | slot as u64
+}
+
+/// A new engine epoch: random enough that a restarted engine never reuses it.
+fn new_epoch() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+    h.write_u32(std::process::id());
+    h.finish().max(1)
+}
+
+/// The status a failed work request reports, from its libfabric error number.
+fn classify(errno: i32) -> Status {
+    use crate::sys::*;
+    const EPIPE: u32 = 32; // libfabric passes some socket errors through as plain errno
+    const PEER: [u32; 10] = [
+        FI_ENOTCONN,
+        FI_ECONNRESET,
+        FI_ECONNREFUSED,
+        FI_ECONNABORTED,
+        FI_EHOSTUNREACH,
+        FI_ENETUNREACH,
+        FI_ENETDOWN,
+        FI_ETIMEDOUT,
+        EPIPE,
+        FI_ESHUTDOWN,
+    ];
+    let e = errno.unsigned_abs();
+    if PEER.contains(&e) {
+        Status::PeerDown
+    } else if [FI_EACCES, FI_EKEYREJECTED, FI_EPERM, FI_EREMOTEIO].contains(&e) {
+        Status::RemoteAccess
+    } else if [FI_EFAULT, FI_EMSGSIZE, FI_EINVAL, FI_ETOOSMALL, FI_ENOMEM, FI_EMFILE].contains(&e) {
+        Status::LocalAccess
+    } else {
+        Status::Provider
+    }
 }
 
 impl<D: Domain> Worker<D> {
@@ -166,12 +252,17 @@ impl<D: Domain> Worker<D> {
             scratch_mr.push(d.register(scratch.ptr, scratch.len)?);
         }
         let stage_mr = domains[0].register(stage.ptr, stage.len)?;
+        let epoch = new_epoch();
+        let me = NetAddr { epoch, domains: domains.iter().map(|d| d.address().into()).collect() };
+        let peers = Peers::new(&mut domains, &me)?;
+        let now = Instant::now();
         Ok(Worker {
             pending: (0..domains.len()).map(|_| VecDeque::new()).collect(),
             domains,
             shared,
             notifier,
             cfg,
+            epoch,
             actives: Vec::new(),
             gens: Vec::new(),
             free: Vec::new(),
@@ -182,20 +273,35 @@ impl<D: Domain> Worker<D> {
             pools: Vec::new(),
             repost: VecDeque::new(),
             groups: Vec::new(),
+            peers,
+            timers: BinaryHeap::new(),
+            now,
+            next_tick: now,
             scratch,
             scratch_mr,
             stage,
             stage_mr,
             stage_free: (0..SEND_SLOTS as u32).rev().collect(),
             comps: Vec::with_capacity(64),
+            abandoned: Vec::new(),
         })
+    }
+
+    fn address(&self) -> NetAddr {
+        NetAddr { epoch: self.epoch, domains: self.domains.iter().map(|d| d.address().into()).collect() }
     }
 
     fn info(&self) -> GroupInfo {
         GroupInfo {
-            address: NetAddr { domains: self.domains.iter().map(|d| d.address().into()).collect() },
+            address: self.address(),
             provider: self.domains[0].provider().to_string(),
-            max_msg: self.domains.iter().map(|d| d.max_msg_size()).chain(self.cfg.max_msg_size).min().unwrap_or(usize::MAX),
+            max_msg: self
+                .domains
+                .iter()
+                .map(|d| d.max_msg_size())
+                .chain(self.cfg.max_msg_size)
+                .min()
+                .unwrap_or(usize::MAX),
         }
     }
 
@@ -226,8 +332,8 @@ impl<D: Domain> Worker<D> {
                 idle_since = None;
                 continue;
             }
-            let since = *idle_since.get_or_insert_with(Instant::now);
-            if since.elapsed() >= spin {
+            let since = *idle_since.get_or_insert(self.now);
+            if self.now.duration_since(since) >= spin {
                 self.shared.napping.store(true, Ordering::SeqCst);
                 if self.shared.data.is_empty() && self.shared.ctrl.is_empty() {
                     std::thread::park_timeout(nap);
@@ -239,12 +345,15 @@ impl<D: Domain> Worker<D> {
     }
 
     /// One pass: new requests and posting first (a request's latency), then
-    /// control commands (whose callers wait on a channel), then completions.
-    /// True if anything happened.
+    /// control commands (whose callers wait on a channel), then completions,
+    /// then (every millisecond) keepalives and deadlines. True if anything happened.
     fn step(&mut self) -> bool {
+        self.now = Instant::now();
         let mut busy = false;
         for _ in 0..64 {
-            let Some(r) = self.shared.data.pop() else { break };
+            let Some(r) = self.shared.data.pop() else {
+                break;
+            };
             self.accept(r);
             busy = true;
         }
@@ -254,7 +363,19 @@ impl<D: Domain> Worker<D> {
             busy = true;
         }
         busy |= self.poll_all();
+        if self.now >= self.next_tick {
+            self.next_tick = self.now + TIMER_TICK;
+            busy |= self.tick();
+        }
         busy
+    }
+
+    /// Accepts every request still in the submission queue (so that a
+    /// cancel finds the requests submitted before it).
+    fn accept_queued(&mut self) {
+        while let Some(r) = self.shared.data.pop() {
+            self.accept(r);
+        }
     }
 
     fn control(&mut self, c: Ctrl) {
@@ -279,54 +400,82 @@ impl<D: Domain> Worker<D> {
                     release(&mut self.domains, &locals);
                 }
             }
-            Ctrl::Expect { imm, count, done, reply } => {
-                let _ = reply.send(self.imm.expect(imm, count, done, &self.notifier));
+            Ctrl::Expect { imm, count, done, id, timeout, reply } => {
+                let r = self.imm.expect(imm, count, done, id, &self.notifier);
+                if let (Ok(()), Some(t)) = (&r, timeout) {
+                    self.timers.push(Reverse((self.now + t, Timer::Expect { imm, id })));
+                }
+                let _ = reply.send(r);
             }
             Ctrl::RecvPool { len, count, cb, reply } => {
                 let _ = reply.send(self.add_pool(len, count, cb));
             }
             Ctrl::Repost { pool, index } => self.repost.push_back((pool, index)),
             Ctrl::AddGroup { addrs, reply } => {
-                let mut members = Vec::with_capacity(addrs.len());
-                for a in &addrs {
-                    let mut peers = [0; MAX_DOMAINS];
-                    for (d, dom) in self.domains.iter_mut().enumerate() {
-                        match dom.resolve(&a.domains[d]) {
-                            Ok(p) => peers[d] = p,
-                            Err(e) => {
-                                let _ = reply.send(Err(e));
-                                return;
-                            }
-                        }
+                let members: Result<Vec<u32>> = addrs.iter().map(|a| self.peer_of(a)).collect();
+                let _ = reply.send(members.map(|m| {
+                    self.groups.push(m.into());
+                    self.groups.len() as u64
+                }));
+            }
+            Ctrl::Cancel { id, reply } => {
+                self.accept_queued();
+                let canceled = || Error::new(Status::Canceled, "canceled by the application");
+                let found =
+                    self.actives.iter().position(|a| a.as_ref().is_some_and(|a| a.req.id == id && a.error.is_none()));
+                let r = if let Some(s) = found {
+                    self.end(s as u32, canceled());
+                    Ok(())
+                } else if let Some(imm) = self.imm.find(id) {
+                    self.imm.expire(imm, id, canceled(), &self.notifier);
+                    Ok(())
+                } else {
+                    Err(Error::new(Status::NotFound, format!("request {id} has already ended (or never existed)")))
+                };
+                let _ = reply.send(r);
+            }
+            Ctrl::CancelPeer { addr, reply } => {
+                self.accept_queued();
+                let n = match self.peers.find(&addr) {
+                    Some(p) => {
+                        self.end_all(p, || Error::new(Status::Canceled, "canceled with every request to its peer"))
                     }
-                    members.push(peers);
-                }
-                self.groups.push(members);
-                let _ = reply.send(Ok(self.groups.len() as u64));
+                    None => 0,
+                };
+                let _ = reply.send(Ok(n));
+            }
+            Ctrl::AddPeer { addr, reply } => {
+                let _ = reply.send(self.add_peer(&addr));
+            }
+            Ctrl::PeerState { addr, reply } => {
+                let _ = reply.send(Ok(self.peers.find(&addr).map(|p| self.peers.state(p))));
             }
         }
     }
 
-    /// Takes a new request: resolves its destination and queues its units on the domains.
-    fn accept(&mut self, req: Request) {
-        let n = self.domains.len();
-        let units = req.units();
-        let mut peers = [0; MAX_DOMAINS];
-        let resolved = match (&req.shape, req.single_dst()) {
-            (Shape::Send { to, .. }, _) => self.domains[0].resolve(&to.domains[0]).map(|p| peers[0] = p),
-            (_, Some(dst)) => (0..n).try_for_each(|d| {
-                peers[d] = self.domains[d].resolve(&dst.owner.domains[d])?;
-                Ok(())
-            }),
-            _ => Ok(()),
-        };
-        if let Err(e) = resolved {
-            self.notifier.fire(req.done, Err(e));
-            return;
+    /// The peers a request goes to (indices into the peer table), added to
+    /// the table (and greeted) if new.
+    fn request_peers(&mut self, req: &Request) -> Result<(u32, Option<Arc<[u32]>>)> {
+        if let Shape::Send { to, .. } = &req.shape {
+            return Ok((self.peer_of(to)?, None));
         }
-        // Sends always go through domain 0; everything else rotates the first domain.
-        let rr = if matches!(req.shape, Shape::Send { .. }) { 0 } else { self.rr };
-        self.rr = (self.rr + units) % n;
+        if let Some(dst) = req.single_dst() {
+            return Ok((self.peer_of(&dst.owner)?, None));
+        }
+        if let Some(g) = req.group() {
+            return Ok((u32::MAX, Some(self.groups[g as usize - 1].clone())));
+        }
+        let units: Result<Vec<u32>> = (0..req.units()).map(|k| self.peer_of(&req.unit_dst(k).owner)).collect();
+        Ok((u32::MAX, Some(units?.into())))
+    }
+
+    /// Takes a new request: finds its peers and queues its units on the
+    /// domains (or parks it until its peers have answered the handshake).
+    fn accept(&mut self, req: Request) {
+        let (peer, unit_peers) = match self.request_peers(&req) {
+            Ok(p) => p,
+            Err(e) => return self.notifier.fire_request(req.done, Err(e)),
+        };
         let slot = match self.free.pop() {
             Some(s) => s,
             None => {
@@ -336,21 +485,98 @@ impl<D: Domain> Worker<D> {
             }
         };
         let epoch = self.gens[slot as usize];
-        let mut next = [usize::MAX; MAX_DOMAINS];
-        for (d, nx) in next.iter_mut().enumerate().take(n) {
-            *nx = (d + n - rr % n) % n;
-            if *nx < units {
-                self.pending[d].push_back((slot, epoch));
+        if let Some(t) = req.timeout {
+            self.timers.push(Reverse((self.now + t, Timer::Request { slot, epoch })));
+        }
+        let units = req.units();
+        self.actives[slot as usize] = Some(Active {
+            req,
+            epoch,
+            units,
+            posted: 0,
+            outstanding: 0,
+            next: [usize::MAX; MAX_DOMAINS],
+            peer,
+            unit_peers,
+            parked: true,
+            error: None,
+            stage: None,
+        });
+        self.live += 1;
+        self.admit(slot);
+    }
+
+    /// Queues a parked request's units once all its peers are up; fails it
+    /// if one is down. Leaves it parked otherwise.
+    fn admit(&mut self, slot: u32) {
+        let Some(a) = self.actives[slot as usize].as_ref().filter(|a| a.parked) else {
+            return;
+        };
+        let (mut ready, mut down) = (true, None);
+        for p in a.peers() {
+            match self.peers.get(p) {
+                peers::State::Up => {}
+                peers::State::Connecting => ready = false,
+                peers::State::Down(e) => {
+                    down = Some(e.clone());
+                    break;
+                }
             }
         }
-        self.actives[slot as usize] =
-            Some(Active { req, epoch, units, posted: 0, outstanding: 0, next, peers, error: None, stage: None });
-        self.live += 1;
+        if let Some(e) = down {
+            self.actives[slot as usize].as_mut().unwrap().parked = false;
+            return self.end(slot, e);
+        }
+        if !ready {
+            return;
+        }
+        let n = self.domains.len();
+        let a = self.actives[slot as usize].as_mut().unwrap();
+        a.parked = false;
+        // Sends always go through domain 0; everything else rotates the first domain.
+        let rr = if matches!(a.req.shape, Shape::Send { .. }) { 0 } else { self.rr };
+        self.rr = (self.rr + a.units) % n;
+        for d in 0..n {
+            a.next[d] = (d + n - rr % n) % n;
+            if a.next[d] < a.units {
+                self.pending[d].push_back((slot, a.epoch));
+            }
+        }
+    }
+
+    /// Ends request `slot` with `err` (canceled, timed out, peer down, a
+    /// failed post): nothing more is posted, and it is reported once the
+    /// provider has given back its work requests on the wire, or after the
+    /// drain timeout. Keeps an earlier error.
+    fn end(&mut self, slot: u32, err: Error) {
+        let Some(a) = self.actives[slot as usize].as_mut() else {
+            return;
+        };
+        if a.error.is_none() {
+            a.error = Some(err);
+            if a.outstanding > 0 {
+                let t = Timer::Request { slot, epoch: a.epoch };
+                self.timers.push(Reverse((self.now + self.cfg.drain_timeout, t)));
+            }
+        }
+        self.maybe_finish(slot);
+    }
+
+    /// Ends every request to peer `p` with `err()`; returns how many.
+    fn end_all(&mut self, p: u32, err: impl Fn() -> Error) -> usize {
+        let hit: Vec<u32> = (0..self.actives.len() as u32)
+            .filter(|&s| self.actives[s as usize].as_ref().is_some_and(|a| a.error.is_none() && a.involves(p)))
+            .collect();
+        for &s in &hit {
+            self.end(s, err());
+        }
+        hit.len()
     }
 
     fn post_all(&mut self) -> bool {
         // Receive buffers first, so that a peer's message always finds one.
         let mut busy = self.post_receives();
+        busy |= self.post_engine_receives();
         for d in 0..self.domains.len() {
             busy |= self.post_domain(d);
         }
@@ -363,7 +589,9 @@ impl<D: Domain> Worker<D> {
         let scratch = (self.scratch.ptr as *const u8, &scratch_mr);
         let mut posted = 0;
         while posted < POST_BURST {
-            let Some(&(slot, epoch)) = self.pending[d].front() else { break };
+            let Some(&(slot, epoch)) = self.pending[d].front() else {
+                break;
+            };
             let a = match self.actives[slot as usize].as_mut() {
                 Some(a) if a.epoch == epoch && a.error.is_none() && a.next[d] < a.units => a,
                 _ => {
@@ -373,27 +601,30 @@ impl<D: Domain> Worker<D> {
             };
             let k = a.next[d];
             let tok = token(slot, epoch);
+            let peer = match &a.unit_peers {
+                Some(u) => self.peers.id(u[k], d),
+                None => self.peers.id(a.peer, d),
+            };
             let res = if let Shape::Send { msg, .. } = &a.req.shape {
                 if a.stage.is_none() {
-                    let Some(s) = self.stage_free.pop() else { break };
+                    let Some(s) = self.stage_free.pop() else {
+                        break;
+                    };
                     // SAFETY: staging slot s is ours until the send completes; msg fits (checked at submit).
                     unsafe {
-                        std::ptr::copy_nonoverlapping(msg.as_ptr(), self.stage.ptr.add(s as usize * MAX_SEND), msg.len())
+                        std::ptr::copy_nonoverlapping(
+                            msg.as_ptr(),
+                            self.stage.ptr.add(s as usize * MAX_SEND),
+                            msg.len(),
+                        )
                     };
                     a.stage = Some(s);
                 }
                 // SAFETY: as above.
                 let buf = unsafe { self.stage.ptr.add(a.stage.unwrap() as usize * MAX_SEND) };
-                self.domains[d].post_send(a.peers[0], buf, msg.len(), self.stage_mr.desc, tok)
+                self.domains[d].post_send(Chan::User, peer, buf, msg.len(), self.stage_mr.desc, tok)
             } else {
-                let peer = if a.req.single_dst().is_some() {
-                    Ok(a.peers[d])
-                } else if let Some(g) = a.req.group() {
-                    Ok(self.groups[g as usize - 1][k][d])
-                } else {
-                    self.domains[d].resolve(&a.req.unit_dst(k).owner.domains[d])
-                };
-                peer.and_then(|p| self.domains[d].post_write(&a.req.write_wr(k, d, p, scratch), tok))
+                self.domains[d].post_write(&a.req.write_wr(k, d, peer, scratch), tok)
             };
             match res {
                 Ok(Post::Posted) => {
@@ -404,9 +635,8 @@ impl<D: Domain> Worker<D> {
                 }
                 Ok(Post::Again) => break,
                 Err(e) => {
-                    a.error = Some(e);
                     self.pending[d].pop_front();
-                    self.maybe_finish(slot);
+                    self.end(slot, e);
                 }
             }
         }
@@ -424,55 +654,127 @@ impl<D: Domain> Worker<D> {
                 Err(e) => eprintln!("fabriclib: polling domain {d}: {e}"),
             }
             for c in comps.drain(..) {
-                self.complete(c);
+                self.complete(d, c);
             }
             self.comps = comps;
         }
         busy
     }
 
-    fn complete(&mut self, c: Completion) {
+    fn complete(&mut self, d: usize, c: Completion) {
         match c {
             Completion::RemoteWrite { imm } => self.imm.arrived(imm, &self.notifier),
+            Completion::Recv { token, len, .. } if token & ENGINE_BIT != 0 => self.engine_recv(token, Ok(len)),
             Completion::Recv { token, len, .. } => self.deliver(token, Ok(len)),
+            Completion::Failed { token, errno, .. } if token & ENGINE_BIT != 0 && token & ENGINE_SEND_BIT == 0 => {
+                self.engine_recv(token, Err(errno))
+            }
+            Completion::Done { token } | Completion::Failed { token, .. } if token & ENGINE_BIT != 0 => {
+                let errno = if let Completion::Failed { errno, .. } = c { errno } else { 0 };
+                self.engine_sent(token, errno);
+            }
             Completion::Done { token } | Completion::Failed { token, .. } if token & RECV_BIT != 0 => {
                 let errno = if let Completion::Failed { errno, .. } = c { errno } else { 0 };
                 self.deliver(token, Err(recv::failure(errno)));
             }
-            Completion::Done { token } | Completion::Failed { token, .. } => {
-                let (slot, epoch) = (token as u32, (token >> 32) as u32);
-                let Some(a) = self.actives[slot as usize].as_mut().filter(|a| a.epoch == epoch) else { return };
-                a.outstanding -= 1;
-                if let Completion::Failed { errno, .. } = c {
-                    a.error.get_or_insert_with(|| {
-                        Error::new(Status::Provider, format!("work request failed: {}", crate::domain::fabric::strerror(errno)))
-                    });
+            Completion::Done { token } => self.wr_done(token, None),
+            Completion::Failed { token, peer, errno } => {
+                let status = classify(errno);
+                let what = crate::domain::fabric::strerror(errno);
+                let err = Error::new(status, format!("work request failed: {what} (libfabric error {errno})"));
+                self.wr_done(token, Some(err.clone()));
+                // An unreachable peer fails everything else sent to it too.
+                if status == Status::PeerDown {
+                    if let Some(p) = self.peers.by_id(d, peer) {
+                        self.peer_down(p, err);
+                    }
                 }
-                self.maybe_finish(slot);
             }
         }
     }
 
+    /// One work request of a request came back from the provider (or was
+    /// abandoned), failed with `err` if given.
+    fn wr_done(&mut self, token: u64, err: Option<Error>) {
+        let (slot, epoch) = (token as u32, (token >> 32) as u32);
+        let Some(a) = self.actives.get_mut(slot as usize).and_then(|a| a.as_mut()).filter(|a| a.epoch == epoch) else {
+            return;
+        };
+        a.outstanding -= 1;
+        match err {
+            Some(e) => self.end(slot, e),
+            None => self.maybe_finish(slot),
+        }
+    }
+
+    /// Reports request `slot` if it has nothing left on the wire and either
+    /// posted everything or ended early.
     fn maybe_finish(&mut self, slot: u32) {
         let s = slot as usize;
-        let Some(a) = self.actives[s].as_ref() else { return };
+        let Some(a) = self.actives[s].as_ref() else {
+            return;
+        };
         if a.outstanding > 0 || (a.error.is_none() && a.posted < a.units) {
             return;
         }
         let a = self.actives[s].take().unwrap();
-        self.gens[s] = self.gens[s].wrapping_add(1);
+        self.gens[s] = (self.gens[s] + 1) & EPOCH_MASK;
         self.free.push(slot);
         self.live -= 1;
         if let Some(st) = a.stage {
             self.stage_free.push(st);
         }
-        self.notifier.fire(a.req.done, a.error.map_or(Ok(()), Err));
+        self.notifier.fire_request(a.req.done, a.error.map_or(Ok(()), Err));
+    }
+
+    /// Every millisecond: deadlines that passed, then keepalives and peer timeouts.
+    fn tick(&mut self) -> bool {
+        let mut busy = false;
+        while let Some(&Reverse((when, t))) = self.timers.peek() {
+            if when > self.now {
+                break;
+            }
+            self.timers.pop();
+            busy = true;
+            match t {
+                Timer::Request { slot, epoch } => {
+                    let Some(a) = self.actives[slot as usize].as_mut().filter(|a| a.epoch == epoch) else {
+                        continue;
+                    };
+                    if a.error.is_none() {
+                        let t = a.req.timeout.unwrap_or_default();
+                        self.end(
+                            slot,
+                            Error::new(Status::TimedOut, format!("the request did not complete within {t:?}")),
+                        );
+                    } else {
+                        // Ended earlier and the drain timeout passed: the provider
+                        // lost these work requests (a dead peer on some providers).
+                        a.outstanding = 0;
+                        self.maybe_finish(slot);
+                    }
+                }
+                Timer::Expect { imm, id } => {
+                    let err = Error::new(
+                        Status::TimedOut,
+                        format!("fewer immediates {imm:#x} than expected arrived in time"),
+                    );
+                    self.imm.expire(imm, id, err, &self.notifier);
+                }
+            }
+        }
+        busy | self.keepalive()
     }
 
     fn shutdown(mut self) {
         let err = shutdown_error();
+        self.say_goodbye();
+        let bye = Instant::now() + Duration::from_millis(100);
+        while self.peers.sending() && Instant::now() < bye {
+            self.poll_all();
+        }
         while let Some(r) = self.shared.data.pop() {
-            self.notifier.fire(r.done, Err(err.clone()));
+            self.notifier.fire_request(r.done, Err(err.clone()));
         }
         // Nothing new is posted; requests with work on the wire end once the NIC
         // is done with their buffers (or after SHUTDOWN_DRAIN).
@@ -506,6 +808,9 @@ impl<D: Domain> Worker<D> {
                 Ctrl::Register { reply, .. } => drop(reply.send(Err(err.clone()))),
                 Ctrl::Expect { reply, .. } | Ctrl::RecvPool { reply, .. } => drop(reply.send(Err(err.clone()))),
                 Ctrl::AddGroup { reply, .. } => drop(reply.send(Err(err.clone()))),
+                Ctrl::Cancel { reply, .. } | Ctrl::AddPeer { reply, .. } => drop(reply.send(Err(err.clone()))),
+                Ctrl::CancelPeer { reply, .. } => drop(reply.send(Err(err.clone()))),
+                Ctrl::PeerState { reply, .. } => drop(reply.send(Err(err.clone()))),
                 Ctrl::Deregister { .. } | Ctrl::Repost { .. } => {}
             }
         }
@@ -517,6 +822,7 @@ impl<D: Domain> Worker<D> {
         for pool in &self.pools {
             self.domains[0].deregister(&pool.mr);
         }
+        self.peers.close(&mut self.domains[0]);
         release(&mut self.domains, &self.scratch_mr);
         self.domains[0].deregister(&self.stage_mr);
     }

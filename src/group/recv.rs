@@ -3,7 +3,7 @@
 //! reposted when the callback returns.
 use super::request::{Ctrl, RecvCallback};
 use super::{MAX_SEND, RECV_BIT, Shared, Worker};
-use crate::domain::{Domain, LocalMr, Post};
+use crate::domain::{Chan, Domain, LocalMr, Post};
 use crate::error::{Error, Result, Status};
 use std::sync::Arc;
 
@@ -65,7 +65,13 @@ impl<D: Domain> Worker<D> {
             let pool = &self.pools[p as usize];
             // SAFETY: slot i lies inside the pool's allocation.
             let buf = unsafe { pool.mem.ptr.add(i as usize * MAX_SEND) };
-            match self.domains[0].post_recv(buf, MAX_SEND, pool.mr.desc, RECV_BIT | (p as u64) << 32 | i as u64) {
+            match self.domains[0].post_recv(
+                Chan::User,
+                buf,
+                MAX_SEND,
+                pool.mr.desc,
+                RECV_BIT | (p as u64) << 32 | i as u64,
+            ) {
                 Ok(Post::Posted) => busy = true,
                 Ok(Post::Again) => {
                     self.repost.push_front((p, i));

@@ -9,6 +9,7 @@ use crate::engine::notify::OnDone;
 use crate::wire::{MrDesc, NetAddr};
 use std::sync::Arc;
 use std::sync::mpsc::Sender;
+use std::time::Duration;
 
 /// A registered local region. Deregistered (on the worker) when the last
 /// reference goes: the user's handle and every request that uses it.
@@ -60,6 +61,10 @@ pub enum Shape {
 }
 
 pub struct Request {
+    /// The id `submit_*` returned (for `cancel`).
+    pub id: u64,
+    /// How long it may take; `None`: no deadline.
+    pub timeout: Option<Duration>,
     pub shape: Shape,
     pub imm: Option<u32>,
     pub done: OnDone,
@@ -144,10 +149,55 @@ pub type RecvCallback = Arc<dyn Fn(crate::error::Result<&[u8]>) + Send + Sync>;
 
 /// Control commands: rare, unbounded queue, processed before data.
 pub enum Ctrl {
-    Register { id: u64, ptr: usize, len: usize, reply: Sender<crate::error::Result<Vec<LocalMr>>> },
-    Deregister { id: u64 },
-    Expect { imm: u32, count: u32, done: OnDone, reply: Sender<crate::error::Result<()>> },
-    RecvPool { len: usize, count: usize, cb: RecvCallback, reply: Sender<crate::error::Result<()>> },
-    Repost { pool: u32, index: u32 },
-    AddGroup { addrs: Vec<NetAddr>, reply: Sender<crate::error::Result<u64>> },
+    Register {
+        id: u64,
+        ptr: usize,
+        len: usize,
+        reply: Sender<crate::error::Result<Vec<LocalMr>>>,
+    },
+    Deregister {
+        id: u64,
+    },
+    Expect {
+        imm: u32,
+        count: u32,
+        done: OnDone,
+        id: u64,
+        timeout: Option<Duration>,
+        reply: Sender<crate::error::Result<()>>,
+    },
+    RecvPool {
+        len: usize,
+        count: usize,
+        cb: RecvCallback,
+        reply: Sender<crate::error::Result<()>>,
+    },
+    Repost {
+        pool: u32,
+        index: u32,
+    },
+    AddGroup {
+        addrs: Vec<NetAddr>,
+        reply: Sender<crate::error::Result<u64>>,
+    },
+    /// Ends request (or expectation) `id` with `Canceled`; `NotFound` if it has ended.
+    Cancel {
+        id: u64,
+        reply: Sender<crate::error::Result<()>>,
+    },
+    /// Ends every request to `addr` with `Canceled`; replies how many.
+    CancelPeer {
+        addr: NetAddr,
+        reply: Sender<crate::error::Result<usize>>,
+    },
+    /// Starts (or, for a peer that is down, restarts) the handshake with `addr`.
+    AddPeer {
+        addr: NetAddr,
+        reply: Sender<crate::error::Result<()>>,
+    },
+    /// The state of `addr`, if the engine knows it.
+    PeerState {
+        addr: NetAddr,
+        reply: Sender<crate::error::Result<Option<crate::config::PeerState>>>,
+    },
 }

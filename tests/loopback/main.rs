@@ -7,10 +7,13 @@
 //! Run: `cargo test --test loopback` (all), or with a filter:
 //! `cargo test --test loopback -- paged`. Providers: `FABRICLIB_TEST_PROVIDERS`
 //! (comma-separated; default `tcp;ofi_rxm,shm`).
+mod faults;
 mod peer;
 mod util;
 
-use fabriclib::{EngineConfig, FLAG_DONE, MrDesc, MrHandle, NetAddr, OnDone, Pages, ScatterDst, Status, TransferEngine};
+use fabriclib::{
+    EngineConfig, FLAG_DONE, MrDesc, MrHandle, NetAddr, OnDone, Pages, ScatterDst, Status, TransferEngine,
+};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{Receiver, channel};
@@ -90,7 +93,11 @@ fn wait_hash(p: &mut Peer, want: &[u8]) -> TestResult {
 
 fn check_hash(p: &mut Peer, want: &[u8]) -> TestResult {
     let got = p.hash()?;
-    if got != fnv64(want) { Err(format!("bytes differ: peer hash {got:016x}, expected {:016x}", fnv64(want))) } else { Ok(()) }
+    if got != fnv64(want) {
+        Err(format!("bytes differ: peer hash {got:016x}, expected {:016x}", fnv64(want)))
+    } else {
+        Ok(())
+    }
 }
 
 fn e2s(e: fabriclib::Error) -> String {
@@ -199,7 +206,12 @@ fn scatter_and_barrier(prov: &str, domains: usize) -> TestResult {
     let l = local(prov, domains, 1 << 20, 3)?;
     let mut ps = peers(prov, domains, 3, R)?;
     let dsts: Vec<ScatterDst> = (0..3)
-        .map(|i| ScatterDst { len: 10_000 + i * 1234, src_offset: i * 100_000 + 3, dst: desc(&ps[i as usize]), dst_offset: 777 * i })
+        .map(|i| ScatterDst {
+            len: 10_000 + i * 1234,
+            src_offset: i * 100_000 + 3,
+            dst: desc(&ps[i as usize]),
+            dst_offset: 777 * i,
+        })
         .collect();
     let mut wants = vec![vec![0u8; R]; 3];
     for (i, s) in dsts.iter().enumerate() {
@@ -248,7 +260,12 @@ fn scatter_and_barrier(prov: &str, domains: usize) -> TestResult {
 /// A receive pool on `l` whose messages arrive on the returned channel, and a
 /// peer that echoes every message it receives (into a pool of `echo_pool`,
 /// "LEN COUNT") back to it with `0xEC` prepended.
-fn echo_peer(l: &Local, prov: &str, domains: usize, echo_pool: &str) -> Result<(Peer, Receiver<Vec<u8>>, NetAddr), String> {
+fn echo_peer(
+    l: &Local,
+    prov: &str,
+    domains: usize,
+    echo_pool: &str,
+) -> Result<(Peer, Receiver<Vec<u8>>, NetAddr), String> {
     let mut p = Peer::spawn(prov, domains, 4096)?;
     let (tx, rx) = channel::<Vec<u8>>();
     let tx = std::sync::Mutex::new(tx);
@@ -285,7 +302,10 @@ fn send_recv(prov: &str, domains: usize) -> TestResult {
     for m in &sent {
         l.engine.submit_send(&to, m, OnDone::Nothing).map_err(e2s)?;
     }
-    let mut got: Vec<Vec<u8>> = (0..20).map(|_| rx.recv_timeout(WAIT).map(|m| m[1..].to_vec())).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
+    let mut got: Vec<Vec<u8>> = (0..20)
+        .map(|_| rx.recv_timeout(WAIT).map(|m| m[1..].to_vec()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
     got.sort();
     sent.sort();
     if got != sent {
@@ -317,7 +337,15 @@ fn four_threads(prov: &str, domains: usize) -> TestResult {
                 for i in 0..16u64 {
                     let off = base + 512 * 1024 + i * 4096;
                     l.engine
-                        .submit_single_write(4096, Some(200 + t), &l.mr, off, &d, off, OnDone::Flag(flags[i as usize].clone()))
+                        .submit_single_write(
+                            4096,
+                            Some(200 + t),
+                            &l.mr,
+                            off,
+                            &d,
+                            off,
+                            OnDone::Flag(flags[i as usize].clone()),
+                        )
                         .map_err(e2s)?;
                 }
                 flags.iter().try_for_each(|f| wait_flag(f))
@@ -348,7 +376,7 @@ fn bad_input(prov: &str, domains: usize) -> TestResult {
     let other = local(prov, domains, 4096, 8)?;
     let p = Peer::spawn(prov, domains, 4096)?;
     let d = desc(&p);
-    let expect = |r: fabriclib::Result<()>, s: Status, what: &str| -> TestResult {
+    let expect = |r: fabriclib::Result<fabriclib::RequestId>, s: Status, what: &str| -> TestResult {
         match r {
             Err(e) if e.status == s => Ok(()),
             other => Err(format!("{what}: expected {s:?}, got {other:?}")),
@@ -358,12 +386,28 @@ fn bad_input(prov: &str, domains: usize) -> TestResult {
     expect(e.submit_single_write(0, None, &l.mr, 0, &d, 0, OnDone::Nothing), Status::InvalidArgument, "zero length")?;
     expect(e.submit_single_write(1, None, &l.mr, 4096, &d, 0, OnDone::Nothing), Status::OutOfBounds, "src past end")?;
     expect(e.submit_single_write(8, None, &l.mr, 0, &d, 4090, OnDone::Nothing), Status::OutOfBounds, "dst past end")?;
-    expect(e.submit_single_write(8, None, &l.mr, u64::MAX, &d, 0, OnDone::Nothing), Status::OutOfBounds, "offset overflow")?;
+    expect(
+        e.submit_single_write(8, None, &l.mr, u64::MAX, &d, 0, OnDone::Nothing),
+        Status::OutOfBounds,
+        "offset overflow",
+    )?;
     expect(e.submit_single_write(8, None, &other.mr, 0, &d, 0, OnDone::Nothing), Status::BadHandle, "foreign region")?;
     let pg = |idx: &'static [u32]| Pages { indices: idx, stride: 1024, offset: 0 };
-    expect(e.submit_paged_writes(1024, None, &l.mr, pg(&[0, 3]), &d, pg(&[0, 4]), OnDone::Nothing), Status::OutOfBounds, "page index")?;
-    expect(e.submit_paged_writes(1024, None, &l.mr, pg(&[]), &d, pg(&[]), OnDone::Nothing), Status::InvalidArgument, "no pages")?;
-    expect(e.submit_paged_writes(0, None, &l.mr, pg(&[0]), &d, pg(&[0]), OnDone::Nothing), Status::InvalidArgument, "zero page")?;
+    expect(
+        e.submit_paged_writes(1024, None, &l.mr, pg(&[0, 3]), &d, pg(&[0, 4]), OnDone::Nothing),
+        Status::OutOfBounds,
+        "page index",
+    )?;
+    expect(
+        e.submit_paged_writes(1024, None, &l.mr, pg(&[]), &d, pg(&[]), OnDone::Nothing),
+        Status::InvalidArgument,
+        "no pages",
+    )?;
+    expect(
+        e.submit_paged_writes(0, None, &l.mr, pg(&[0]), &d, pg(&[0]), OnDone::Nothing),
+        Status::InvalidArgument,
+        "zero page",
+    )?;
     expect(e.submit_scatter(None, None, &l.mr, &[], OnDone::Nothing), Status::InvalidArgument, "empty scatter")?;
     expect(e.expect_imm_count(1, 0, OnDone::Nothing), Status::InvalidArgument, "count 0")?;
     e.expect_imm_count(1, 5, OnDone::Nothing).map_err(e2s)?;
@@ -371,7 +415,6 @@ fn bad_input(prov: &str, domains: usize) -> TestResult {
     expect(e.submit_send(&addr(&p), &vec![0u8; 70_000], OnDone::Nothing), Status::InvalidArgument, "oversized send")?;
     Ok(())
 }
-
 
 /// Destroying an engine with 10,000 requests queued or on the wire: every
 /// request ends exactly once (done, or shut down), the destroy returns within
@@ -460,6 +503,11 @@ const TESTS: &[(&str, Test)] = &[
     ("bad_input", bad_input),
     ("destroy_with_10000_pending", destroy_with_10000_pending),
     ("garbage_into_receive_pool", garbage_into_receive_pool),
+    ("cancel_storm_1000", faults::cancel_storm),
+    ("deadline_with_stopped_peer", faults::deadline_with_stopped_peer),
+    ("kill9_mid_paged_write_and_scatter", faults::kill9_mid_transfer),
+    ("stale_and_restarted_peers", faults::stale_and_restarted_peers),
+    ("bounded_completion_path", faults::bounded_completion_path),
 ];
 
 fn main() {

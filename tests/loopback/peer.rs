@@ -3,7 +3,7 @@
 //! remote peer (`<test binary> --peer PROVIDER DOMAINS REGION_BYTES`).
 //!
 //! Commands: `EXPECT imm count` (answers `FIRED imm status` when the count is
-//! reached), `HASH` (answers `HASH <fnv64 of the region>`), `ECHO len count`
+//! reached), `HASH [off len]` (answers `HASH <fnv64 of the region or range>`), `ECHO len count`
 //! (posts receive buffers; every message is sent back to the test process
 //! with a `0xEC` byte prepended, then answers `ECHOING`), `QUIT`.
 use super::util::{fnv64, from_hex, to_hex};
@@ -15,12 +15,8 @@ pub fn main(args: &[String]) -> ! {
     let provider = args[0].clone();
     let domains: usize = args[1].parse().unwrap();
     let region: usize = args[2].parse().unwrap();
-    let cfg = EngineConfig {
-        provider: Some(provider),
-        bind_addr: Some("127.0.0.1".into()),
-        domains,
-        ..Default::default()
-    };
+    let cfg =
+        EngineConfig { provider: Some(provider), bind_addr: Some("127.0.0.1".into()), domains, ..Default::default() };
     let engine = Arc::new(TransferEngine::new(&cfg).unwrap_or_else(|e| {
         println!("ERROR {e}");
         std::process::exit(2)
@@ -56,17 +52,23 @@ pub fn main(args: &[String]) -> ! {
                     say(format!("ERROR {e}"));
                 }
             }
-            ["HASH"] => {
+            ["HASH", range @ ..] => {
+                let (off, len) = match range {
+                    [o, l] => (o.parse().unwrap(), l.parse().unwrap()),
+                    _ => (0, region),
+                };
                 // SAFETY: the region is only written by the NIC; the test process
                 // asks for the hash after every write it waits for has landed.
-                let bytes = unsafe { std::slice::from_raw_parts(mr.ptr(), region) };
+                let bytes = unsafe { std::slice::from_raw_parts(mr.ptr().add(off), len) };
                 say(format!("HASH {:016x}", fnv64(bytes)))
             }
             ["ECHO", len, count] => {
                 let to = parent.clone().expect("PARENT first");
                 let e2 = Arc::downgrade(&engine);
                 let r = engine.submit_recvs(len.parse().unwrap(), count.parse().unwrap(), move |msg| {
-                    let (Ok(msg), Some(e)) = (msg, e2.upgrade()) else { return };
+                    let (Ok(msg), Some(e)) = (msg, e2.upgrade()) else {
+                        return;
+                    };
                     let mut reply = vec![0xEC];
                     reply.extend_from_slice(msg);
                     // Retry while the submission queue is full.

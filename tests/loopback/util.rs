@@ -110,9 +110,38 @@ impl Peer {
     }
 
     pub fn hash(&mut self) -> Result<u64, String> {
-        self.send("HASH");
+        self.hash_cmd("HASH")
+    }
+
+    /// The hash of `len` bytes at `off` of the peer's region.
+    pub fn hash_range(&mut self, off: usize, len: usize) -> Result<u64, String> {
+        self.hash_cmd(&format!("HASH {off} {len}"))
+    }
+
+    fn hash_cmd(&mut self, cmd: &str) -> Result<u64, String> {
+        self.send(cmd);
         let l = self.wait_for("HASH")?;
         Ok(u64::from_str_radix(l.split_whitespace().nth(1).unwrap(), 16).unwrap())
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends `signal` (e.g. "STOP", "CONT") to the peer process.
+    pub fn signal(&self, signal: &str) {
+        let ok = Command::new("kill")
+            .args([&format!("-{signal}"), &self.pid().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill -{signal} {}", self.pid());
+    }
+
+    /// `kill -9`: the peer dies without closing anything.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        remove_shm_files(self.pid());
     }
 
     pub fn expect(&mut self, imm: u32, count: u32) {
@@ -138,13 +167,16 @@ impl Drop for Peer {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
-        // A killed shm endpoint leaves its file behind: remove it.
-        let pid = self.child.id();
-        if let Ok(dir) = std::fs::read_dir("/dev/shm") {
-            for e in dir.flatten() {
-                if e.file_name().to_string_lossy().starts_with(&format!("{pid}:")) {
-                    let _ = std::fs::remove_file(e.path());
-                }
+        remove_shm_files(self.child.id());
+    }
+}
+
+/// A killed shm endpoint leaves its file behind: remove it.
+fn remove_shm_files(pid: u32) {
+    if let Ok(dir) = std::fs::read_dir("/dev/shm") {
+        for e in dir.flatten() {
+            if e.file_name().to_string_lossy().starts_with(&format!("{pid}:")) {
+                let _ = std::fs::remove_file(e.path());
             }
         }
     }

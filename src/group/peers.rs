@@ -1,0 +1,389 @@
+//! The peer table and the engine's own protocol: a handshake before the first
+//! request to a peer, keepalives, and a goodbye at shutdown.
+//!
+//! Every engine this one writes or sends to, or that greets it, is a peer:
+//! an entry with its address (incl. epoch), its id in every domain and a
+//! state (`Connecting` → `Up` → `Down`). Requests to a `Connecting` peer wait
+//! (parked) until it answers. Every `keepalive_interval` each live peer gets a
+//! PING and answers PONG; a peer not heard from for `peer_timeout`, one whose
+//! work requests fail with an unreachable-peer error, or one that says BYE is
+//! `Down`: its requests end with `PeerDown`, its work requests on the wire are
+//! abandoned, new requests to it fail at once until `add_peer` greets it
+//! again. A message from another epoch at a known peer's address means that
+//! engine restarted: the old entry goes `Down` with `Stale`.
+//!
+//! Messages travel on `Chan::Engine` (tagged, apart from the application's
+//! sends), from domain 0 to domain 0:
+//! `"FLK" kind:u8 sender-address` (the address as `NetAddr::to_bytes`).
+use super::recv::OwnedMem;
+use super::{ENGINE_BIT, ENGINE_SEND_BIT, Worker, classify};
+use crate::config::PeerState;
+use crate::domain::{Chan, Domain, LocalMr, PeerId, Post};
+use crate::error::{Error, Result, Status};
+use crate::wire::{MAX_DOMAINS, NetAddr};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// One engine message at most (an 8-domain address with 256-byte names fits).
+const MSG: usize = 4096;
+/// Engine-channel buffers, each way.
+const SLOTS: usize = 32;
+const PING: u8 = 1;
+const PONG: u8 = 2;
+const BYE: u8 = 3;
+
+pub(super) enum State {
+    Connecting,
+    Up,
+    Down(Error),
+}
+
+struct Peer {
+    addr: NetAddr,
+    ids: [PeerId; MAX_DOMAINS],
+    state: State,
+    last_heard: Instant,
+    last_ping: Option<Instant>,
+}
+
+pub(super) struct Peers {
+    list: Vec<Peer>,
+    index: HashMap<NetAddr, u32>,
+    /// Per domain: provider peer id → entry (the newest at that address).
+    by_id: Vec<HashMap<PeerId, u32>>,
+    /// This engine's address as messages carry it.
+    me: Vec<u8>,
+    recv: Arc<OwnedMem>,
+    recv_mr: LocalMr,
+    repost: Vec<u32>,
+    send: Arc<OwnedMem>,
+    send_mr: LocalMr,
+    send_free: Vec<u32>,
+}
+
+impl Peers {
+    pub(super) fn new<D: Domain>(domains: &mut [D], me: &NetAddr) -> Result<Peers> {
+        let recv = OwnedMem::new(MSG * SLOTS);
+        let send = OwnedMem::new(MSG * SLOTS);
+        let recv_mr = domains[0].register(recv.ptr, recv.len)?;
+        let send_mr = match domains[0].register(send.ptr, send.len) {
+            Ok(m) => m,
+            Err(e) => {
+                domains[0].deregister(&recv_mr);
+                return Err(e);
+            }
+        };
+        Ok(Peers {
+            list: Vec::new(),
+            index: HashMap::new(),
+            by_id: (0..domains.len()).map(|_| HashMap::new()).collect(),
+            me: me.to_bytes(),
+            recv,
+            recv_mr,
+            repost: (0..SLOTS as u32).collect(),
+            send,
+            send_mr,
+            send_free: (0..SLOTS as u32).collect(),
+        })
+    }
+
+    pub(super) fn find(&self, addr: &NetAddr) -> Option<u32> {
+        self.index.get(addr).copied()
+    }
+
+    pub(super) fn get(&self, p: u32) -> &State {
+        &self.list[p as usize].state
+    }
+
+    pub(super) fn state(&self, p: u32) -> PeerState {
+        match self.get(p) {
+            State::Connecting => PeerState::Connecting,
+            State::Up => PeerState::Up,
+            State::Down(_) => PeerState::Down,
+        }
+    }
+
+    /// Peer `p`'s id in domain `d`.
+    pub(super) fn id(&self, p: u32, d: usize) -> PeerId {
+        self.list[p as usize].ids[d]
+    }
+
+    pub(super) fn by_id(&self, d: usize, id: PeerId) -> Option<u32> {
+        self.by_id[d].get(&id).copied()
+    }
+
+    /// Engine messages still on the wire.
+    pub(super) fn sending(&self) -> bool {
+        self.send_free.len() < SLOTS
+    }
+
+    pub(super) fn close<D: Domain>(&self, domain0: &mut D) {
+        domain0.deregister(&self.recv_mr);
+        domain0.deregister(&self.send_mr);
+    }
+}
+
+impl<D: Domain> Worker<D> {
+    /// The entry of `addr`, added (and greeted) if new.
+    pub(super) fn peer_of(&mut self, addr: &NetAddr) -> Result<u32> {
+        match self.peers.find(addr) {
+            Some(p) => Ok(p),
+            None => self.new_peer(addr, State::Connecting),
+        }
+    }
+
+    fn new_peer(&mut self, addr: &NetAddr, state: State) -> Result<u32> {
+        if addr.domains.len() != self.domains.len() {
+            crate::bail!(
+                InvalidArgument,
+                "peer has {} domains, this engine {}",
+                addr.domains.len(),
+                self.domains.len()
+            );
+        }
+        let mut ids = [0; MAX_DOMAINS];
+        for (d, dom) in self.domains.iter_mut().enumerate() {
+            ids[d] = dom.resolve(&addr.domains[d])?;
+        }
+        let p = self.peers.list.len() as u32;
+        let state = if self.domains[0].handshakes() { state } else { State::Up };
+        let up = matches!(state, State::Up);
+        self.peers.list.push(Peer { addr: addr.clone(), ids, state, last_heard: self.now, last_ping: None });
+        self.peers.index.insert(addr.clone(), p);
+        for (d, map) in self.peers.by_id.iter_mut().enumerate() {
+            map.insert(ids[d], p);
+        }
+        if up {
+            self.report(p, PeerState::Up, None);
+        } else {
+            self.ping(p);
+        }
+        Ok(p)
+    }
+
+    /// `add_peer`: greets `addr`; one that is down is greeted afresh.
+    pub(super) fn add_peer(&mut self, addr: &NetAddr) -> Result<()> {
+        let Some(p) = self.peers.find(addr) else {
+            return self.peer_of(addr).map(drop);
+        };
+        let peer = &mut self.peers.list[p as usize];
+        if let State::Down(_) = peer.state {
+            (peer.state, peer.last_heard, peer.last_ping) = (State::Connecting, self.now, None);
+            self.ping(p);
+        }
+        Ok(())
+    }
+
+    fn ping(&mut self, p: u32) {
+        if self.send_engine(p, PING) {
+            self.peers.list[p as usize].last_ping = Some(self.now);
+        }
+    }
+
+    /// Posts engine message `kind` to peer `p`; false if it could not be posted now.
+    fn send_engine(&mut self, p: u32, kind: u8) -> bool {
+        let Some(slot) = self.peers.send_free.pop() else {
+            return false;
+        };
+        let len = 4 + self.peers.me.len();
+        // SAFETY: slot `slot` of the send buffer is ours until its completion; len <= MSG.
+        let buf = unsafe {
+            let b = self.peers.send.ptr.add(slot as usize * MSG);
+            std::ptr::copy_nonoverlapping([b'F', b'L', b'K', kind].as_ptr(), b, 4);
+            std::ptr::copy_nonoverlapping(self.peers.me.as_ptr(), b.add(4), len - 4);
+            b
+        };
+        let token = ENGINE_BIT | ENGINE_SEND_BIT | (p as u64) << 16 | slot as u64;
+        let id = self.peers.id(p, 0);
+        match self.domains[0].post_send(Chan::Engine, id, buf, len, self.peers.send_mr.desc, token) {
+            Ok(Post::Posted) => true,
+            _ => {
+                self.peers.send_free.push(slot);
+                false
+            }
+        }
+    }
+
+    /// An engine message went out (or failed with `errno`).
+    pub(super) fn engine_sent(&mut self, token: u64, errno: i32) {
+        self.peers.send_free.push(token as u16 as u32);
+        let p = (token >> 16) as u32;
+        if errno != 0 && classify(errno) == Status::PeerDown {
+            let what = crate::domain::fabric::strerror(errno);
+            self.peer_down(p, Error::new(Status::PeerDown, format!("keepalive to the peer failed: {what}")));
+        }
+    }
+
+    /// Posts the engine-channel receive buffers waiting to be (re)posted.
+    pub(super) fn post_engine_receives(&mut self) -> bool {
+        let mut busy = false;
+        while let Some(&i) = self.peers.repost.last() {
+            // SAFETY: slot i lies inside the receive buffer.
+            let buf = unsafe { self.peers.recv.ptr.add(i as usize * MSG) };
+            match self.domains[0].post_recv(Chan::Engine, buf, MSG, self.peers.recv_mr.desc, ENGINE_BIT | i as u64) {
+                Ok(Post::Posted) => {
+                    self.peers.repost.pop();
+                    busy = true;
+                }
+                _ => break,
+            }
+        }
+        busy
+    }
+
+    /// An engine message arrived in receive buffer `token` (or the receive failed).
+    pub(super) fn engine_recv(&mut self, token: u64, res: std::result::Result<usize, i32>) {
+        let i = token as u32;
+        let msg = res.ok().filter(|&len| len > 4 && len <= MSG).map(|len| {
+            // SAFETY: the provider wrote len bytes into slot i, ours until reposted below.
+            unsafe { std::slice::from_raw_parts(self.peers.recv.ptr.add(i as usize * MSG), len) }.to_vec()
+        });
+        self.peers.repost.push(i);
+        let Some(msg) = msg else { return };
+        if &msg[..3] != b"FLK" {
+            return;
+        }
+        // Garbage from a stranger is ignored: only well-formed addresses count.
+        let Ok(from) = NetAddr::parse(&msg[4..]) else {
+            return;
+        };
+        self.stale_check(&from);
+        match msg[3] {
+            PING => {
+                let p = match self.peers.find(&from) {
+                    Some(p) => p,
+                    None => match self.new_peer(&from, State::Up) {
+                        Ok(p) => p,
+                        Err(_) => return,
+                    },
+                };
+                if !matches!(self.peers.get(p), State::Down(_)) {
+                    self.heard(p);
+                    self.send_engine(p, PONG);
+                }
+            }
+            PONG => {
+                if let Some(p) = self.peers.find(&from).filter(|&p| !matches!(self.peers.get(p), State::Down(_))) {
+                    self.heard(p);
+                }
+            }
+            BYE => {
+                if let Some(p) = self.peers.find(&from) {
+                    self.peer_down(p, Error::new(Status::PeerDown, "the peer engine shut down"));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// `from` speaks for its address now: an entry there of another epoch is
+    /// an engine that has restarted since.
+    fn stale_check(&mut self, from: &NetAddr) {
+        let old: Vec<u32> = (0..self.peers.list.len() as u32)
+            .filter(|&p| {
+                let q = &self.peers.list[p as usize];
+                q.addr.epoch != from.epoch && q.addr.same_place(from) && !matches!(q.state, State::Down(_))
+            })
+            .collect();
+        for p in old {
+            let e = Error::new(
+                Status::Stale,
+                format!(
+                    "the engine at this address restarted (epoch {:#x}, now {:#x}): use its new address and descriptors",
+                    self.peers.list[p as usize].addr.epoch, from.epoch
+                ),
+            );
+            self.peer_down(p, e);
+        }
+    }
+
+    /// Peer `p` answered: it is up, and requests waiting for it go out.
+    fn heard(&mut self, p: u32) {
+        let peer = &mut self.peers.list[p as usize];
+        peer.last_heard = self.now;
+        if let State::Connecting = peer.state {
+            peer.state = State::Up;
+            self.report(p, PeerState::Up, None);
+            let waiting: Vec<u32> = (0..self.actives.len() as u32)
+                .filter(|&s| self.actives[s as usize].as_ref().is_some_and(|a| a.parked && a.involves(p)))
+                .collect();
+            for s in waiting {
+                self.admit(s);
+            }
+        }
+    }
+
+    /// Peer `p` is down (or stale): its requests end with `err`, its work
+    /// requests on the wire are given up, the application is told.
+    pub(super) fn peer_down(&mut self, p: u32, err: Error) {
+        let peer = &mut self.peers.list[p as usize];
+        if let State::Down(_) = peer.state {
+            return;
+        }
+        peer.state = State::Down(err.clone());
+        self.report(p, PeerState::Down, Some(err.clone()));
+        self.end_all(p, || err.clone());
+        // A stale entry shares its address (and provider ids) with the live
+        // engine there now: its work requests will complete, keep them.
+        if err.status != Status::PeerDown {
+            return;
+        }
+        let mut tokens = std::mem::take(&mut self.abandoned);
+        for d in 0..self.domains.len() {
+            let id = self.peers.id(p, d);
+            self.domains[d].abandon(id, &mut tokens);
+        }
+        for t in tokens.drain(..) {
+            if t & ENGINE_BIT != 0 {
+                self.peers.send_free.push(t as u16 as u32);
+            } else {
+                self.wr_done(t, Some(err.clone()));
+            }
+        }
+        self.abandoned = tokens;
+    }
+
+    /// Keepalives and peer timeouts. True if a message went out.
+    pub(super) fn keepalive(&mut self) -> bool {
+        if !self.domains[0].handshakes() {
+            return false;
+        }
+        let mut busy = false;
+        for p in 0..self.peers.list.len() as u32 {
+            let q = &self.peers.list[p as usize];
+            if let State::Down(_) = q.state {
+                continue;
+            }
+            let silent = self.now.duration_since(q.last_heard);
+            if silent >= self.cfg.peer_timeout {
+                let what = if let State::Connecting = q.state {
+                    "did not answer the handshake"
+                } else {
+                    "stopped answering keepalives"
+                };
+                self.peer_down(p, Error::new(Status::PeerDown, format!("the peer {what} for {silent:?}")));
+            } else if q.last_ping.is_none_or(|t| self.now.duration_since(t) >= self.cfg.keepalive_interval) {
+                self.ping(p);
+                busy = true;
+            }
+        }
+        busy
+    }
+
+    /// Tells every peer that is up that this engine is going away (best effort).
+    pub(super) fn say_goodbye(&mut self) {
+        for p in 0..self.peers.list.len() as u32 {
+            if let State::Up = self.peers.get(p) {
+                self.send_engine(p, BYE);
+            }
+        }
+    }
+
+    fn report(&self, p: u32, state: PeerState, err: Option<Error>) {
+        if let Some(cb) = &self.cfg.on_peer_state {
+            let (cb, addr) = (cb.0.clone(), self.peers.list[p as usize].addr.clone());
+            self.notifier.run(Box::new(move || cb(&addr, state, err.as_ref())));
+        }
+    }
+}

@@ -1,0 +1,388 @@
+//! Fault injection: cancel storms, deadlines against a stopped peer,
+//! `kill -9` of a peer in the middle of paged writes and scatters, stale
+//! descriptors, a bounded completion path. Every request must end exactly
+//! once, with the status the failure calls for, within the documented time,
+//! and the survivor must go on serving its other peers.
+use super::*;
+use fabriclib::{Deadline, Error, PeerState, RequestId};
+use std::sync::Mutex;
+use std::sync::atomic::AtomicUsize;
+
+/// Records how every request of a test ended: how often its report came
+/// (must be once) and with which status.
+pub struct Ends {
+    calls: Vec<AtomicUsize>,
+    status: Mutex<Vec<Option<Status>>>,
+    done: AtomicUsize,
+}
+
+impl Ends {
+    pub fn new(n: usize) -> Arc<Ends> {
+        Arc::new(Ends {
+            calls: (0..n).map(|_| Default::default()).collect(),
+            status: Mutex::new(vec![None; n]),
+            done: Default::default(),
+        })
+    }
+
+    /// A callback that records request `i`'s end.
+    pub fn on(self: &Arc<Self>, i: usize) -> OnDone {
+        let me = self.clone();
+        OnDone::callback(move |r: fabriclib::Result<()>| {
+            me.calls[i].fetch_add(1, Ordering::SeqCst);
+            me.status.lock().unwrap()[i] = Some(r.map_or_else(|e| e.status, |_| Status::Ok));
+            me.done.fetch_add(1, Ordering::SeqCst);
+        })
+    }
+
+    /// Waits until every request has reported (or `limit` passes); then
+    /// checks each reported exactly once. Returns how long it took.
+    pub fn wait_all(&self, limit: Duration) -> Result<Duration, String> {
+        let t = Instant::now();
+        while self.done.load(Ordering::SeqCst) < self.calls.len() && t.elapsed() < limit {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let took = t.elapsed();
+        std::thread::sleep(Duration::from_millis(20)); // a double report would show now
+        let bad: Vec<usize> = (0..self.calls.len()).filter(|&i| self.calls[i].load(Ordering::SeqCst) != 1).collect();
+        if let Some(&i) = bad.first() {
+            let n = self.calls[i].load(Ordering::SeqCst);
+            return Err(format!(
+                "{} requests did not report exactly once (request {i}: {n} times) within {limit:?}",
+                bad.len()
+            ));
+        }
+        Ok(took)
+    }
+
+    pub fn status(&self, i: usize) -> Status {
+        self.status.lock().unwrap()[i].unwrap()
+    }
+
+    /// How many requests ended with each status.
+    pub fn tally(&self) -> Vec<(Status, usize)> {
+        let mut t: Vec<(Status, usize)> = Vec::new();
+        for s in self.status.lock().unwrap().iter().flatten() {
+            match t.iter_mut().find(|(x, _)| x == s) {
+                Some((_, n)) => *n += 1,
+                None => t.push((*s, 1)),
+            }
+        }
+        t
+    }
+
+    /// Fails unless every status is one of `allowed`.
+    pub fn only(&self, allowed: &[Status]) -> TestResult {
+        match self.tally().into_iter().find(|(s, _)| !allowed.contains(s)) {
+            Some((s, n)) => {
+                Err(format!("{n} requests ended with {s:?} (allowed: {allowed:?}); all: {:?}", self.tally()))
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+/// What the peer-state callback reported, with when.
+type PeerEvents = Arc<Mutex<Vec<(NetAddr, PeerState, Option<Status>, Instant)>>>;
+
+fn with_peer_events(cfg: EngineConfig) -> (EngineConfig, PeerEvents) {
+    let ev: PeerEvents = Default::default();
+    let ev2 = ev.clone();
+    let cfg = cfg.on_peer_state(move |a: &NetAddr, s: PeerState, e: Option<&Error>| {
+        ev2.lock().unwrap().push((a.clone(), s, e.map(|e| e.status), Instant::now()))
+    });
+    (cfg, ev)
+}
+
+/// Waits for the peer-state callback to report `state` for `who`; returns when it came.
+fn wait_peer_event(
+    ev: &PeerEvents,
+    who: &NetAddr,
+    state: PeerState,
+    limit: Duration,
+) -> Result<(Instant, Option<Status>), String> {
+    let t = Instant::now();
+    loop {
+        if let Some(e) = ev.lock().unwrap().iter().find(|e| e.0 == *who && e.1 == state) {
+            return Ok((e.3, e.2));
+        }
+        if t.elapsed() > limit {
+            return Err(format!(
+                "no {state:?} report for the peer within {limit:?}; got {:?}",
+                ev.lock().unwrap().iter().map(|e| (e.1, e.2)).collect::<Vec<_>>()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Writes `len` bytes with immediate `imm` to `off` of `p`'s region and
+/// checks they landed: the survivor still serves this peer.
+fn still_serves(l: &Local, p: &mut Peer, imm: u32, off: usize, len: usize) -> TestResult {
+    p.expect(imm, 1);
+    let f = flag();
+    l.engine
+        .submit_single_write(len as u64, Some(imm), &l.mr, 0, &desc(p), off as u64, OnDone::Flag(f.clone()))
+        .map_err(e2s)?;
+    wait_flag(&f)?;
+    p.fired(imm)?;
+    let got = p.hash_range(off, len)?;
+    if got != fnv64(&l.mem[..len]) {
+        return Err("bytes written after the fault differ".into());
+    }
+    Ok(())
+}
+
+/// 1,000 paged writes, canceled at random points (some twice, some after
+/// they finished): each reports exactly once, `Canceled` exactly when a
+/// cancel was accepted, and the peer keeps working. Expectations time out
+/// and cancel too.
+pub fn cancel_storm(prov: &str, domains: usize) -> TestResult {
+    const N: usize = 1000;
+    const R: usize = 1 << 20;
+    let l = local_with(EngineConfig { domains, submit_queue: 2 * N, ..Default::default() }, prov, R, 21)?;
+    let mut p = Peer::spawn(prov, domains, 2 * R)?;
+    let d = desc(&p);
+    let ends = Ends::new(N);
+    let mut rng = Rng(22);
+    let mut ids: Vec<RequestId> = Vec::new();
+    let mut accepted = vec![false; N];
+    let (mut not_found, mut twice) = (0, 0);
+    for i in 0..N {
+        let src: Vec<u32> = (0..16).map(|_| rng.below(256) as u32).collect();
+        let dst: Vec<u32> = (0..16).map(|_| rng.below(256) as u32).collect();
+        let (sp, dp) =
+            (Pages { indices: &src, stride: 4096, offset: 0 }, Pages { indices: &dst, stride: 4096, offset: 0 });
+        ids.push(l.engine.submit_paged_writes(4096, None, &l.mr, sp, &d, dp, ends.on(i)).map_err(e2s)?);
+        // Cancel a random earlier request (maybe this one, maybe one long done).
+        if rng.below(2) == 0 {
+            let j = if rng.below(2) == 0 { i } else { rng.below(i as u64 + 1) as usize };
+            match l.engine.cancel(ids[j]) {
+                Ok(()) if accepted[j] => return Err(format!("request {j} was canceled twice")),
+                Ok(()) => accepted[j] = true,
+                Err(e) if e.status == Status::NotFound => {
+                    not_found += 1;
+                    twice += accepted[j] as usize;
+                }
+                Err(e) => return Err(format!("cancel: {e}")),
+            }
+        }
+        if rng.below(8) == 0 {
+            std::thread::sleep(Duration::from_micros(rng.below(300)));
+        }
+    }
+    ends.wait_all(Duration::from_secs(30))?;
+    ends.only(&[Status::Ok, Status::Canceled])?;
+    for (i, &acc) in accepted.iter().enumerate() {
+        if acc != (ends.status(i) == Status::Canceled) {
+            return Err(format!("request {i}: cancel accepted {acc} but it ended {:?}", ends.status(i)));
+        }
+    }
+    let canceled = accepted.iter().filter(|a| **a).count();
+    if canceled == 0 || canceled == N || not_found == 0 {
+        return Err(format!("the storm tested nothing: {canceled} canceled, {not_found} too late"));
+    }
+    eprintln!(
+        "    cancel storm: {canceled} canceled, {not_found} cancels too late ({twice} of them repeats), {:?}",
+        ends.tally()
+    );
+    // Expectations: one times out, one is canceled; unknown ids are NotFound.
+    let ex = Ends::new(2);
+    l.engine.expect_imm_count(0x51, 1, ex.on(0).deadline(Deadline::After(Duration::from_millis(50)))).map_err(e2s)?;
+    let id = l.engine.expect_imm_count(0x52, 1, ex.on(1)).map_err(e2s)?;
+    l.engine.cancel(id).map_err(e2s)?;
+    ex.wait_all(Duration::from_secs(5))?;
+    if (ex.status(0), ex.status(1)) != (Status::TimedOut, Status::Canceled) {
+        return Err(format!("expectations ended {:?}", ex.tally()));
+    }
+    if l.engine.cancel(id).map_err(|e| e.status) != Err(Status::NotFound) {
+        return Err("a second cancel of an ended expectation was not NotFound".into());
+    }
+    // Canceled or not, the peer serves on (in the half the storm never wrote).
+    still_serves(&l, &mut p, 0x53, R, 64 * 1024)
+}
+
+/// Deadlines against stopped peers (SIGSTOP). A 32 MiB write to a peer
+/// that stops ends with `TimedOut` at its deadline plus at most the drain
+/// timeout (tcp: the provider holds the rest of the bytes; shm may finish
+/// it anyway: it copies into the stopped process's memory itself). A write
+/// to a stopped peer never greeted before waits for the handshake and ends
+/// with `TimedOut` at its deadline. Once the peers run again they serve on.
+pub fn deadline_with_stopped_peer(prov: &str, domains: usize) -> TestResult {
+    const R: usize = 32 << 20;
+    let l = local(prov, domains, R, 23)?;
+    let mut p = Peer::spawn(prov, domains, R)?;
+    let mut fresh = Peer::spawn(prov, domains, 4096)?;
+    still_serves(&l, &mut p, 0x61, 0, 4096)?; // up and connected
+    p.signal("STOP");
+    fresh.signal("STOP");
+    let ends = Ends::new(2);
+    let deadline = Duration::from_millis(200);
+    let t = Instant::now();
+    let big = ends.on(0).deadline(Deadline::After(deadline));
+    l.engine.submit_single_write(R as u64, None, &l.mr, 0, &desc(&p), 0, big).map_err(e2s)?;
+    let small = ends.on(1).deadline(Deadline::After(deadline));
+    l.engine.submit_single_write(4096, None, &l.mr, 0, &desc(&fresh), 0, small).map_err(e2s)?;
+    let res = ends.wait_all(Duration::from_secs(5));
+    let took = t.elapsed();
+    p.signal("CONT");
+    fresh.signal("CONT");
+    res?;
+    let big_ok = if prov == "shm" { [Status::TimedOut, Status::Ok] } else { [Status::TimedOut; 2] };
+    if !big_ok.contains(&ends.status(0)) || ends.status(1) != Status::TimedOut {
+        return Err(format!("ended {:?} and {:?}", ends.status(0), ends.status(1)));
+    }
+    let limit = deadline + EngineConfig::default().drain_timeout + Duration::from_millis(500);
+    if took > limit {
+        return Err(format!("the timed-out writes reported after {took:?} (limit {limit:?})"));
+    }
+    eprintln!(
+        "    writes to stopped peers: {:?} and {:?} after {took:.2?} (deadline {deadline:?})",
+        ends.status(0),
+        ends.status(1)
+    );
+    still_serves(&l, &mut p, 0x62, 0, 4096)?;
+    still_serves(&l, &mut fresh, 0x63, 0, 4096)
+}
+
+/// `kill -9` of a peer while 10,000-page paged writes and scatters to it
+/// (and to a second peer) are in flight: every request ends, `Ok` or
+/// `PeerDown`, within 5 s of the kill; the peer-state callback reports the
+/// peer down; requests to it afterwards end with `PeerDown` at once; the
+/// survivor goes on writing to its other peer.
+pub fn kill9_mid_transfer(prov: &str, domains: usize) -> TestResult {
+    const PAGES: usize = 10_000;
+    const R: usize = PAGES * 4096;
+    let (cfg, ev) = with_peer_events(EngineConfig { domains, ..Default::default() });
+    let l = local_with(cfg, prov, R, 24)?;
+    let mut victim = Peer::spawn(prov, domains, R)?;
+    let mut other = Peer::spawn(prov, domains, 1 << 20)?;
+    let (dv, dother) = (desc(&victim), desc(&other));
+    still_serves(&l, &mut victim, 0x71, 0, 4096)?;
+    let mut rng = Rng(25);
+    let (src, dst) = (rng.perm(PAGES), rng.perm(PAGES));
+    let pages = Pages { indices: &src, stride: 4096, offset: 0 };
+    let dpages = Pages { indices: &dst, stride: 4096, offset: 0 };
+    const WRITES: usize = 4;
+    const SCATTERS: usize = 16;
+    let ends = Ends::new(WRITES + SCATTERS);
+    for i in 0..WRITES {
+        l.engine.submit_paged_writes(4096, Some(0x72), &l.mr, pages, &dv, dpages, ends.on(i)).map_err(e2s)?;
+    }
+    let dsts = [
+        ScatterDst { len: 1 << 20, src_offset: 0, dst: dv.clone(), dst_offset: 0 },
+        ScatterDst { len: 64 * 1024, src_offset: 0, dst: dother.clone(), dst_offset: 0 },
+    ];
+    for i in 0..SCATTERS {
+        l.engine.submit_scatter(None, None, &l.mr, &dsts, ends.on(WRITES + i)).map_err(e2s)?;
+    }
+    std::thread::sleep(Duration::from_millis(5));
+    let killed = Instant::now();
+    victim.kill9();
+    let took = ends.wait_all(Duration::from_secs(15))?;
+    let (down_at, why) = wait_peer_event(&ev, &addr(&victim), PeerState::Down, Duration::from_secs(15))?;
+    ends.only(&[Status::Ok, Status::PeerDown])?;
+    if !ends.tally().iter().any(|(s, _)| *s == Status::PeerDown) {
+        return Err(format!("nothing was pending at the kill: {:?}", ends.tally()));
+    }
+    if why != Some(Status::PeerDown) {
+        return Err(format!("the peer callback said {why:?}"));
+    }
+    let cb = down_at.duration_since(killed);
+    eprintln!("    kill -9 -> last request ended {took:.2?}, peer-down callback {cb:.2?}; {:?}", ends.tally());
+    if took > Duration::from_secs(5) || cb > Duration::from_secs(5) {
+        return Err(format!("peer down took {took:?} (callback {cb:?}); the limit is 5 s"));
+    }
+    // New requests to the dead peer fail at once; the other peer is served.
+    let after = Ends::new(1);
+    l.engine.submit_single_write(4096, None, &l.mr, 0, &dv, 0, after.on(0)).map_err(e2s)?;
+    after.wait_all(Duration::from_secs(1))?;
+    after.only(&[Status::PeerDown])?;
+    if l.engine.peer_state(&addr(&victim)).map_err(e2s)? != Some(PeerState::Down) {
+        return Err("peer_state does not say Down".into());
+    }
+    still_serves(&l, &mut other, 0x73, 512 * 1024, 256 * 1024)
+}
+
+/// Descriptors of an engine's earlier incarnation (the same address, another
+/// epoch: what a restart at a fixed address looks like) are refused with
+/// `Stale`; a peer that shut down is `PeerDown` at once (its goodbye), and
+/// its successor at a new address is used like any new peer.
+pub fn stale_and_restarted_peers(prov: &str, domains: usize) -> TestResult {
+    let (cfg, ev) = with_peer_events(EngineConfig { domains, ..Default::default() });
+    let l = local_with(cfg, prov, 1 << 20, 26)?;
+    let mut p = Peer::spawn(prov, domains, 1 << 20)?;
+    let mut old = (*desc(&p)).clone();
+    old.owner.epoch ^= 0x5a5a_5a5a;
+    let ends = Ends::new(1);
+    l.engine.submit_single_write(4096, None, &l.mr, 0, &Arc::new(old.clone()), 0, ends.on(0)).map_err(e2s)?;
+    ends.wait_all(Duration::from_secs(5))?;
+    if ends.status(0) != Status::Stale {
+        return Err(format!("a write with an old-epoch descriptor ended {:?}", ends.status(0)));
+    }
+    wait_peer_event(&ev, &old.owner, PeerState::Down, Duration::from_secs(1))?;
+    still_serves(&l, &mut p, 0x81, 0, 4096)?;
+    // The peer quits (its engine says goodbye) and comes back elsewhere.
+    let gone = addr(&p);
+    drop(p);
+    wait_peer_event(&ev, &gone, PeerState::Down, Duration::from_secs(5))?;
+    let mut p2 = Peer::spawn(prov, domains, 1 << 20)?;
+    let ends = Ends::new(1);
+    l.engine
+        .submit_single_write(4096, None, &l.mr, 0, &Arc::new(MrDesc { owner: gone, ..old }), 0, ends.on(0))
+        .map_err(e2s)?;
+    ends.wait_all(Duration::from_secs(5))?;
+    if ends.status(0) != Status::PeerDown {
+        return Err(format!("a write to the departed peer ended {:?}", ends.status(0)));
+    }
+    still_serves(&l, &mut p2, 0x82, 0, 4096)
+}
+
+/// The completion path is bounded: with callbacks that do not return,
+/// submits say `Again` at `max_inflight` instead of queueing without bound;
+/// a panicking callback does not stop the engine.
+pub fn bounded_completion_path(prov: &str, domains: usize) -> TestResult {
+    const MAX: usize = 32;
+    let l = local_with(EngineConfig { domains, max_inflight: MAX, ..Default::default() }, prov, 1 << 20, 27)?;
+    let mut p = Peer::spawn(prov, domains, 1 << 20)?;
+    let d = desc(&p);
+    let (gate_tx, gate_rx) = channel::<()>();
+    let gate = Arc::new(Mutex::new(gate_rx));
+    let ends = Ends::new(MAX);
+    let mut again = 0;
+    for i in 0..MAX {
+        let (g, e) = (gate.clone(), ends.on(i));
+        let cb = OnDone::callback(move |r| {
+            // The first callback holds the callback thread until the gate opens.
+            let _ = g.lock().unwrap().recv_timeout(WAIT);
+            if let OnDone::Callback(f) = e {
+                f(r)
+            }
+        });
+        l.engine.submit_single_write(4096, None, &l.mr, 0, &d, 0, cb).map_err(e2s)?;
+    }
+    for _ in 0..100 {
+        match l.engine.submit_single_write(4096, None, &l.mr, 0, &d, 0, OnDone::Nothing) {
+            Err(e) if e.status == Status::Again => again += 1,
+            other => return Err(format!("submit beyond max_inflight: {other:?}")),
+        }
+    }
+    drop(gate_tx); // every waiting callback returns now
+    ends.wait_all(Duration::from_secs(10))?;
+    ends.only(&[Status::Ok])?;
+    if again != 100 {
+        return Err(format!("{again} of 100 submits said Again"));
+    }
+    l.engine
+        .submit_single_write(
+            16,
+            None,
+            &l.mr,
+            0,
+            &d,
+            0,
+            OnDone::callback(|_| panic!("a callback that panics (expected)")),
+        )
+        .map_err(e2s)?;
+    still_serves(&l, &mut p, 0x91, 0, 4096)
+}
