@@ -310,6 +310,14 @@ fabriclib_status fabriclib_config_set_drain_timeout(struct fabriclib_config *con
 fabriclib_status fabriclib_config_set_max_inflight(struct fabriclib_config *config,
                                                    size_t requests);
 
+// Sets how many work requests one peer may have in flight per domain
+// (default 256). A dead or unreachable peer then holds at most this many of
+// the endpoint's (and the provider's shared) transmit resources, so the
+// engine goes on serving its other peers while it waits for the keepalive
+// to declare that peer down. Must be at least 1.
+fabriclib_status fabriclib_config_set_peer_window(struct fabriclib_config *config,
+                                                  size_t work_requests);
+
 // Sets the peer-state callback (NULL: none) and its `user_data`, which
 // must stay valid until every engine created from this config is destroyed.
 fabriclib_status fabriclib_config_set_peer_callback(struct fabriclib_config *config,

@@ -72,6 +72,10 @@ pub struct EngineConfig {
     /// reported anyway (only providers that lose completions to a dead peer
     /// ever need it).
     pub drain_timeout: Duration,
+    /// Work requests one peer may have in flight per domain. A dead or
+    /// unreachable peer holds at most this many of the endpoint's (and the
+    /// provider's shared) transmit resources, so the other peers go on.
+    pub peer_window: usize,
     /// Requests submitted and not yet reported (callbacks not yet returned)
     /// at most; beyond it submits return `Again`.
     pub max_inflight: usize,
@@ -93,6 +97,7 @@ impl Default for EngineConfig {
             keepalive_interval: Duration::from_millis(500),
             peer_timeout: Duration::from_secs(3),
             drain_timeout: Duration::from_secs(1),
+            peer_window: 256,
             max_inflight: 65536,
             on_peer_state: None,
         }

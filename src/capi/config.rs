@@ -206,6 +206,23 @@ pub extern "C" fn fabriclib_config_set_max_inflight(
     })
 }
 
+/// Sets how many work requests one peer may have in flight per domain
+/// (default 256). A dead or unreachable peer then holds at most this many of
+/// the endpoint's (and the provider's shared) transmit resources, so the
+/// engine goes on serving its other peers while it waits for the keepalive
+/// to declare that peer down. Must be at least 1.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_config_set_peer_window(config: *mut fabriclib_config, work_requests: usize) -> fabriclib_status {
+    ffi(|| {
+        let c = config_mut(config)?;
+        if work_requests == 0 {
+            return Err(Error::new(Status::InvalidArgument, "peer_window must be at least 1"));
+        }
+        c.cfg.peer_window = work_requests;
+        Ok(())
+    })
+}
+
 /// Told when a peer comes up (`FABRICLIB_PEER_UP`, `why` 0) or goes down
 /// (`FABRICLIB_PEER_DOWN`, `why` `FABRICLIB_STATUS_PEER_DOWN` or
 /// `FABRICLIB_STATUS_STALE`). `addr` (`addr_len` bytes) is the peer's

@@ -70,11 +70,17 @@ struct CtxPool {
     free: Vec<u32>,
     busy: usize,
     depth: usize,
+    /// Ops in flight per peer (indexed by `fi_addr_t`, dense with FI_AV_TABLE)
+    /// and the most one peer may have: a dead or stalled peer must not hold
+    /// all of the endpoint's (and the provider's) transmit resources.
+    per_peer: Vec<u32>,
+    peer_window: u32,
 }
 
 impl CtxPool {
-    fn new(depth: usize) -> CtxPool {
-        let mut p = CtxPool { chunks: Vec::new(), free: Vec::new(), busy: 0, depth };
+    fn new(depth: usize, peer_window: usize) -> CtxPool {
+        let peer_window = peer_window.clamp(1, u32::MAX as usize) as u32;
+        let mut p = CtxPool { chunks: Vec::new(), free: Vec::new(), busy: 0, depth, per_peer: Vec::new(), peer_window };
         while p.chunks.len() * CHUNK < depth {
             p.grow();
         }
@@ -90,18 +96,35 @@ impl CtxPool {
     fn slot(&mut self, i: usize) -> &mut CtxSlot {
         &mut self.chunks[i / CHUNK][i % CHUNK]
     }
-    fn take(&mut self, token: u64, peer: PeerId) -> Option<*mut c_void> {
+    /// A context for an op to `peer`, or why not: `Again` (the pool is full)
+    /// or `Busy` (this peer has its window full).
+    fn take(&mut self, token: u64, peer: PeerId) -> std::result::Result<*mut c_void, Post> {
         if self.busy >= self.depth {
-            return None;
+            return Err(Post::Again);
+        }
+        if peer != NO_PEER {
+            let p = peer as usize;
+            if p >= self.per_peer.len() {
+                self.per_peer.resize(p + 1, 0);
+            }
+            if self.per_peer[p] >= self.peer_window {
+                return Err(Post::Busy);
+            }
+            self.per_peer[p] += 1;
         }
         if self.free.is_empty() {
             self.grow();
         }
-        let i = self.free.pop()? as usize;
+        let i = self.free.pop().expect("grown") as usize;
         self.busy += 1;
         let s = self.slot(i);
         (s.token, s.peer, s.state) = (token, peer, SlotState::Busy);
-        Some(s as *mut CtxSlot as *mut c_void)
+        Ok(s as *mut CtxSlot as *mut c_void)
+    }
+    fn unpeer(&mut self, peer: PeerId) {
+        if peer != NO_PEER {
+            self.per_peer[peer as usize] -= 1;
+        }
     }
     fn index(&self, ctx: *mut c_void) -> Option<usize> {
         self.chunks.iter().enumerate().find_map(|(c, chunk)| {
@@ -122,6 +145,7 @@ impl CtxPool {
         self.free.push(i as u32);
         if state == SlotState::Busy {
             self.busy -= 1;
+            self.unpeer(peer);
             Some((token, peer))
         } else {
             None
@@ -134,6 +158,9 @@ impl CtxPool {
                 self.busy -= 1;
                 out.push(s.token);
             }
+        }
+        if let Some(n) = self.per_peer.get_mut(peer as usize) {
+            *n = 0;
         }
     }
     fn in_use(&self) -> usize {
@@ -315,9 +342,9 @@ impl FabricEndpoint {
 }
 
 impl FabricDomain {
-    fn open_with(provider: &str, node: Option<&str>) -> Result<FabricDomain> {
+    fn open_with(provider: &str, node: Option<&str>, peer_window: usize) -> Result<FabricDomain> {
         let fe = FabricEndpoint::open(provider, node, 4096)?;
-        let ctx = CtxPool::new(fe.depth().max(256));
+        let ctx = CtxPool::new(fe.depth().max(256), peer_window);
         Ok(FabricDomain { fe, peers: HashMap::new(), ctx, cq_buf: vec![fi_cq_data_entry::default(); CQ_BATCH] })
     }
 
@@ -335,7 +362,7 @@ impl Domain for FabricDomain {
         let bind = cfg.bind_addr();
         let mut errors = Vec::new();
         for p in cfg.providers() {
-            match Self::open_with(&p, bind.as_deref()) {
+            match Self::open_with(&p, bind.as_deref(), cfg.peer_window) {
                 Ok(d) => return Ok(d),
                 Err(e) => errors.push(format!("{p}: {}", e.message)),
             }
@@ -381,8 +408,9 @@ impl Domain for FabricDomain {
     }
 
     fn post_write(&mut self, wr: &WriteWr, token: u64) -> Result<Post> {
-        let Some(ctx) = self.ctx.take(token, wr.peer) else {
-            return Ok(Post::Again);
+        let ctx = match self.ctx.take(token, wr.peer) {
+            Ok(c) => c,
+            Err(p) => return Ok(p),
         };
         // SAFETY: the local buffer and desc belong to a registered region that the
         // request keeps alive until this op completes; ctx is a stable pool slot.
@@ -414,8 +442,9 @@ impl Domain for FabricDomain {
         desc: *mut c_void,
         token: u64,
     ) -> Result<Post> {
-        let Some(ctx) = self.ctx.take(token, peer) else {
-            return Ok(Post::Again);
+        let ctx = match self.ctx.take(token, peer) {
+            Ok(c) => c,
+            Err(p) => return Ok(p),
         };
         // SAFETY: buf is a registered staging buffer owned by the worker until completion.
         let ret = unsafe {
@@ -428,8 +457,9 @@ impl Domain for FabricDomain {
     }
 
     fn post_recv(&mut self, chan: Chan, buf: *mut u8, len: usize, desc: *mut c_void, token: u64) -> Result<Post> {
-        let Some(ctx) = self.ctx.take(token, NO_PEER) else {
-            return Ok(Post::Again);
+        let ctx = match self.ctx.take(token, NO_PEER) {
+            Ok(c) => c,
+            Err(p) => return Ok(p),
         };
         // SAFETY: buf is a registered receive buffer owned by the worker until completion.
         let ret = unsafe {
@@ -481,7 +511,11 @@ impl Domain for FabricDomain {
     }
 
     fn abandon(&mut self, peer: PeerId, out: &mut Vec<u64>) {
-        self.ctx.abandon(peer, out)
+        self.ctx.abandon(peer, out);
+        // The peer stays in the address vector: removing it with operations
+        // queued on its connection crashed tcp;ofi_rxm 1.17 (measured). The
+        // per-peer window (`peer_window`) is what keeps a dead peer's stuck
+        // operations from starving the others.
     }
 }
 

@@ -59,6 +59,9 @@ pub enum Post {
     Posted,
     /// The send queue (or the context pool) is full: progress, then retry.
     Again,
+    /// This peer has `peer_window` work requests in flight: post to other
+    /// peers meanwhile.
+    Busy,
 }
 
 /// A completion, already classified.

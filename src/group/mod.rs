@@ -587,8 +587,8 @@ impl<D: Domain> Worker<D> {
         let n = self.domains.len();
         let scratch_mr = self.scratch_mr[d];
         let scratch = (self.scratch.ptr as *const u8, &scratch_mr);
-        let mut posted = 0;
-        while posted < POST_BURST {
+        let (mut posted, mut busy_peers) = (0, 0);
+        while posted < POST_BURST && busy_peers < self.pending[d].len() {
             let Some(&(slot, epoch)) = self.pending[d].front() else {
                 break;
             };
@@ -634,6 +634,11 @@ impl<D: Domain> Worker<D> {
                     posted += 1;
                 }
                 Ok(Post::Again) => break,
+                // Its peer's window is full: let the requests behind it go first.
+                Ok(Post::Busy) => {
+                    self.pending[d].rotate_left(1);
+                    busy_peers += 1;
+                }
                 Err(e) => {
                     self.pending[d].pop_front();
                     self.end(slot, e);

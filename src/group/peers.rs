@@ -9,7 +9,8 @@
 //! work requests fail with an unreachable-peer error, or one that says BYE is
 //! `Down`: its requests end with `PeerDown`, its work requests on the wire are
 //! abandoned, new requests to it fail at once until `add_peer` greets it
-//! again. A message from another epoch at a known peer's address means that
+//! again (a PING is always answered, so the peer's own `add_peer` of us
+//! works even while we count it down). A message from another epoch at a known peer's address means that
 //! engine restarted: the old entry goes `Down` with `Stale`.
 //!
 //! Messages travel on `Chan::Engine` (tagged, apart from the application's
@@ -258,10 +259,12 @@ impl<D: Domain> Worker<D> {
                         Err(_) => return,
                     },
                 };
+                // Always answered, so that a peer re-adding us comes up; but a
+                // peer we declared down stays down until `add_peer` here.
                 if !matches!(self.peers.get(p), State::Down(_)) {
                     self.heard(p);
-                    self.send_engine(p, PONG);
                 }
+                self.send_engine(p, PONG);
             }
             PONG => {
                 if let Some(p) = self.peers.find(&from).filter(|&p| !matches!(self.peers.get(p), State::Down(_))) {

@@ -73,7 +73,7 @@ impl<D: Domain> Worker<D> {
                 RECV_BIT | (p as u64) << 32 | i as u64,
             ) {
                 Ok(Post::Posted) => busy = true,
-                Ok(Post::Again) => {
+                Ok(Post::Again | Post::Busy) => {
                     self.repost.push_front((p, i));
                     break;
                 }

@@ -78,6 +78,8 @@ int main(void) {
     EXPECT(fabriclib_config_set_keepalive(cfg, 100, 3000), FABRICLIB_STATUS_OK);
     EXPECT(fabriclib_config_set_drain_timeout(NULL, 10), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_config_set_max_inflight(cfg, 0), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_config_set_peer_window(cfg, 0), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_config_set_peer_window(cfg, 64), FABRICLIB_STATUS_OK);
     EXPECT(fabriclib_config_set_max_inflight(cfg, 8), FABRICLIB_STATUS_OK);
     EXPECT(fabriclib_config_set_peer_callback(NULL, NULL, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_config_set_peer_callback(cfg, NULL, NULL), FABRICLIB_STATUS_OK);

@@ -83,9 +83,9 @@ impl Ends {
 }
 
 /// What the peer-state callback reported, with when.
-type PeerEvents = Arc<Mutex<Vec<(NetAddr, PeerState, Option<Status>, Instant)>>>;
+pub type PeerEvents = Arc<Mutex<Vec<(NetAddr, PeerState, Option<Status>, Instant)>>>;
 
-fn with_peer_events(cfg: EngineConfig) -> (EngineConfig, PeerEvents) {
+pub fn with_peer_events(cfg: EngineConfig) -> (EngineConfig, PeerEvents) {
     let ev: PeerEvents = Default::default();
     let ev2 = ev.clone();
     let cfg = cfg.on_peer_state(move |a: &NetAddr, s: PeerState, e: Option<&Error>| {
@@ -95,7 +95,7 @@ fn with_peer_events(cfg: EngineConfig) -> (EngineConfig, PeerEvents) {
 }
 
 /// Waits for the peer-state callback to report `state` for `who`; returns when it came.
-fn wait_peer_event(
+pub fn wait_peer_event(
     ev: &PeerEvents,
     who: &NetAddr,
     state: PeerState,
@@ -118,7 +118,7 @@ fn wait_peer_event(
 
 /// Writes `len` bytes with immediate `imm` to `off` of `p`'s region and
 /// checks they landed: the survivor still serves this peer.
-fn still_serves(l: &Local, p: &mut Peer, imm: u32, off: usize, len: usize) -> TestResult {
+pub fn still_serves(l: &Local, p: &mut Peer, imm: u32, off: usize, len: usize) -> TestResult {
     p.expect(imm, 1);
     let f = flag();
     l.engine

@@ -8,7 +8,9 @@
 //! `cargo test --test loopback -- paged`. Providers: `FABRICLIB_TEST_PROVIDERS`
 //! (comma-separated; default `tcp;ofi_rxm,shm`).
 mod faults;
+mod netns;
 mod peer;
+mod soak;
 mod util;
 
 use fabriclib::{
@@ -34,7 +36,8 @@ fn local(provider: &str, domains: usize, region: usize, seed: u64) -> Result<Loc
 }
 
 fn local_with(cfg: EngineConfig, provider: &str, region: usize, seed: u64) -> Result<Local, String> {
-    let cfg = EngineConfig { provider: Some(provider.into()), bind_addr: Some("127.0.0.1".into()), ..cfg };
+    let bind_addr = cfg.bind_addr.clone().or(Some("127.0.0.1".into()));
+    let cfg = EngineConfig { provider: Some(provider.into()), bind_addr, ..cfg };
     let engine = TransferEngine::new(&cfg).map_err(|e| e.to_string())?;
     let mut mem = vec![0u8; region];
     Rng(seed).fill(&mut mem);
@@ -508,12 +511,16 @@ const TESTS: &[(&str, Test)] = &[
     ("kill9_mid_paged_write_and_scatter", faults::kill9_mid_transfer),
     ("stale_and_restarted_peers", faults::stale_and_restarted_peers),
     ("bounded_completion_path", faults::bounded_completion_path),
+    ("netns_link_down_mid_transfer", netns::link_down_mid_transfer),
 ];
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("--peer") {
         peer::main(&args[2..]);
+    }
+    if args.get(1).map(String::as_str) == Some("--soak") {
+        soak::node(&args[2..]);
     }
     // The matrix picks providers itself; an inherited override would collapse it.
     // SAFETY: no other thread runs yet.
@@ -539,6 +546,23 @@ fn main() {
                         println!("test {full} ... FAILED: {e}");
                     }
                 }
+            }
+        }
+    }
+    // The soak: once, on the first provider, with 2 domains (FABRICLIB_SOAK_OPS, default 10^6).
+    let soak_name = "soak_3_processes";
+    if filters.is_empty() || filters.iter().any(|f| soak_name.contains(f.as_str())) {
+        let ops = std::env::var("FABRICLIB_SOAK_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
+        let prov = providers.split(',').next().unwrap();
+        let full = format!("{soak_name}[{prov},domains=2]");
+        match soak::run(prov, 2, ops) {
+            Ok(report) => {
+                passed += 1;
+                println!("test {full} ... ok: {report}");
+            }
+            Err(e) => {
+                failed += 1;
+                println!("test {full} ... FAILED: {e}");
             }
         }
     }

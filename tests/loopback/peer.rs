@@ -1,6 +1,6 @@
 //! The peer process: an engine with one registered region, driven by line
 //! commands on stdin, answering on stdout. The test process spawns one per
-//! remote peer (`<test binary> --peer PROVIDER DOMAINS REGION_BYTES`).
+//! remote peer (`<test binary> --peer PROVIDER DOMAINS REGION_BYTES [BIND_ADDR]`).
 //!
 //! Commands: `EXPECT imm count` (answers `FIRED imm status` when the count is
 //! reached), `HASH [off len]` (answers `HASH <fnv64 of the region or range>`), `ECHO len count`
@@ -16,7 +16,7 @@ pub fn main(args: &[String]) -> ! {
     let domains: usize = args[1].parse().unwrap();
     let region: usize = args[2].parse().unwrap();
     let cfg =
-        EngineConfig { provider: Some(provider), bind_addr: Some("127.0.0.1".into()), domains, ..Default::default() };
+        EngineConfig { provider: Some(provider), bind_addr: Some(args.get(3).cloned().unwrap_or_else(|| "127.0.0.1".into())), domains, ..Default::default() };
     let engine = Arc::new(TransferEngine::new(&cfg).unwrap_or_else(|e| {
         println!("ERROR {e}");
         std::process::exit(2)

@@ -64,8 +64,22 @@ pub struct Peer {
 
 impl Peer {
     pub fn spawn(provider: &str, domains: usize, region: usize) -> Result<Peer, String> {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--peer", provider, &domains.to_string(), &region.to_string()])
+        Self::spawn_in(None, "127.0.0.1", provider, domains, region)
+    }
+
+    /// A peer bound to `bind`, inside network namespace `netns` if given.
+    pub fn spawn_in(netns: Option<&str>, bind: &str, provider: &str, domains: usize, region: usize) -> Result<Peer, String> {
+        let exe = std::env::current_exe().unwrap();
+        let mut cmd = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
+        let mut child = cmd
+            .args(["--peer", provider, &domains.to_string(), &region.to_string(), bind])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
