@@ -13,7 +13,7 @@ use std::sync::atomic::AtomicUsize;
 pub struct Ends {
     calls: Vec<AtomicUsize>,
     status: Mutex<Vec<Option<Status>>>,
-    done: AtomicUsize,
+    pub done: AtomicUsize,
 }
 
 impl Ends {
@@ -339,28 +339,39 @@ pub fn stale_and_restarted_peers(prov: &str, domains: usize) -> TestResult {
 }
 
 /// The completion path is bounded: with callbacks that do not return,
-/// submits say `Again` at `max_inflight` instead of queueing without bound;
-/// a panicking callback does not stop the engine.
+/// submits say `Again` at `max_inflight` instead of queueing without bound,
+/// while the data path goes on (a flag request completes meanwhile); a
+/// panicking callback does not stop the engine.
 pub fn bounded_completion_path(prov: &str, domains: usize) -> TestResult {
     const MAX: usize = 32;
-    let l = local_with(EngineConfig { domains, max_inflight: MAX, ..Default::default() }, prov, 1 << 20, 27)?;
+    let l = local_with(EngineConfig { domains, max_inflight: MAX + 1, ..Default::default() }, prov, 1 << 20, 27)?;
     let mut p = Peer::spawn(prov, domains, 1 << 20)?;
     let d = desc(&p);
     let (gate_tx, gate_rx) = channel::<()>();
     let gate = Arc::new(Mutex::new(gate_rx));
-    let ends = Ends::new(MAX);
+    let ends = Ends::new(MAX + 1);
     let mut again = 0;
-    for i in 0..MAX {
+    let blocked = |i: usize| {
         let (g, e) = (gate.clone(), ends.on(i));
-        let cb = OnDone::callback(move |r| {
+        OnDone::callback(move |r| {
             // The first callback holds the callback thread until the gate opens.
             let _ = g.lock().unwrap().recv_timeout(WAIT);
             if let OnDone::Callback(f) = e {
                 f(r)
             }
-        });
-        l.engine.submit_single_write(4096, None, &l.mr, 0, &d, 0, cb).map_err(e2s)?;
+        })
+    };
+    for i in 0..MAX {
+        l.engine.submit_single_write(4096, None, &l.mr, 0, &d, 0, blocked(i)).map_err(e2s)?;
     }
+    // The callback thread is stuck; the worker is not: a flag request completes.
+    let f = flag();
+    l.engine.submit_single_write(4096, None, &l.mr, 0, &d, 0, OnDone::Flag(f.clone())).map_err(e2s)?;
+    wait_flag(&f)?;
+    if ends.done.load(Ordering::SeqCst) != 0 {
+        return Err("the callbacks were not blocked: the test tested nothing".into());
+    }
+    l.engine.submit_single_write(4096, None, &l.mr, 0, &d, 0, blocked(MAX)).map_err(e2s)?;
     for _ in 0..100 {
         match l.engine.submit_single_write(4096, None, &l.mr, 0, &d, 0, OnDone::Nothing) {
             Err(e) if e.status == Status::Again => again += 1,
