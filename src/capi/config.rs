@@ -34,6 +34,18 @@ fn config_mut<'a>(c: *mut fabriclib_config) -> Result<&'a mut fabriclib_config, 
     Ok(unsafe { &mut *c })
 }
 
+/// Sets a count that must be at least 1 (`what` names it in the error).
+fn set_count(config: *mut fabriclib_config, n: usize, what: &str, set: impl FnOnce(&mut EngineConfig, usize)) -> fabriclib_status {
+    ffi(|| {
+        let c = config_mut(config)?;
+        if n == 0 {
+            return Err(Error::new(Status::InvalidArgument, format!("{what} must be at least 1")));
+        }
+        set(&mut c.cfg, n);
+        Ok(())
+    })
+}
+
 /// Creates a config with the defaults: provider from `FABRICLIB_PROVIDER`,
 /// else `efa`, else `tcp;ofi_rxm`; 1 domain; no bind address. `*out` receives
 /// a config the caller frees with `fabriclib_config_free`.
@@ -99,14 +111,7 @@ pub extern "C" fn fabriclib_config_set_submit_queue(
     config: *mut fabriclib_config,
     requests: usize,
 ) -> fabriclib_status {
-    ffi(|| {
-        let c = config_mut(config)?;
-        if requests == 0 {
-            return Err(Error::new(Status::InvalidArgument, "submit queue capacity must be at least 1"));
-        }
-        c.cfg.submit_queue = requests;
-        Ok(())
-    })
+    set_count(config, requests, "submit queue capacity", |c, n| c.submit_queue = n)
 }
 
 /// Sets how the worker waits when it has nothing to do. It busy-polls while
@@ -196,14 +201,7 @@ pub extern "C" fn fabriclib_config_set_max_inflight(
     config: *mut fabriclib_config,
     requests: usize,
 ) -> fabriclib_status {
-    ffi(|| {
-        let c = config_mut(config)?;
-        if requests == 0 {
-            return Err(Error::new(Status::InvalidArgument, "max_inflight must be at least 1"));
-        }
-        c.cfg.max_inflight = requests;
-        Ok(())
-    })
+    set_count(config, requests, "max_inflight", |c, n| c.max_inflight = n)
 }
 
 /// Sets how many work requests one peer may have in flight per domain
@@ -213,14 +211,7 @@ pub extern "C" fn fabriclib_config_set_max_inflight(
 /// to declare that peer down. Must be at least 1.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_config_set_peer_window(config: *mut fabriclib_config, work_requests: usize) -> fabriclib_status {
-    ffi(|| {
-        let c = config_mut(config)?;
-        if work_requests == 0 {
-            return Err(Error::new(Status::InvalidArgument, "peer_window must be at least 1"));
-        }
-        c.cfg.peer_window = work_requests;
-        Ok(())
-    })
+    set_count(config, work_requests, "peer_window", |c, n| c.peer_window = n)
 }
 
 /// Told when a peer comes up (`FABRICLIB_PEER_UP`, `why` 0) or goes down

@@ -38,7 +38,11 @@ impl Ends {
     /// Waits until every request has reported (or `limit` passes); then
     /// checks each reported exactly once. Returns how long it took.
     pub fn wait_all(&self, limit: Duration) -> Result<Duration, String> {
-        let t = Instant::now();
+        self.wait_all_since(Instant::now(), limit)
+    }
+
+    /// As `wait_all`, timed from `t` (an event before the call).
+    pub fn wait_all_since(&self, t: Instant, limit: Duration) -> Result<Duration, String> {
         while self.done.load(Ordering::SeqCst) < self.calls.len() && t.elapsed() < limit {
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -279,7 +283,7 @@ pub fn kill9_mid_transfer(prov: &str, domains: usize) -> TestResult {
     std::thread::sleep(Duration::from_millis(5));
     let killed = Instant::now();
     victim.kill9();
-    let took = ends.wait_all(Duration::from_secs(15))?;
+    let took = ends.wait_all_since(killed, Duration::from_secs(15))?;
     let (down_at, why) = wait_peer_event(&ev, &addr(&victim), PeerState::Down, Duration::from_secs(15))?;
     ends.only(&[Status::Ok, Status::PeerDown])?;
     if !ends.tally().iter().any(|(s, _)| *s == Status::PeerDown) {

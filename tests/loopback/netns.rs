@@ -110,7 +110,7 @@ pub fn link_down_mid_transfer(prov: &str, domains: usize) -> TestResult {
         let off = (i - 12) as u64 * 65536;
         l.engine.submit_single_write(65536, None, &l.mr, off, &dother, off, ends.on(i)).map_err(e2s)?;
     }
-    let took = ends.wait_all(Duration::from_secs(15))?;
+    let took = ends.wait_all_since(t, Duration::from_secs(15))?;
     let (down_at, why) = wait_peer_event(&ev, &addr(&cut), PeerState::Down, Duration::from_secs(1))?;
     for i in 12..20 {
         if ends.status(i) != Status::Ok {
