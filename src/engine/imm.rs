@@ -105,6 +105,11 @@ impl ImmCounter {
         true
     }
 
+    /// Whether the expectation on `imm` is request `id` and still armed.
+    pub fn is_armed(&self, imm: u32, id: u64) -> bool {
+        self.map.get(&imm).and_then(|e| e.expect.as_ref()).is_some_and(|x| x.id == id)
+    }
+
     /// The immediate whose expectation is request `id`, if one is armed.
     pub fn find(&self, id: u64) -> Option<u32> {
         self.map.iter().find(|(_, e)| e.expect.as_ref().is_some_and(|x| x.id == id)).map(|(imm, _)| *imm)

@@ -95,6 +95,10 @@ pub struct Notifier {
     fired: std::cell::Cell<bool>,
     /// Requests submitted and not yet reported (the engine's `max_inflight` bound).
     pub(crate) inflight: Arc<AtomicUsize>,
+    /// Requests reported by the worker itself (flags), taken off `inflight`
+    /// once per worker pass rather than once each (one shared cache line
+    /// less per request).
+    released: std::cell::Cell<usize>,
 }
 
 impl Notifier {
@@ -119,8 +123,16 @@ impl Notifier {
             }
             other => {
                 self.fire(other, res);
-                self.inflight.fetch_sub(1, Ordering::Release);
+                self.released.set(self.released.get() + 1);
             }
+        }
+    }
+
+    /// Takes the requests reported since the last call off the in-flight count.
+    pub fn release_inflight(&self) {
+        let n = self.released.replace(0);
+        if n > 0 {
+            self.inflight.fetch_sub(n, Ordering::Release);
         }
     }
 
@@ -182,7 +194,7 @@ pub fn spawn_callback_thread() -> std::io::Result<(Notifier, std::thread::JoinHa
             }
         }
     })?;
-    Ok((Notifier { tx, fired: Default::default(), inflight: Default::default() }, handle))
+    Ok((Notifier { tx, fired: Default::default(), inflight: Default::default(), released: Default::default() }, handle))
 }
 
 pub fn shutdown_error() -> crate::error::Error {

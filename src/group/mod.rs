@@ -5,6 +5,7 @@
 //! completions into one per request and counts immediates.
 mod peers;
 mod recv;
+mod timers;
 pub mod request;
 
 use crate::config::EngineConfig;
@@ -17,9 +18,9 @@ use crossbeam_queue::{ArrayQueue, SegQueue};
 use peers::Peers;
 use recv::{OwnedMem, RecvPool};
 use request::{Ctrl, Request, Shape};
-use std::cmp::Reverse;
 use std::collections::HashMap;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
+use timers::{Timer, Timers};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::{JoinHandle, Thread};
@@ -151,16 +152,6 @@ impl Active {
     }
 }
 
-/// What a deadline in the timer heap is for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Timer {
-    /// Request `slot` of `epoch`: times it out, or (if it has already
-    /// ended) stops waiting for its work requests.
-    Request { slot: u32, epoch: u32 },
-    /// The expectation on `imm` that is request `id`.
-    Expect { imm: u32, id: u64 },
-}
-
 struct Worker<D: Domain> {
     domains: Vec<D>,
     shared: Arc<Shared>,
@@ -179,7 +170,7 @@ struct Worker<D: Domain> {
     repost: VecDeque<(u32, u32)>,
     groups: Vec<Arc<[u32]>>,
     peers: Peers,
-    timers: BinaryHeap<Reverse<(Instant, Timer)>>,
+    timers: Timers,
     now: Instant,
     next_tick: Instant,
     scratch: Arc<OwnedMem>,
@@ -274,7 +265,7 @@ impl<D: Domain> Worker<D> {
             repost: VecDeque::new(),
             groups: Vec::new(),
             peers,
-            timers: BinaryHeap::new(),
+            timers: Timers::default(),
             now,
             next_tick: now,
             scratch,
@@ -367,6 +358,7 @@ impl<D: Domain> Worker<D> {
             self.next_tick = self.now + TIMER_TICK;
             busy |= self.tick();
         }
+        self.notifier.release_inflight();
         busy
     }
 
@@ -403,7 +395,7 @@ impl<D: Domain> Worker<D> {
             Ctrl::Expect { imm, count, done, id, timeout, reply } => {
                 let r = self.imm.expect(imm, count, done, id, &self.notifier);
                 if let (Ok(()), Some(t)) = (&r, timeout) {
-                    self.timers.push(Reverse((self.now + t, Timer::Expect { imm, id })));
+                    self.timers.add(self.now + t, Timer::Expect { imm, id }, false);
                 }
                 let _ = reply.send(r);
             }
@@ -486,7 +478,8 @@ impl<D: Domain> Worker<D> {
         };
         let epoch = self.gens[slot as usize];
         if let Some(t) = req.timeout {
-            self.timers.push(Reverse((self.now + t, Timer::Request { slot, epoch })));
+            let in_order = req.timeout == self.cfg.request_timeout;
+            self.timers.add(self.now + t, Timer::Request { slot, epoch }, in_order);
         }
         let units = req.units();
         self.actives[slot as usize] = Some(Active {
@@ -556,7 +549,7 @@ impl<D: Domain> Worker<D> {
             a.error = Some(err);
             if a.outstanding > 0 {
                 let t = Timer::Request { slot, epoch: a.epoch };
-                self.timers.push(Reverse((self.now + self.cfg.drain_timeout, t)));
+                self.timers.add(self.now + self.cfg.drain_timeout, t, false);
             }
         }
         self.maybe_finish(slot);
@@ -735,11 +728,7 @@ impl<D: Domain> Worker<D> {
     /// Every millisecond: deadlines that passed, then keepalives and peer timeouts.
     fn tick(&mut self) -> bool {
         let mut busy = false;
-        while let Some(&Reverse((when, t))) = self.timers.peek() {
-            if when > self.now {
-                break;
-            }
-            self.timers.pop();
+        while let Some(t) = self.timers.due(self.now) {
             busy = true;
             match t {
                 Timer::Request { slot, epoch } => {
@@ -767,6 +756,13 @@ impl<D: Domain> Worker<D> {
                     self.imm.expire(imm, id, err, &self.notifier);
                 }
             }
+        }
+        if self.timers.len() > 2 * (self.live + self.imm.armed()) + 1024 {
+            let (actives, imm) = (&self.actives, &self.imm);
+            self.timers.compact(|t| match *t {
+                Timer::Request { slot, epoch } => actives[slot as usize].as_ref().is_some_and(|a| a.epoch == epoch),
+                Timer::Expect { imm: v, id } => imm.is_armed(v, id),
+            });
         }
         busy | self.keepalive()
     }
@@ -830,5 +826,6 @@ impl<D: Domain> Worker<D> {
         self.peers.close(&mut self.domains[0]);
         release(&mut self.domains, &self.scratch_mr);
         self.domains[0].deregister(&self.stage_mr);
+        self.notifier.release_inflight();
     }
 }

@@ -263,6 +263,16 @@ pub fn kill9_mid_transfer(prov: &str, domains: usize) -> TestResult {
     let mut other = Peer::spawn(prov, domains, 1 << 20)?;
     let (dv, dother) = (desc(&victim), desc(&other));
     still_serves(&l, &mut victim, 0x71, 0, 4096)?;
+    // libfabric 1.17's shm: a process killed while its progress holds the
+    // spinlock of its shared-memory region leaves it held, and the next post
+    // to it spins inside libfabric forever (seen in 1 of 7 runs; see
+    // docs/failure-semantics.md). So on shm the victim is first stopped while
+    // idle (its worker napping, the lock free), then the writes are
+    // submitted (they queue in its region), then it is killed.
+    if prov == "shm" {
+        std::thread::sleep(Duration::from_millis(20));
+        victim.signal("STOP");
+    }
     let mut rng = Rng(25);
     let (src, dst) = (rng.perm(PAGES), rng.perm(PAGES));
     let pages = Pages { indices: &src, stride: 4096, offset: 0 };
