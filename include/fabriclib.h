@@ -102,7 +102,9 @@ typedef void (*fabriclib_peer_cb)(void *user_data,
                                   fabriclib_status why);
 
 // Called once when a request ends: `status` is `FABRICLIB_STATUS_OK` or why
-// it failed. Runs on the engine's callback thread; must not block for long
+// it failed; during a call with an error, `fabriclib_last_error_message()`
+// gives the details (for `FABRICLIB_STATUS_PROVIDER`, libfabric's error text
+// and number). Runs on the engine's callback thread; must not block for long
 // (it delays other callbacks) and must not destroy the engine.
 typedef void (*fabriclib_done_cb)(void *user_data, fabriclib_status status);
 

@@ -8,7 +8,9 @@ use crate::wire::NetAddr;
 use std::ffi::c_void;
 
 /// Called once when a request ends: `status` is `FABRICLIB_STATUS_OK` or why
-/// it failed. Runs on the engine's callback thread; must not block for long
+/// it failed; during a call with an error, `fabriclib_last_error_message()`
+/// gives the details (for `FABRICLIB_STATUS_PROVIDER`, libfabric's error text
+/// and number). Runs on the engine's callback thread; must not block for long
 /// (it delays other callbacks) and must not destroy the engine.
 pub type fabriclib_done_cb = Option<unsafe extern "C" fn(user_data: *mut c_void, status: fabriclib_status)>;
 
@@ -99,6 +101,11 @@ fn notify_of(d: &fabriclib_on_done) -> Result<OnDone> {
             let ud = UserData(d.user_data);
             Ok(OnDone::callback(move |r| {
                 let ud = ud;
+                // The details (e.g. libfabric's error text and number) are the
+                // callback thread's last-error message during the call.
+                if let Err(e) = &r {
+                    super::set_last_error(&e.message);
+                }
                 // SAFETY: a C function pointer the caller registered, with its user_data.
                 unsafe { cb(ud.0, status_of(&r)) }
             }))

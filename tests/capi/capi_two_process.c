@@ -117,6 +117,22 @@ static void pong_cb(void *ud, fabriclib_status st, const uint8_t *data, size_t l
     (void)ud;
     if (st == 0 && len > 5 && memcmp(data, "pong:ping ", 10) == 0) atomic_fetch_add(&got_pongs, 1);
 }
+/* A request's end with its last-error message, as the done callback sees them. */
+struct ended { _Atomic int status; char why[200]; };
+static void ended_cb(void *ud, fabriclib_status st) {
+    struct ended *x = ud;
+    snprintf(x->why, sizeof x->why, "%s", fabriclib_last_error_message());
+    atomic_store(&x->status, st);
+}
+static void wait_ended(struct ended *x, fabriclib_status want, const char *what) {
+    double t0 = now();
+    while (atomic_load(&x->status) < 0)
+        if (now() - t0 > 30) DIE("%s: never ended", what);
+    if (atomic_load(&x->status) != want || (want && !x->why[0]))
+        DIE("%s: ended %s (%s), expected %s with a message", what, fabriclib_status_str(atomic_load(&x->status)), x->why,
+            fabriclib_status_str(want));
+}
+
 static _Atomic int paged_done = -1;
 static void paged_cb(void *ud, fabriclib_status st) { (void)ud; atomic_store(&paged_done, st); }
 
@@ -129,6 +145,17 @@ static int initiator(const char *prov, int fd) {
     for (size_t i = 0; i < LEN; i++) mem[i] = pattern(i);
     CHECK(fabriclib_mr_register(e, mem, LEN, &mr));
     CHECK(fabriclib_submit_recvs(e, 256, 8, pong_cb, NULL));
+    /* Deadlines and cancel: an expectation that times out, one that is canceled. */
+    static struct ended late = {-1, ""}, gone = {-1, ""};
+    fabriclib_on_done in_1ms = {.callback = ended_cb, .user_data = &late, .timeout_us = 1000};
+    fabriclib_on_done no_deadline = {.callback = ended_cb, .user_data = &gone, .timeout_us = FABRICLIB_NO_TIMEOUT};
+    uint64_t id = 0;
+    CHECK(fabriclib_expect_imm_count(e, 900, 1, &in_1ms, NULL));
+    CHECK(fabriclib_expect_imm_count(e, 901, 1, &no_deadline, &id));
+    CHECK(fabriclib_cancel(e, id));
+    wait_ended(&late, FABRICLIB_STATUS_TIMED_OUT, "expectation with a 1 ms deadline");
+    wait_ended(&gone, FABRICLIB_STATUS_CANCELED, "canceled expectation");
+    if (fabriclib_cancel(e, id) != FABRICLIB_STATUS_NOT_FOUND) DIE("a second cancel was not NOT_FOUND");
     CHECK(fabriclib_engine_address(e, addr, sizeof addr, &n));
     put_blob(fd, addr, n);
     size_t peer_len = get_blob(fd, peer, sizeof peer);
