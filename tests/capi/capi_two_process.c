@@ -46,6 +46,12 @@ static void wait_flag(_Atomic uint32_t *f, const char *what) {
     if (st) DIE("%s: ended with %s", what, fabriclib_status_str((fabriclib_status)st));
 }
 
+static _Atomic int peers_up = 0;
+static void on_peer(void *ud, const uint8_t *addr, size_t len, int32_t state, fabriclib_status why) {
+    (void)ud; (void)addr; (void)why;
+    if (state == FABRICLIB_PEER_UP && len > 0) atomic_fetch_add(&peers_up, 1);
+}
+
 static char used_provider[64] = "?";
 static fabriclib_engine *engine(const char *prov) {
     fabriclib_config *c;
@@ -53,6 +59,7 @@ static fabriclib_engine *engine(const char *prov) {
     CHECK(fabriclib_config_new(&c));
     CHECK(fabriclib_config_set_provider(c, prov));
     CHECK(fabriclib_config_set_bind_address(c, "127.0.0.1"));
+    CHECK(fabriclib_config_set_peer_callback(c, on_peer, NULL));
     /* Under valgrind both processes crawl: allow a peer a minute between keepalive answers. */
     if (getenv("FABRICLIB_TEST_SLOW")) CHECK(fabriclib_config_set_keepalive(c, 1000, 60000));
     CHECK(fabriclib_engine_create(c, &e));
@@ -195,7 +202,8 @@ static int initiator(const char *prov, int fd) {
     fabriclib_engine_destroy(e);
     free(mem); free(src); free(dst);
     if (bad) fprintf(stderr, "target saw wrong bytes\n");
-    return bad || atomic_load(&paged_done) != 0;
+    if (atomic_load(&peers_up) < 1) fprintf(stderr, "the peer callback never reported the target up\n");
+    return bad || atomic_load(&paged_done) != 0 || atomic_load(&peers_up) < 1;
 }
 
 int main(int argc, char **argv) {

@@ -202,6 +202,21 @@ pub fn cancel_storm(prov: &str, domains: usize) -> TestResult {
     if l.engine.cancel(id).map_err(|e| e.status) != Err(Status::NotFound) {
         return Err("a second cancel of an ended expectation was not NotFound".into());
     }
+    // Everything to one peer at once: cancel_peer counts what it canceled.
+    let all = Ends::new(200);
+    for i in 0..200 {
+        let idx = [i as u32 % 256];
+        let pg = Pages { indices: &idx, stride: 4096, offset: 0 };
+        l.engine.submit_paged_writes(4096, None, &l.mr, pg, &d, pg, all.on(i)).map_err(e2s)?;
+    }
+    let n = l.engine.cancel_peer(&addr(&p)).map_err(e2s)?;
+    all.wait_all(Duration::from_secs(10))?;
+    all.only(&[Status::Ok, Status::Canceled])?;
+    let got = all.tally().iter().find(|(s, _)| *s == Status::Canceled).map_or(0, |t| t.1);
+    if got != n {
+        return Err(format!("cancel_peer said {n} canceled, {got} ended Canceled"));
+    }
+    eprintln!("    cancel_peer: {n} of 200 canceled");
     // Canceled or not, the peer serves on (in the half the storm never wrote).
     still_serves(&l, &mut p, 0x53, R, 64 * 1024)
 }
