@@ -206,7 +206,10 @@ fn new_epoch() -> u64 {
 fn classify(errno: i32) -> Status {
     use crate::sys::*;
     const EPIPE: u32 = 32; // libfabric passes some socket errors through as plain errno
-    const PEER: [u32; 10] = [
+    // FI_ECANCELED too: fabriclib never cancels a write or send itself, so a
+    // canceled one is the provider flushing a dead connection (tcp;ofi_rxm
+    // reports most of a killed peer's work requests so, before ENOTCONN).
+    const PEER: [u32; 11] = [
         FI_ENOTCONN,
         FI_ECONNRESET,
         FI_ECONNREFUSED,
@@ -217,6 +220,7 @@ fn classify(errno: i32) -> Status {
         FI_ETIMEDOUT,
         EPIPE,
         FI_ESHUTDOWN,
+        FI_ECANCELED,
     ];
     let e = errno.unsigned_abs();
     if PEER.contains(&e) {
