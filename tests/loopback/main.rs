@@ -549,12 +549,14 @@ fn main() {
             }
         }
     }
-    // The soak: once, on the first provider, with 2 domains (FABRICLIB_SOAK_OPS, default 10^6).
+    // The soak: on each provider, with 2 domains (FABRICLIB_SOAK_OPS, default 10^6 each).
     let soak_name = "soak_3_processes";
-    if filters.is_empty() || filters.iter().any(|f| soak_name.contains(f.as_str())) {
-        let ops = std::env::var("FABRICLIB_SOAK_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
-        let prov = providers.split(',').next().unwrap();
+    for prov in providers.split(',') {
         let full = format!("{soak_name}[{prov},domains=2]");
+        if !filters.is_empty() && !filters.iter().any(|f| full.contains(f.as_str())) {
+            continue;
+        }
+        let ops = std::env::var("FABRICLIB_SOAK_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
         match soak::run(prov, 2, ops) {
             Ok(report) => {
                 passed += 1;
