@@ -3,15 +3,17 @@
 //! queues full, polls every completion queue continuously (libfabric's
 //! software providers only progress when polled), aggregates per-unit
 //! completions into one per request and counts immediates.
+mod control;
+mod ending;
 mod peers;
 mod recv;
-mod timers;
 pub mod request;
+mod timers;
 
 use crate::config::EngineConfig;
 use crate::domain::{Chan, Completion, Domain, LocalMr, Post};
 use crate::engine::imm::ImmCounter;
-use crate::engine::notify::{Notifier, shutdown_error};
+use crate::engine::notify::Notifier;
 use crate::error::{Error, Result, Status};
 use crate::wire::{MAX_DOMAINS, NetAddr};
 use crossbeam_queue::{ArrayQueue, SegQueue};
@@ -366,89 +368,6 @@ impl<D: Domain> Worker<D> {
         busy
     }
 
-    /// Accepts every request still in the submission queue (so that a
-    /// cancel finds the requests submitted before it).
-    fn accept_queued(&mut self) {
-        while let Some(r) = self.shared.data.pop() {
-            self.accept(r);
-        }
-    }
-
-    fn control(&mut self, c: Ctrl) {
-        match c {
-            Ctrl::Register { id, ptr, len, reply } => {
-                let mut locals = Vec::new();
-                for d in self.domains.iter_mut() {
-                    match d.register(ptr as *mut u8, len) {
-                        Ok(m) => locals.push(m),
-                        Err(e) => {
-                            release(&mut self.domains, &locals);
-                            let _ = reply.send(Err(e));
-                            return;
-                        }
-                    }
-                }
-                self.mrs.insert(id, locals.clone());
-                let _ = reply.send(Ok(locals));
-            }
-            Ctrl::Deregister { id } => {
-                if let Some(locals) = self.mrs.remove(&id) {
-                    release(&mut self.domains, &locals);
-                }
-            }
-            Ctrl::Expect { imm, count, done, id, timeout, reply } => {
-                let r = self.imm.expect(imm, count, done, id, &self.notifier);
-                if let (Ok(()), Some(t)) = (&r, timeout) {
-                    self.timers.add(self.now + t, Timer::Expect { imm, id }, false);
-                }
-                let _ = reply.send(r);
-            }
-            Ctrl::RecvPool { len, count, cb, reply } => {
-                let _ = reply.send(self.add_pool(len, count, cb));
-            }
-            Ctrl::Repost { pool, index } => self.repost.push_back((pool, index)),
-            Ctrl::AddGroup { addrs, reply } => {
-                let members: Result<Vec<u32>> = addrs.iter().map(|a| self.peer_of(a)).collect();
-                let _ = reply.send(members.map(|m| {
-                    self.groups.push(m.into());
-                    self.groups.len() as u64
-                }));
-            }
-            Ctrl::Cancel { id, reply } => {
-                self.accept_queued();
-                let canceled = || Error::new(Status::Canceled, "canceled by the application");
-                let found =
-                    self.actives.iter().position(|a| a.as_ref().is_some_and(|a| a.req.id == id && a.error.is_none()));
-                let r = if let Some(s) = found {
-                    self.end(s as u32, canceled());
-                    Ok(())
-                } else if let Some(imm) = self.imm.find(id) {
-                    self.imm.expire(imm, id, canceled(), &self.notifier);
-                    Ok(())
-                } else {
-                    Err(Error::new(Status::NotFound, format!("request {id} has already ended (or never existed)")))
-                };
-                let _ = reply.send(r);
-            }
-            Ctrl::CancelPeer { addr, reply } => {
-                self.accept_queued();
-                let n = match self.peers.find(&addr) {
-                    Some(p) => {
-                        self.end_all(p, || Error::new(Status::Canceled, "canceled with every request to its peer"))
-                    }
-                    None => 0,
-                };
-                let _ = reply.send(Ok(n));
-            }
-            Ctrl::AddPeer { addr, reply } => {
-                let _ = reply.send(self.add_peer(&addr));
-            }
-            Ctrl::PeerState { addr, reply } => {
-                let _ = reply.send(Ok(self.peers.find(&addr).map(|p| self.peers.state(p))));
-            }
-        }
-    }
-
     /// The peers a request goes to (indices into the peer table), added to
     /// the table (and greeted) if new.
     fn request_peers(&mut self, req: &Request) -> Result<(u32, Option<Arc<[u32]>>)> {
@@ -539,35 +458,6 @@ impl<D: Domain> Worker<D> {
                 self.pending[d].push_back((slot, a.epoch));
             }
         }
-    }
-
-    /// Ends request `slot` with `err` (canceled, timed out, peer down, a
-    /// failed post): nothing more is posted, and it is reported once the
-    /// provider has given back its work requests on the wire, or after the
-    /// drain timeout. Keeps an earlier error.
-    fn end(&mut self, slot: u32, err: Error) {
-        let Some(a) = self.actives[slot as usize].as_mut() else {
-            return;
-        };
-        if a.error.is_none() {
-            a.error = Some(err);
-            if a.outstanding > 0 {
-                let t = Timer::Request { slot, epoch: a.epoch };
-                self.timers.add(self.now + self.cfg.drain_timeout, t, false);
-            }
-        }
-        self.maybe_finish(slot);
-    }
-
-    /// Ends every request to peer `p` with `err()`; returns how many.
-    fn end_all(&mut self, p: u32, err: impl Fn() -> Error) -> usize {
-        let hit: Vec<u32> = (0..self.actives.len() as u32)
-            .filter(|&s| self.actives[s as usize].as_ref().is_some_and(|a| a.error.is_none() && a.involves(p)))
-            .collect();
-        for &s in &hit {
-            self.end(s, err());
-        }
-        hit.len()
     }
 
     fn post_all(&mut self) -> bool {
@@ -729,107 +619,4 @@ impl<D: Domain> Worker<D> {
         self.notifier.fire_request(a.req.done, a.error.map_or(Ok(()), Err));
     }
 
-    /// Every millisecond: deadlines that passed, then keepalives and peer timeouts.
-    fn tick(&mut self) -> bool {
-        let mut busy = false;
-        while let Some(t) = self.timers.due(self.now) {
-            busy = true;
-            match t {
-                Timer::Request { slot, epoch } => {
-                    let Some(a) = self.actives[slot as usize].as_mut().filter(|a| a.epoch == epoch) else {
-                        continue;
-                    };
-                    if a.error.is_none() {
-                        let t = a.req.timeout.unwrap_or_default();
-                        self.end(
-                            slot,
-                            Error::new(Status::TimedOut, format!("the request did not complete within {t:?}")),
-                        );
-                    } else {
-                        // Ended earlier and the drain timeout passed: the provider
-                        // lost these work requests (a dead peer on some providers).
-                        a.outstanding = 0;
-                        self.maybe_finish(slot);
-                    }
-                }
-                Timer::Expect { imm, id } => {
-                    let err = Error::new(
-                        Status::TimedOut,
-                        format!("fewer immediates {imm:#x} than expected arrived in time"),
-                    );
-                    self.imm.expire(imm, id, err, &self.notifier);
-                }
-            }
-        }
-        if self.timers.len() > 2 * (self.live + self.imm.armed()) + 1024 {
-            let (actives, imm) = (&self.actives, &self.imm);
-            self.timers.compact(|t| match *t {
-                Timer::Request { slot, epoch } => actives[slot as usize].as_ref().is_some_and(|a| a.epoch == epoch),
-                Timer::Expect { imm: v, id } => imm.is_armed(v, id),
-            });
-        }
-        busy | self.keepalive()
-    }
-
-    fn shutdown(mut self) {
-        let err = shutdown_error();
-        self.say_goodbye();
-        let bye = Instant::now() + Duration::from_millis(100);
-        while self.peers.sending() && Instant::now() < bye {
-            self.poll_all();
-        }
-        while let Some(r) = self.shared.data.pop() {
-            self.notifier.fire_request(r.done, Err(err.clone()));
-        }
-        // Nothing new is posted; requests with work on the wire end once the NIC
-        // is done with their buffers (or after SHUTDOWN_DRAIN).
-        for a in self.actives.iter_mut().flatten() {
-            if a.posted < a.units {
-                a.error = Some(err.clone());
-            }
-        }
-        for s in 0..self.actives.len() {
-            self.maybe_finish(s as u32);
-        }
-        let deadline = Instant::now() + SHUTDOWN_DRAIN;
-        while self.live > 0 && Instant::now() < deadline {
-            self.poll_all();
-        }
-        for s in 0..self.actives.len() {
-            if let Some(a) = self.actives[s].as_mut() {
-                a.outstanding = 0;
-                a.error = Some(err.clone());
-                self.maybe_finish(s as u32);
-            }
-        }
-        self.imm.fail_all(&err, &self.notifier);
-        for pool in &self.pools {
-            let cb = pool.cb.clone();
-            let e = err.clone();
-            self.notifier.run(Box::new(move || cb(Err(e))));
-        }
-        while let Some(c) = self.shared.ctrl.pop() {
-            match c {
-                Ctrl::Register { reply, .. } => drop(reply.send(Err(err.clone()))),
-                Ctrl::Expect { reply, .. } | Ctrl::RecvPool { reply, .. } => drop(reply.send(Err(err.clone()))),
-                Ctrl::AddGroup { reply, .. } => drop(reply.send(Err(err.clone()))),
-                Ctrl::Cancel { reply, .. } | Ctrl::AddPeer { reply, .. } => drop(reply.send(Err(err.clone()))),
-                Ctrl::CancelPeer { reply, .. } => drop(reply.send(Err(err.clone()))),
-                Ctrl::PeerState { reply, .. } => drop(reply.send(Err(err.clone()))),
-                Ctrl::Deregister { .. } | Ctrl::Repost { .. } => {}
-            }
-        }
-        // Close every registration before the domains.
-        // Deregisters queued above are covered: every registration still known is closed here.
-        for (_, locals) in std::mem::take(&mut self.mrs) {
-            release(&mut self.domains, &locals);
-        }
-        for pool in &self.pools {
-            self.domains[0].deregister(&pool.mr);
-        }
-        self.peers.close(&mut self.domains[0]);
-        release(&mut self.domains, &self.scratch_mr);
-        self.domains[0].deregister(&self.stage_mr);
-        self.notifier.release_inflight();
-    }
 }

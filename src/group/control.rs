@@ -1,0 +1,93 @@
+//! Control commands from the API (register, expectations, receive pools,
+//! peer groups, cancel, peers): rare, each answered on its own channel.
+use super::timers::Timer;
+use super::{Worker, release};
+use crate::domain::Domain;
+use crate::error::{Error, Result, Status};
+use super::request::Ctrl;
+
+impl<D: Domain> Worker<D> {
+    /// Accepts every request still in the submission queue (so that a
+    /// cancel finds the requests submitted before it).
+    pub(super) fn accept_queued(&mut self) {
+        while let Some(r) = self.shared.data.pop() {
+            self.accept(r);
+        }
+    }
+
+    pub(super) fn control(&mut self, c: Ctrl) {
+        match c {
+            Ctrl::Register { id, ptr, len, reply } => {
+                let mut locals = Vec::new();
+                for d in self.domains.iter_mut() {
+                    match d.register(ptr as *mut u8, len) {
+                        Ok(m) => locals.push(m),
+                        Err(e) => {
+                            release(&mut self.domains, &locals);
+                            let _ = reply.send(Err(e));
+                            return;
+                        }
+                    }
+                }
+                self.mrs.insert(id, locals.clone());
+                let _ = reply.send(Ok(locals));
+            }
+            Ctrl::Deregister { id } => {
+                if let Some(locals) = self.mrs.remove(&id) {
+                    release(&mut self.domains, &locals);
+                }
+            }
+            Ctrl::Expect { imm, count, done, id, timeout, reply } => {
+                let r = self.imm.expect(imm, count, done, id, &self.notifier);
+                if let (Ok(()), Some(t)) = (&r, timeout) {
+                    self.timers.add(self.now + t, Timer::Expect { imm, id }, false);
+                }
+                let _ = reply.send(r);
+            }
+            Ctrl::RecvPool { len, count, cb, reply } => {
+                let _ = reply.send(self.add_pool(len, count, cb));
+            }
+            Ctrl::Repost { pool, index } => self.repost.push_back((pool, index)),
+            Ctrl::AddGroup { addrs, reply } => {
+                let members: Result<Vec<u32>> = addrs.iter().map(|a| self.peer_of(a)).collect();
+                let _ = reply.send(members.map(|m| {
+                    self.groups.push(m.into());
+                    self.groups.len() as u64
+                }));
+            }
+            Ctrl::Cancel { id, reply } => {
+                self.accept_queued();
+                let canceled = || Error::new(Status::Canceled, "canceled by the application");
+                let found =
+                    self.actives.iter().position(|a| a.as_ref().is_some_and(|a| a.req.id == id && a.error.is_none()));
+                let r = if let Some(s) = found {
+                    self.end(s as u32, canceled());
+                    Ok(())
+                } else if let Some(imm) = self.imm.find(id) {
+                    self.imm.expire(imm, id, canceled(), &self.notifier);
+                    Ok(())
+                } else {
+                    Err(Error::new(Status::NotFound, format!("request {id} has already ended (or never existed)")))
+                };
+                let _ = reply.send(r);
+            }
+            Ctrl::CancelPeer { addr, reply } => {
+                self.accept_queued();
+                let n = match self.peers.find(&addr) {
+                    Some(p) => {
+                        self.end_all(p, || Error::new(Status::Canceled, "canceled with every request to its peer"))
+                    }
+                    None => 0,
+                };
+                let _ = reply.send(Ok(n));
+            }
+            Ctrl::AddPeer { addr, reply } => {
+                let _ = reply.send(self.add_peer(&addr));
+            }
+            Ctrl::PeerState { addr, reply } => {
+                let _ = reply.send(Ok(self.peers.find(&addr).map(|p| self.peers.state(p))));
+            }
+        }
+    }
+
+}

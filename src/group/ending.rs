@@ -1,0 +1,147 @@
+//! How requests end early and how the engine ends: `end` (canceled, timed
+//! out, peer down, a failed post — nothing more is posted, and the report
+//! waits for the work requests already on the wire, up to the drain
+//! timeout), the deadlines (`tick`), and shutdown.
+use super::timers::Timer;
+use super::{SHUTDOWN_DRAIN, Worker, release};
+use super::request::Ctrl;
+use crate::domain::Domain;
+use crate::engine::notify::shutdown_error;
+use crate::error::{Error, Status};
+use std::time::{Duration, Instant};
+
+impl<D: Domain> Worker<D> {
+    /// Ends request `slot` with `err` (canceled, timed out, peer down, a
+    /// failed post): nothing more is posted, and it is reported once the
+    /// provider has given back its work requests on the wire, or after the
+    /// drain timeout. Keeps an earlier error.
+    pub(super) fn end(&mut self, slot: u32, err: Error) {
+        let Some(a) = self.actives[slot as usize].as_mut() else {
+            return;
+        };
+        if a.error.is_none() {
+            a.error = Some(err);
+            if a.outstanding > 0 {
+                let t = Timer::Request { slot, epoch: a.epoch };
+                self.timers.add(self.now + self.cfg.drain_timeout, t, false);
+            }
+        }
+        self.maybe_finish(slot);
+    }
+
+    /// Ends every request to peer `p` with `err()`; returns how many.
+    pub(super) fn end_all(&mut self, p: u32, err: impl Fn() -> Error) -> usize {
+        let hit: Vec<u32> = (0..self.actives.len() as u32)
+            .filter(|&s| self.actives[s as usize].as_ref().is_some_and(|a| a.error.is_none() && a.involves(p)))
+            .collect();
+        for &s in &hit {
+            self.end(s, err());
+        }
+        hit.len()
+    }
+
+
+    /// Every millisecond: deadlines that passed, then keepalives and peer timeouts.
+    pub(super) fn tick(&mut self) -> bool {
+        let mut busy = false;
+        while let Some(t) = self.timers.due(self.now) {
+            busy = true;
+            match t {
+                Timer::Request { slot, epoch } => {
+                    let Some(a) = self.actives[slot as usize].as_mut().filter(|a| a.epoch == epoch) else {
+                        continue;
+                    };
+                    if a.error.is_none() {
+                        let t = a.req.timeout.unwrap_or_default();
+                        self.end(
+                            slot,
+                            Error::new(Status::TimedOut, format!("the request did not complete within {t:?}")),
+                        );
+                    } else {
+                        // Ended earlier and the drain timeout passed: the provider
+                        // lost these work requests (a dead peer on some providers).
+                        a.outstanding = 0;
+                        self.maybe_finish(slot);
+                    }
+                }
+                Timer::Expect { imm, id } => {
+                    let err = Error::new(
+                        Status::TimedOut,
+                        format!("fewer immediates {imm:#x} than expected arrived in time"),
+                    );
+                    self.imm.expire(imm, id, err, &self.notifier);
+                }
+            }
+        }
+        if self.timers.len() > 2 * (self.live + self.imm.armed()) + 1024 {
+            let (actives, imm) = (&self.actives, &self.imm);
+            self.timers.compact(|t| match *t {
+                Timer::Request { slot, epoch } => actives[slot as usize].as_ref().is_some_and(|a| a.epoch == epoch),
+                Timer::Expect { imm: v, id } => imm.is_armed(v, id),
+            });
+        }
+        busy | self.keepalive()
+    }
+
+    pub(super) fn shutdown(mut self) {
+        let err = shutdown_error();
+        self.say_goodbye();
+        let bye = Instant::now() + Duration::from_millis(100);
+        while self.peers.sending() && Instant::now() < bye {
+            self.poll_all();
+        }
+        while let Some(r) = self.shared.data.pop() {
+            self.notifier.fire_request(r.done, Err(err.clone()));
+        }
+        // Nothing new is posted; requests with work on the wire end once the NIC
+        // is done with their buffers (or after SHUTDOWN_DRAIN).
+        for a in self.actives.iter_mut().flatten() {
+            if a.posted < a.units {
+                a.error = Some(err.clone());
+            }
+        }
+        for s in 0..self.actives.len() {
+            self.maybe_finish(s as u32);
+        }
+        let deadline = Instant::now() + SHUTDOWN_DRAIN;
+        while self.live > 0 && Instant::now() < deadline {
+            self.poll_all();
+        }
+        for s in 0..self.actives.len() {
+            if let Some(a) = self.actives[s].as_mut() {
+                a.outstanding = 0;
+                a.error = Some(err.clone());
+                self.maybe_finish(s as u32);
+            }
+        }
+        self.imm.fail_all(&err, &self.notifier);
+        for pool in &self.pools {
+            let cb = pool.cb.clone();
+            let e = err.clone();
+            self.notifier.run(Box::new(move || cb(Err(e))));
+        }
+        while let Some(c) = self.shared.ctrl.pop() {
+            match c {
+                Ctrl::Register { reply, .. } => drop(reply.send(Err(err.clone()))),
+                Ctrl::Expect { reply, .. } | Ctrl::RecvPool { reply, .. } => drop(reply.send(Err(err.clone()))),
+                Ctrl::AddGroup { reply, .. } => drop(reply.send(Err(err.clone()))),
+                Ctrl::Cancel { reply, .. } | Ctrl::AddPeer { reply, .. } => drop(reply.send(Err(err.clone()))),
+                Ctrl::CancelPeer { reply, .. } => drop(reply.send(Err(err.clone()))),
+                Ctrl::PeerState { reply, .. } => drop(reply.send(Err(err.clone()))),
+                Ctrl::Deregister { .. } | Ctrl::Repost { .. } => {}
+            }
+        }
+        // Close every registration before the domains.
+        // Deregisters queued above are covered: every registration still known is closed here.
+        for (_, locals) in std::mem::take(&mut self.mrs) {
+            release(&mut self.domains, &locals);
+        }
+        for pool in &self.pools {
+            self.domains[0].deregister(&pool.mr);
+        }
+        self.peers.close(&mut self.domains[0]);
+        release(&mut self.domains, &self.scratch_mr);
+        self.domains[0].deregister(&self.stage_mr);
+        self.notifier.release_inflight();
+    }
+}
