@@ -233,6 +233,9 @@ pub fn deadline_with_stopped_peer(prov: &str, domains: usize) -> TestResult {
     let mut p = Peer::spawn(prov, domains, R)?;
     let mut fresh = Peer::spawn(prov, domains, 4096)?;
     still_serves(&l, &mut p, 0x61, 0, 4096)?; // up and connected
+    // Stopped while idle (napping), so that an shm peer does not hold its
+    // region's spinlock while stopped (see kill9_mid_transfer).
+    std::thread::sleep(Duration::from_millis(20));
     p.signal("STOP");
     fresh.signal("STOP");
     let ends = Ends::new(2);

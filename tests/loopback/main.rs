@@ -419,15 +419,35 @@ fn bad_input(prov: &str, domains: usize) -> TestResult {
     Ok(())
 }
 
-/// Destroying an engine with 10,000 requests queued or on the wire: every
-/// request ends exactly once (done, or shut down), the destroy returns within
-/// the shutdown drain, and the peer goes on serving.
+/// Destroying an engine with 10,000 requests queued or on the wire, an
+/// armed expectation, a receive pool and a request waiting for a peer that
+/// never answers: every request ends exactly once (done, or shut down), the
+/// expectation and the pool end with `Shutdown` exactly once, the destroy
+/// returns within the shutdown drain, and the peer goes on serving.
 fn destroy_with_10000_pending(prov: &str, domains: usize) -> TestResult {
     const N: usize = 10_000;
     let cfg = EngineConfig { domains, submit_queue: 2 * N, ..Default::default() };
     let l = local_with(cfg, prov, 4096 * 16, 10)?;
     let mut p = Peer::spawn(prov, domains, 4096 * 16)?;
     let d = desc(&p);
+    // The others: an expectation, a pool, a write parked on a stopped peer's handshake.
+    let others = faults::Ends::new(2);
+    l.engine.expect_imm_count(0xdead, 1, others.on(0)).map_err(e2s)?;
+    let mute = Peer::spawn(prov, domains, 4096)?;
+    // Stopped while idle (napping): an shm peer stopped inside its poll would
+    // hold its region's spinlock (see faults.rs) and stall our posts to it.
+    std::thread::sleep(Duration::from_millis(20));
+    mute.signal("STOP");
+    l.engine.submit_single_write(64, None, &l.mr, 0, &desc(&mute), 0, others.on(1)).map_err(e2s)?;
+    let pool_ends = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let pe = pool_ends.clone();
+    l.engine
+        .submit_recvs(64, 4, move |m| {
+            if m.is_err_and(|e| e.status == Status::Shutdown) {
+                pe.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+        .map_err(e2s)?;
     let ends: Arc<Vec<std::sync::atomic::AtomicU8>> = Arc::new((0..N).map(|_| Default::default()).collect());
     let shut_down = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     for i in 0..N {
@@ -446,6 +466,12 @@ fn destroy_with_10000_pending(prov: &str, domains: usize) -> TestResult {
     let t = Instant::now();
     drop(l);
     let took = t.elapsed();
+    mute.signal("CONT");
+    others.wait_all(Duration::from_secs(1))?;
+    others.only(&[Status::Shutdown])?;
+    if pool_ends.load(Ordering::SeqCst) != 1 {
+        return Err(format!("the receive pool ended {} times", pool_ends.load(Ordering::SeqCst)));
+    }
     if took > Duration::from_secs(10) {
         return Err(format!("destroy took {took:?}"));
     }
