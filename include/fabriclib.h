@@ -32,6 +32,18 @@
  *      barrier ...................... 1 per destination
  *      writes without imm, sends .... 0
  *    Delivery is reliable but unordered: count immediates, never rely on order.
+ *
+ * Failure semantics (docs/failure-semantics.md)
+ *  - No request can hang. Each ends exactly once: OK, an error
+ *    (PEER_DOWN, STALE, REMOTE_ACCESS, LOCAL_ACCESS, PROVIDER), CANCELED
+ *    (fabriclib_cancel, fabriclib_cancel_peer), TIMED_OUT (30 s by default;
+ *    fabriclib_on_done.timeout_us) or SHUTDOWN. After its report its buffers
+ *    are the caller's again.
+ *  - A peer that stops answering keepalives for 3 s, or whose connection
+ *    fails, is down: its requests end with PEER_DOWN, the peer callback is
+ *    told, the other peers are served as before.
+ *  - Beyond max_inflight requests (or a full submission queue) submits
+ *    return FABRICLIB_STATUS_AGAIN.
  */
 
 
