@@ -433,7 +433,7 @@ fn destroy_with_10000_pending(prov: &str, domains: usize) -> TestResult {
     // The others: an expectation, a pool, a write parked on a stopped peer's handshake.
     let others = faults::Ends::new(2);
     l.engine.expect_imm_count(0xdead, 1, others.on(0)).map_err(e2s)?;
-    let mute = Peer::spawn(prov, domains, 4096)?;
+    let mut mute = Peer::spawn(prov, domains, 4096)?;
     // Stopped while idle (napping): an shm peer stopped inside its poll would
     // hold its region's spinlock (see faults.rs) and stall our posts to it.
     std::thread::sleep(Duration::from_millis(20));
@@ -466,7 +466,10 @@ fn destroy_with_10000_pending(prov: &str, domains: usize) -> TestResult {
     let t = Instant::now();
     drop(l);
     let took = t.elapsed();
-    mute.signal("CONT");
+    // Killed, not continued: libfabric 1.17's shm crashes a process that
+    // handles the first message of a peer whose endpoint has closed since
+    // (docs/failure-semantics.md); this one holds our greeting.
+    mute.kill9();
     others.wait_all(Duration::from_secs(1))?;
     others.only(&[Status::Shutdown])?;
     if pool_ends.load(Ordering::SeqCst) != 1 {
@@ -593,6 +596,11 @@ fn main() {
                 println!("test {full} ... FAILED: {e}");
             }
         }
+    }
+    let crashes = util::PEER_CRASHES.load(Ordering::SeqCst);
+    if crashes > 0 {
+        failed += 1;
+        println!("test peer_processes_exit_cleanly ... FAILED: {crashes} peer processes crashed (see PEER CRASHED above)");
     }
     println!("\nloopback: {passed} passed, {failed} failed");
     std::process::exit(if failed > 0 { 1 } else { 0 });

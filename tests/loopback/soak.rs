@@ -405,9 +405,12 @@ pub fn run(prov: &str, domains: usize, ops: usize) -> Result<String, String> {
         total += l.split_whitespace().nth(3).and_then(|n| n.parse::<usize>().ok()).unwrap_or(0);
         report.push(l);
     }
-    for (mut c, _) in kids {
+    for (i, (mut c, _)) in kids.into_iter().enumerate() {
         let _ = writeln!(c.stdin.as_mut().unwrap(), "QUIT");
-        let _ = c.wait();
+        match c.wait() {
+            Ok(st) if st.success() => {}
+            other => return Err(format!("node {i} did not exit cleanly: {other:?}")),
+        }
     }
     if total < ops {
         return Err(format!("only {total} operations ran (wanted {ops})"));

@@ -60,7 +60,12 @@ pub struct Peer {
     backlog: Vec<String>,
     pub addr: Vec<u8>,
     pub desc: Vec<u8>,
+    /// Set by `kill9`: its death by signal is ours.
+    killed: bool,
 }
+
+/// Peers that died of a signal the test did not send (checked at the end of the run).
+pub static PEER_CRASHES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 impl Peer {
     pub fn spawn(provider: &str, domains: usize, region: usize) -> Result<Peer, String> {
@@ -95,7 +100,7 @@ impl Peer {
                 }
             }
         });
-        let mut p = Peer { child, stdin, lines, backlog: vec![], addr: vec![], desc: vec![] };
+        let mut p = Peer { child, stdin, lines, backlog: vec![], addr: vec![], desc: vec![], killed: false };
         let info = p.wait_for("INFO")?;
         let w: Vec<&str> = info.split_whitespace().collect();
         p.addr = from_hex(w[1]);
@@ -153,6 +158,7 @@ impl Peer {
 
     /// `kill -9`: the peer dies without closing anything.
     pub fn kill9(&mut self) {
+        self.killed = true;
         let _ = self.child.kill();
         let _ = self.child.wait();
         remove_shm_files(self.pid());
@@ -174,11 +180,19 @@ impl Drop for Peer {
         let _ = writeln!(self.stdin, "QUIT");
         let _ = self.stdin.flush();
         for _ in 0..200 {
-            if let Ok(Some(_)) = self.child.try_wait() {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                // A peer that did not exit cleanly (and that we did not kill)
+                // crashed: the run fails. (A crash handler may turn a signal
+                // into an exit code, so any failure counts.)
+                if !st.success() && !self.killed {
+                    eprintln!("PEER CRASHED: pid {} ended with {st:?}", self.child.id());
+                    PEER_CRASHES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
                 return;
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+        eprintln!("peer {} did not quit within 2 s: killed", self.child.id());
         let _ = self.child.kill();
         let _ = self.child.wait();
         remove_shm_files(self.child.id());
