@@ -3,7 +3,6 @@ use super::{fabriclib_config, fabriclib_status, ffi, give, handle, put, release,
 use crate::config::EngineConfig;
 use crate::engine::TransferEngine;
 use crate::error::{Error, Status};
-use crate::wire::NetAddr;
 use std::ffi::{CString, c_char};
 use std::sync::atomic::AtomicU64;
 
@@ -93,8 +92,7 @@ pub extern "C" fn fabriclib_peer_add(
 ) -> fabriclib_status {
     ffi(|| {
         let e = handle(engine)?;
-        super::non_null(addr, "addr")?;
-        e.engine.add_peer(&NetAddr::parse(super::bytes(addr, addr_len, "addr")?)?)
+        e.engine.add_peer(&super::address(addr, addr_len, "addr")?)
     })
 }
 
@@ -110,9 +108,8 @@ pub extern "C" fn fabriclib_peer_state(
 ) -> fabriclib_status {
     ffi(|| {
         let e = handle(engine)?;
-        super::non_null(addr, "addr")?;
         super::non_null(state, "state")?;
-        match e.engine.peer_state(&NetAddr::parse(super::bytes(addr, addr_len, "addr")?)?)? {
+        match e.engine.peer_state(&super::address(addr, addr_len, "addr")?)? {
             Some(s) => put(state, s as i32),
             None => Err(Error::new(Status::NotFound, "this engine has never been in contact with that peer")),
         }

@@ -192,6 +192,12 @@ pub(crate) fn bytes<'a>(p: *const u8, len: usize, what: &str) -> Result<&'a [u8]
     Ok(unsafe { std::slice::from_raw_parts(p, len) })
 }
 
+/// Parses an engine address blob of `len` bytes at `p` (`what` names it in errors).
+pub(crate) fn address(p: *const u8, len: usize, what: &str) -> Result<crate::wire::NetAddr> {
+    non_null(p, what)?;
+    crate::wire::NetAddr::parse(bytes(p, len, what)?)
+}
+
 /// The library version, e.g. `"0.1.0"`. Static string; never fails.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_version() -> *const c_char {

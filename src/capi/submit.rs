@@ -1,10 +1,9 @@
 //! The data path: sends, receives, immediate expectations, writes, peer
 //! groups, scatter and barrier.
-use super::{bytes, fabriclib_engine, fabriclib_mr, fabriclib_remote_mr, fabriclib_status, ffi, handle, non_null, put};
+use super::{address, bytes, fabriclib_engine, fabriclib_mr, fabriclib_remote_mr, fabriclib_status, ffi, handle, non_null, put};
 use crate::engine::notify::{Deadline, OnDone, RawFlag, RequestId, RequestOpts};
 use crate::engine::{Pages, PeerGroup, ScatterDst};
 use crate::error::{Error, Result, Status};
-use crate::wire::NetAddr;
 use std::ffi::c_void;
 
 /// Called once when a request ends: `status` is `FABRICLIB_STATUS_OK` or why
@@ -181,8 +180,7 @@ pub extern "C" fn fabriclib_submit_send(
 ) -> fabriclib_status {
     ffi(|| {
         let e = handle(engine)?;
-        non_null(addr, "addr")?;
-        let to = NetAddr::parse(bytes(addr, addr_len, "addr")?)?;
+        let to = address(addr, addr_len, "addr")?;
         let msg = bytes(msg.cast(), len, "msg")?;
         id_out(request_id, e.engine.submit_send(&to, msg, on_done(done)?))
     })
@@ -315,8 +313,7 @@ pub extern "C" fn fabriclib_add_peer_group(
             .map(|i| {
                 // SAFETY: addrs and addr_lens have count entries (API contract).
                 let (p, l) = unsafe { (*addrs.add(i), *addr_lens.add(i)) };
-                non_null(p, "addrs[i]")?;
-                NetAddr::parse(bytes(p, l, "addrs[i]")?)
+                address(p, l, "addrs[i]")
             })
             .collect::<Result<Vec<_>>>()?;
         put(out, e.engine.add_peer_group(&parsed)?.0)
@@ -410,8 +407,7 @@ pub extern "C" fn fabriclib_cancel_peer(
 ) -> fabriclib_status {
     ffi(|| {
         let e = handle(engine)?;
-        non_null(addr, "addr")?;
-        let n = e.engine.cancel_peer(&NetAddr::parse(bytes(addr, addr_len, "addr")?)?)?;
+        let n = e.engine.cancel_peer(&address(addr, addr_len, "addr")?)?;
         if !canceled.is_null() {
             put(canceled, n)?;
         }

@@ -60,11 +60,11 @@ enum SlotState {
 }
 
 const NO_PEER: PeerId = u64::MAX;
-const CHUNK: usize = 256;
 
-/// Op contexts with stable addresses, in chunks of `CHUNK`. `depth` ops may
-/// be in flight (a full pool reads as `Post::Again`); abandoned slots do not
-/// count, and the pool grows a chunk when only they block it.
+/// Op contexts with stable addresses, in chunks of `depth` slots: one at
+/// first, so that finding a completion's slot is a subtraction. `depth` ops
+/// may be in flight (a full pool reads as `Post::Again`); abandoned slots do
+/// not count, and the pool grows a chunk when only they block it.
 struct CtxPool {
     chunks: Vec<Box<[CtxSlot]>>,
     free: Vec<u32>,
@@ -81,20 +81,18 @@ impl CtxPool {
     fn new(depth: usize, peer_window: usize) -> CtxPool {
         let peer_window = peer_window.clamp(1, u32::MAX as usize) as u32;
         let mut p = CtxPool { chunks: Vec::new(), free: Vec::new(), busy: 0, depth, per_peer: Vec::new(), peer_window };
-        while p.chunks.len() * CHUNK < depth {
-            p.grow();
-        }
+        p.grow();
         p
     }
     fn grow(&mut self) {
-        let base = (self.chunks.len() * CHUNK) as u32;
-        let chunk =
-            (0..CHUNK).map(|_| CtxSlot { fi: fi_context2::default(), token: 0, peer: NO_PEER, state: SlotState::Free });
+        let base = (self.chunks.len() * self.depth) as u32;
+        let chunk = (0..self.depth)
+            .map(|_| CtxSlot { fi: fi_context2::default(), token: 0, peer: NO_PEER, state: SlotState::Free });
         self.chunks.push(chunk.collect());
-        self.free.extend((base..base + CHUNK as u32).rev());
+        self.free.extend((base..base + self.depth as u32).rev());
     }
     fn slot(&mut self, i: usize) -> &mut CtxSlot {
-        &mut self.chunks[i / CHUNK][i % CHUNK]
+        &mut self.chunks[i / self.depth][i % self.depth]
     }
     /// A context for an op to `peer`, or why not: `Again` (the pool is full)
     /// or `Busy` (this peer has its window full).
@@ -130,7 +128,7 @@ impl CtxPool {
         self.chunks.iter().enumerate().find_map(|(c, chunk)| {
             let off = (ctx as usize).checked_sub(chunk.as_ptr() as usize)?;
             let i = off / size_of::<CtxSlot>();
-            (off % size_of::<CtxSlot>() == 0 && i < CHUNK).then_some(c * CHUNK + i)
+            (off % size_of::<CtxSlot>() == 0 && i < self.depth).then_some(c * self.depth + i)
         })
     }
     /// Frees the slot of a completed op; its token and peer unless it was abandoned.

@@ -8,7 +8,7 @@ pub mod fabric;
 pub mod null;
 
 use crate::config::EngineConfig;
-use crate::error::Result;
+use crate::error::{Result, Status};
 use crate::wire::RemoteKey;
 use std::ffi::c_void;
 
@@ -116,5 +116,38 @@ pub trait Domain: Sized + Send + 'static {
     /// them are posted (false only for `null`, where nothing ever answers).
     fn handshakes(&self) -> bool {
         true
+    }
+}
+
+/// The status a failed work request reports, from its libfabric error number
+/// (`Completion::Failed`; other backends map their errors to these numbers).
+pub fn classify(errno: i32) -> Status {
+    use crate::sys::*;
+    const EPIPE: u32 = 32; // libfabric passes some socket errors through as plain errno
+    // FI_ECANCELED too: fabriclib never cancels a write or send itself, so a
+    // canceled one is the provider flushing a dead connection (tcp;ofi_rxm
+    // reports most of a killed peer's work requests so, before ENOTCONN).
+    const PEER: [u32; 11] = [
+        FI_ENOTCONN,
+        FI_ECONNRESET,
+        FI_ECONNREFUSED,
+        FI_ECONNABORTED,
+        FI_EHOSTUNREACH,
+        FI_ENETUNREACH,
+        FI_ENETDOWN,
+        FI_ETIMEDOUT,
+        EPIPE,
+        FI_ESHUTDOWN,
+        FI_ECANCELED,
+    ];
+    let e = errno.unsigned_abs();
+    if PEER.contains(&e) {
+        Status::PeerDown
+    } else if [FI_EACCES, FI_EKEYREJECTED, FI_EPERM, FI_EREMOTEIO].contains(&e) {
+        Status::RemoteAccess
+    } else if [FI_EFAULT, FI_EMSGSIZE, FI_EINVAL, FI_ETOOSMALL, FI_ENOMEM, FI_EMFILE].contains(&e) {
+        Status::LocalAccess
+    } else {
+        Status::Provider
     }
 }

@@ -1,10 +1,10 @@
 //! Control commands from the API (register, expectations, receive pools,
 //! peer groups, cancel, peers): rare, each answered on its own channel.
+use super::request::Ctrl;
 use super::timers::Timer;
 use super::{Worker, release};
 use crate::domain::Domain;
 use crate::error::{Error, Result, Status};
-use super::request::Ctrl;
 
 impl<D: Domain> Worker<D> {
     /// Accepts every request still in the submission queue (so that a
@@ -89,5 +89,4 @@ impl<D: Domain> Worker<D> {
             }
         }
     }
-
 }

@@ -2,9 +2,9 @@
 //! out, peer down, a failed post — nothing more is posted, and the report
 //! waits for the work requests already on the wire, up to the drain
 //! timeout), the deadlines (`tick`), and shutdown.
+use super::request::Ctrl;
 use super::timers::Timer;
 use super::{SHUTDOWN_DRAIN, Worker, release};
-use super::request::Ctrl;
 use crate::domain::Domain;
 use crate::engine::notify::shutdown_error;
 use crate::error::{Error, Status};
@@ -39,7 +39,6 @@ impl<D: Domain> Worker<D> {
         }
         hit.len()
     }
-
 
     /// Every millisecond: deadlines that passed, then keepalives and peer timeouts.
     pub(super) fn tick(&mut self) -> bool {

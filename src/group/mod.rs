@@ -11,7 +11,7 @@ pub mod request;
 mod timers;
 
 use crate::config::EngineConfig;
-use crate::domain::{Chan, Completion, Domain, LocalMr, Post};
+use crate::domain::{Chan, Completion, Domain, LocalMr, Post, classify};
 use crate::engine::imm::ImmCounter;
 use crate::engine::notify::Notifier;
 use crate::error::{Error, Result, Status};
@@ -20,9 +20,8 @@ use crossbeam_queue::{ArrayQueue, SegQueue};
 use peers::Peers;
 use recv::{OwnedMem, RecvPool};
 use request::{Ctrl, Request, Shape};
-use std::collections::HashMap;
-use std::collections::VecDeque;
 use timers::{Timer, Timers};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::{JoinHandle, Thread};
@@ -159,7 +158,8 @@ struct Worker<D: Domain> {
     shared: Arc<Shared>,
     notifier: Notifier,
     cfg: EngineConfig,
-    epoch: u64,
+    /// This engine's address (with its epoch), as peers know it.
+    address: NetAddr,
     actives: Vec<Option<Active>>,
     gens: Vec<u32>,
     free: Vec<u32>,
@@ -204,38 +204,6 @@ fn new_epoch() -> u64 {
     h.finish().max(1)
 }
 
-/// The status a failed work request reports, from its libfabric error number.
-fn classify(errno: i32) -> Status {
-    use crate::sys::*;
-    const EPIPE: u32 = 32; // libfabric passes some socket errors through as plain errno
-    // FI_ECANCELED too: fabriclib never cancels a write or send itself, so a
-    // canceled one is the provider flushing a dead connection (tcp;ofi_rxm
-    // reports most of a killed peer's work requests so, before ENOTCONN).
-    const PEER: [u32; 11] = [
-        FI_ENOTCONN,
-        FI_ECONNRESET,
-        FI_ECONNREFUSED,
-        FI_ECONNABORTED,
-        FI_EHOSTUNREACH,
-        FI_ENETUNREACH,
-        FI_ENETDOWN,
-        FI_ETIMEDOUT,
-        EPIPE,
-        FI_ESHUTDOWN,
-        FI_ECANCELED,
-    ];
-    let e = errno.unsigned_abs();
-    if PEER.contains(&e) {
-        Status::PeerDown
-    } else if [FI_EACCES, FI_EKEYREJECTED, FI_EPERM, FI_EREMOTEIO].contains(&e) {
-        Status::RemoteAccess
-    } else if [FI_EFAULT, FI_EMSGSIZE, FI_EINVAL, FI_ETOOSMALL, FI_ENOMEM, FI_EMFILE].contains(&e) {
-        Status::LocalAccess
-    } else {
-        Status::Provider
-    }
-}
-
 impl<D: Domain> Worker<D> {
     fn new(cfg: EngineConfig, shared: Arc<Shared>, notifier: Notifier) -> Result<Self> {
         let mut domains = Vec::with_capacity(cfg.domains);
@@ -249,9 +217,8 @@ impl<D: Domain> Worker<D> {
             scratch_mr.push(d.register(scratch.ptr, scratch.len)?);
         }
         let stage_mr = domains[0].register(stage.ptr, stage.len)?;
-        let epoch = new_epoch();
-        let me = NetAddr { epoch, domains: domains.iter().map(|d| d.address().into()).collect() };
-        let peers = Peers::new(&mut domains, &me)?;
+        let address = NetAddr { epoch: new_epoch(), domains: domains.iter().map(|d| d.address().into()).collect() };
+        let peers = Peers::new(&mut domains, &address)?;
         let now = Instant::now();
         Ok(Worker {
             pending: (0..domains.len()).map(|_| VecDeque::new()).collect(),
@@ -259,7 +226,7 @@ impl<D: Domain> Worker<D> {
             shared,
             notifier,
             cfg,
-            epoch,
+            address,
             actives: Vec::new(),
             gens: Vec::new(),
             free: Vec::new(),
@@ -284,13 +251,9 @@ impl<D: Domain> Worker<D> {
         })
     }
 
-    fn address(&self) -> NetAddr {
-        NetAddr { epoch: self.epoch, domains: self.domains.iter().map(|d| d.address().into()).collect() }
-    }
-
     fn info(&self) -> GroupInfo {
         GroupInfo {
-            address: self.address(),
+            address: self.address.clone(),
             provider: self.domains[0].provider().to_string(),
             max_msg: self
                 .domains

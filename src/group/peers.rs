@@ -17,9 +17,9 @@
 //! sends), from domain 0 to domain 0:
 //! `"FLK" kind:u8 sender-address` (the address as `NetAddr::to_bytes`).
 use super::recv::OwnedMem;
-use super::{ENGINE_BIT, ENGINE_SEND_BIT, Worker, classify};
+use super::{ENGINE_BIT, ENGINE_SEND_BIT, Worker};
 use crate::config::PeerState;
-use crate::domain::{Chan, Domain, LocalMr, PeerId, Post};
+use crate::domain::{Chan, Domain, LocalMr, PeerId, Post, classify};
 use crate::error::{Error, Result, Status};
 use crate::wire::{MAX_DOMAINS, NetAddr};
 use std::collections::HashMap;

@@ -13,7 +13,7 @@ use std::sync::atomic::AtomicUsize;
 pub struct Ends {
     calls: Vec<AtomicUsize>,
     status: Mutex<Vec<Option<Status>>>,
-    pub done: AtomicUsize,
+    done: AtomicUsize,
 }
 
 impl Ends {
@@ -48,15 +48,25 @@ impl Ends {
         }
         let took = t.elapsed();
         std::thread::sleep(Duration::from_millis(20)); // a double report would show now
-        let bad: Vec<usize> = (0..self.calls.len()).filter(|&i| self.calls[i].load(Ordering::SeqCst) != 1).collect();
-        if let Some(&i) = bad.first() {
-            let n = self.calls[i].load(Ordering::SeqCst);
-            return Err(format!(
-                "{} requests did not report exactly once (request {i}: {n} times) within {limit:?}",
-                bad.len()
-            ));
-        }
+        self.once().map_err(|e| format!("{e} within {limit:?}"))?;
         Ok(took)
+    }
+
+    /// Fails unless every request has reported exactly once so far.
+    pub fn once(&self) -> Result<(), String> {
+        let bad: Vec<usize> = (0..self.calls.len()).filter(|&i| self.calls[i].load(Ordering::SeqCst) != 1).collect();
+        match bad.first() {
+            Some(&i) => {
+                let n = self.calls[i].load(Ordering::SeqCst);
+                Err(format!("{} requests did not report exactly once (request {i}: {n} times)", bad.len()))
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// How many reports have come.
+    pub fn reported(&self) -> usize {
+        self.done.load(Ordering::SeqCst)
     }
 
     pub fn status(&self, i: usize) -> Status {
@@ -400,7 +410,7 @@ pub fn bounded_completion_path(prov: &str, domains: usize) -> TestResult {
     let f = flag();
     l.engine.submit_single_write(4096, None, &l.mr, 0, &d, 0, OnDone::Flag(f.clone())).map_err(e2s)?;
     wait_flag(&f)?;
-    if ends.done.load(Ordering::SeqCst) != 0 {
+    if ends.reported() != 0 {
         return Err("the callbacks were not blocked: the test tested nothing".into());
     }
     l.engine.submit_single_write(4096, None, &l.mr, 0, &d, 0, blocked(MAX)).map_err(e2s)?;

@@ -10,12 +10,13 @@
 //! in exactly the planned number, that every byte of every planned write
 //! landed where it should and every message arrived intact; then it tells its
 //! peers it is done with the round (a send) and waits for theirs.
+use super::faults::Ends;
 use super::util::{Rng, from_hex, to_hex};
 use fabriclib::{EngineConfig, MrDesc, NetAddr, OnDone, Pages, ScatterDst, Status, TransferEngine};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -217,7 +218,7 @@ pub fn node(args: &[String]) -> ! {
             .unwrap_or_else(|e| fail(e.to_string()));
     }
     let (mut ops_done, mut bytes, mut canceled, mut planned) = (0usize, 0u64, 0usize, 0usize);
-    let mut prev: Vec<Arc<AtomicU8>> = Vec::new();
+    let mut prev: Option<Arc<Ends>> = None;
     let deadline = Instant::now() + Duration::from_secs(600);
     let wait = |what: &str, cond: &dyn Fn() -> bool| {
         while !cond() {
@@ -249,18 +250,10 @@ pub fn node(args: &[String]) -> ! {
                 ops_done += 1;
             }
         }
-        let ends: Vec<Arc<AtomicU8>> = plan_r.iter().map(|_| Arc::new(AtomicU8::new(0))).collect();
-        let status: Arc<Mutex<Vec<Option<Status>>>> = Arc::new(Mutex::new(vec![None; plan_r.len()]));
+        let ends = Ends::new(plan_r.len());
         let mut to_cancel = Vec::new();
         for (k, op) in plan_r.iter().enumerate() {
-            let (e, st) = (ends[k].clone(), status.clone());
-            let mk = || {
-                let (e, st) = (e.clone(), st.clone());
-                OnDone::callback(move |res: fabriclib::Result<()>| {
-                    st.lock().unwrap()[k] = Some(res.map_or_else(|e| e.status, |_| Status::Ok));
-                    e.fetch_add(1, Ordering::SeqCst);
-                })
-            };
+            let mk = || ends.on(k);
             let imm = (!op.cancel).then_some(IMM_DATA | me as u32);
             let base = |t: usize| (t, op.dst + (me * SLOT + if op.cancel { AREA } else { 0 }) as u64);
             let id = loop {
@@ -309,26 +302,23 @@ pub fn node(args: &[String]) -> ! {
             let _ = engine.cancel(id); // OK, or NotFound if it finished first
             ops_done += 1;
         }
-        wait("this round's requests", &|| ends.iter().all(|e| e.load(Ordering::SeqCst) >= 1));
+        wait("this round's requests", &|| ends.reported() >= plan_r.len());
         wait("the peers' immediates", &|| fired.load(Ordering::SeqCst) >= want_fired);
         wait("the peers' messages", &|| {
             let m = msgs.lock().unwrap();
             peers_of(me).iter().all(|&w| m.get(&(w, r)).copied().unwrap_or(0) >= expected(&plan(w, r, PER_ROUND), w, me).1)
         });
         // Exactly once, with the right status; last round's must not have fired again.
-        let st = status.lock().unwrap().clone();
+        for check in std::iter::once(&ends).chain(&prev) {
+            check.once().unwrap_or_else(|e| fail(format!("round {r}: {e}")));
+        }
         for (k, op) in plan_r.iter().enumerate() {
-            let s = st[k].unwrap();
+            let s = ends.status(k);
             let ok = s == Status::Ok || (op.cancel && s == Status::Canceled);
             if !ok {
                 fail(format!("round {r} op {k} ({op:?}) ended {s:?}"));
             }
             canceled += (s == Status::Canceled) as usize;
-        }
-        for e in ends.iter().chain(&prev) {
-            if e.load(Ordering::SeqCst) != 1 {
-                fail(format!("round {r}: a request reported {} times", e.load(Ordering::SeqCst)));
-            }
         }
         for w in peers_of(me) {
             // SAFETY: the peers' writes of this round have landed (their
@@ -353,7 +343,7 @@ pub fn node(args: &[String]) -> ! {
             let d = dones.lock().unwrap();
             peers_of(me).iter().all(|&w| d.contains_key(&(w, r)))
         });
-        prev = ends;
+        prev = Some(ends);
         r += 1;
     }
     println!("SOAK node {me}: {ops_done} operations in {r} rounds, {canceled} canceled, {bytes} bytes verified");
