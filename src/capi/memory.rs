@@ -61,7 +61,11 @@ pub extern "C" fn fabriclib_mr_descriptor(mr: *const fabriclib_mr, buf: *mut u8,
 }
 
 /// Parses a peer's descriptor (`len` bytes at `buf`). Truncated, padded,
-/// corrupt or unknown-version blobs give `FABRICLIB_STATUS_MALFORMED`. `*out`
+/// corrupt or unknown-version blobs give `FABRICLIB_STATUS_MALFORMED`: every
+/// address and descriptor blob ends with a CRC-32C of its bytes, so a blob
+/// damaged on its way (any single flipped bit, any truncation) is refused,
+/// never used. The checksum is no defence against a deliberately forged
+/// blob: descriptors must come from a channel you trust. `*out`
 /// receives a handle the caller frees with `fabriclib_remote_mr_free`.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_remote_mr_parse(buf: *const u8, len: usize, out: *mut *mut fabriclib_remote_mr) -> fabriclib_status {

@@ -4,11 +4,11 @@
 //! timeout), the deadlines (`tick`), and shutdown.
 use super::request::Ctrl;
 use super::timers::Timer;
-use super::{SHUTDOWN_DRAIN, Worker, release};
+use super::{Worker, release};
 use crate::domain::Domain;
 use crate::engine::notify::shutdown_error;
 use crate::error::{Error, Status};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 impl<D: Domain> Worker<D> {
     /// Ends request `slot` with `err` (canceled, timed out, peer down, a
@@ -82,13 +82,12 @@ impl<D: Domain> Worker<D> {
         busy | self.keepalive()
     }
 
+    /// Ends the engine: queued and unposted requests end with `Shutdown`;
+    /// work requests on the wire get `drain_timeout` to come back; then the
+    /// peers are told goodbye and acknowledge it (within another
+    /// `drain_timeout`); only then are registrations and endpoints closed.
     pub(super) fn shutdown(mut self) {
         let err = shutdown_error();
-        self.say_goodbye();
-        let bye = Instant::now() + Duration::from_millis(100);
-        while self.peers.sending() && Instant::now() < bye {
-            self.poll_all();
-        }
         while let Some(r) = self.shared.data.pop() {
             self.notifier.fire_request(r.done, Err(err.clone()));
         }
@@ -102,7 +101,7 @@ impl<D: Domain> Worker<D> {
         for s in 0..self.actives.len() {
             self.maybe_finish(s as u32);
         }
-        let deadline = Instant::now() + SHUTDOWN_DRAIN;
+        let deadline = Instant::now() + self.cfg.drain_timeout;
         while self.live > 0 && Instant::now() < deadline {
             self.poll_all();
         }
@@ -130,6 +129,7 @@ impl<D: Domain> Worker<D> {
                 Ctrl::Deregister { .. } | Ctrl::Repost { .. } => {}
             }
         }
+        self.say_goodbye(Instant::now() + self.cfg.drain_timeout);
         // Close every registration before the domains.
         // Deregisters queued above are covered: every registration still known is closed here.
         for (_, locals) in std::mem::take(&mut self.mrs) {

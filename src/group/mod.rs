@@ -70,8 +70,6 @@ const EPOCH_MASK: u32 = (1 << 30) - 1;
 const POST_BURST: usize = 256;
 /// Empty polling passes between two `sched_yield`s.
 const YIELD_EVERY: u32 = 16;
-/// How long shutdown waits for the NIC to finish with in-flight buffers.
-const SHUTDOWN_DRAIN: Duration = Duration::from_secs(5);
 /// How often keepalives, peer timeouts and deadlines are looked at.
 const TIMER_TICK: Duration = Duration::from_millis(1);
 
@@ -513,6 +511,7 @@ impl<D: Domain> Worker<D> {
             }
             self.comps = comps;
         }
+        self.send_acks();
         busy
     }
 

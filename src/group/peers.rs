@@ -33,6 +33,22 @@ const SLOTS: usize = 32;
 const PING: u8 = 1;
 const PONG: u8 = 2;
 const BYE: u8 = 3;
+/// The answer to a BYE: the peer has handled every message we sent before it.
+const BYE_ACK: u8 = 4;
+/// The peer entry of an engine message to an engine not in the table.
+const NO_ENTRY: u32 = u32::MAX;
+
+/// Where a peer stands in this engine's goodbye (shutdown only).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Farewell {
+    None,
+    /// Owed a BYE that could not be posted yet.
+    ToSend,
+    /// BYE posted; waiting for its BYE_ACK.
+    Sent,
+    /// Acknowledged, or unreachable: nothing more to wait for.
+    Over,
+}
 
 pub(super) enum State {
     Connecting,
@@ -46,6 +62,10 @@ struct Peer {
     state: State,
     last_heard: Instant,
     last_ping: Option<Instant>,
+    /// Something was posted (or attempted: shm's first attempt already
+    /// queues its connection request at the peer) to it.
+    contacted: bool,
+    farewell: Farewell,
 }
 
 pub(super) struct Peers {
@@ -61,6 +81,11 @@ pub(super) struct Peers {
     send: Arc<OwnedMem>,
     send_mr: LocalMr,
     send_free: Vec<u32>,
+    /// The engine is shutting down: strangers are not answered (a first
+    /// message must never come from an endpoint about to close).
+    closing: bool,
+    /// Domain-0 ids owed a BYE_ACK, sent once every domain has been polled.
+    acks: Vec<PeerId>,
 }
 
 impl Peers {
@@ -86,6 +111,8 @@ impl Peers {
             send,
             send_mr,
             send_free: (0..SLOTS as u32).collect(),
+            closing: false,
+            acks: Vec::new(),
         })
     }
 
@@ -150,7 +177,9 @@ impl<D: Domain> Worker<D> {
         let p = self.peers.list.len() as u32;
         let state = if self.domains[0].handshakes() { state } else { State::Up };
         let up = matches!(state, State::Up);
-        self.peers.list.push(Peer { addr: addr.clone(), ids, state, last_heard: self.now, last_ping: None });
+        let (farewell, contacted) = (Farewell::None, false);
+        let peer = Peer { addr: addr.clone(), ids, state, last_heard: self.now, last_ping: None, contacted, farewell };
+        self.peers.list.push(peer);
         self.peers.index.insert(addr.clone(), p);
         for (d, map) in self.peers.by_id.iter_mut().enumerate() {
             map.insert(ids[d], p);
@@ -184,6 +213,14 @@ impl<D: Domain> Worker<D> {
 
     /// Posts engine message `kind` to peer `p`; false if it could not be posted now.
     fn send_engine(&mut self, p: u32, kind: u8) -> bool {
+        self.peers.list[p as usize].contacted = true;
+        let id = self.peers.id(p, 0);
+        self.post_engine(id, p, kind)
+    }
+
+    /// Posts engine message `kind` to domain-0 peer `id` (entry `p`, or
+    /// `NO_ENTRY` for an engine not in the table).
+    fn post_engine(&mut self, id: PeerId, p: u32, kind: u8) -> bool {
         let Some(slot) = self.peers.send_free.pop() else {
             return false;
         };
@@ -196,7 +233,6 @@ impl<D: Domain> Worker<D> {
             b
         };
         let token = ENGINE_BIT | ENGINE_SEND_BIT | (p as u64) << 16 | slot as u64;
-        let id = self.peers.id(p, 0);
         match self.domains[0].post_send(Chan::Engine, id, buf, len, self.peers.send_mr.desc, token) {
             Ok(Post::Posted) => true,
             _ => {
@@ -210,6 +246,15 @@ impl<D: Domain> Worker<D> {
     pub(super) fn engine_sent(&mut self, token: u64, errno: i32) {
         self.peers.send_free.push(token as u16 as u32);
         let p = (token >> 16) as u32;
+        if p == NO_ENTRY {
+            return;
+        }
+        if errno != 0 {
+            let f = &mut self.peers.list[p as usize].farewell;
+            if *f != Farewell::None {
+                *f = Farewell::Over;
+            }
+        }
         if errno != 0 && classify(errno) == Status::PeerDown {
             let what = crate::domain::fabric::strerror(errno);
             self.peer_down(p, Error::new(Status::PeerDown, format!("keepalive to the peer failed: {what}")));
@@ -249,6 +294,9 @@ impl<D: Domain> Worker<D> {
         let Ok(from) = NetAddr::parse(&msg[4..]) else {
             return;
         };
+        if self.peers.closing {
+            return self.closing_recv(msg[3], &from);
+        }
         self.stale_check(&from);
         match msg[3] {
             PING => {
@@ -275,9 +323,46 @@ impl<D: Domain> Worker<D> {
                 if let Some(p) = self.peers.find(&from) {
                     self.peer_down(p, Error::new(Status::PeerDown, "the peer engine shut down"));
                 }
+                self.owe_ack(&from);
             }
             _ => {}
         }
+    }
+
+    /// An engine message while this engine shuts down: acknowledgments of
+    /// our goodbye, and goodbyes of peers shutting down too (answered, so
+    /// that they close). Nobody else is answered.
+    fn closing_recv(&mut self, kind: u8, from: &NetAddr) {
+        match kind {
+            BYE_ACK => {
+                if let Some(p) = self.peers.find(from) {
+                    let f = &mut self.peers.list[p as usize].farewell;
+                    if *f == Farewell::Sent {
+                        *f = Farewell::Over;
+                    }
+                }
+            }
+            BYE => self.owe_ack(from),
+            _ => {}
+        }
+    }
+
+    /// `from` said BYE: it closes its endpoint once we acknowledge, known to
+    /// us or not (its greeting may never have been posted, but the
+    /// provider's own connection request may be with us).
+    fn owe_ack(&mut self, from: &NetAddr) {
+        if let Ok(id) = self.domains[0].resolve(&from.domains[0]) {
+            self.peers.acks.push(id);
+        }
+    }
+
+    /// Sends the BYE_ACKs owed. Called once every domain has been polled in
+    /// a pass, so that whatever the departing engine posted to our other
+    /// domains before its BYE has been handled too.
+    pub(super) fn send_acks(&mut self) {
+        let mut acks = std::mem::take(&mut self.peers.acks);
+        acks.retain(|&id| !self.post_engine(id, NO_ENTRY, BYE_ACK));
+        self.peers.acks = acks;
     }
 
     /// `from` speaks for its address now: an entry there of another epoch is
@@ -374,12 +459,38 @@ impl<D: Domain> Worker<D> {
         busy
     }
 
-    /// Tells every peer that is up that this engine is going away (best effort).
-    pub(super) fn say_goodbye(&mut self) {
-        for p in 0..self.peers.list.len() as u32 {
-            if let State::Up = self.peers.get(p) {
-                self.send_engine(p, BYE);
+    /// Says goodbye before the endpoints close: every peer not down gets a
+    /// BYE, and the engine keeps progressing until each has acknowledged it
+    /// (or proved unreachable), or `limit` passes. A peer's BYE_ACK means it
+    /// has handled every message this engine sent it, so none of them can
+    /// reach it after the endpoint is gone (libfabric 1.17's shm crashes a
+    /// process that handles the first message of a closed endpoint).
+    pub(super) fn say_goodbye(&mut self, limit: Instant) {
+        self.peers.closing = true;
+        for q in self.peers.list.iter_mut() {
+            // A peer we never posted to holds nothing of ours: no goodbye.
+            if q.contacted && !matches!(q.state, State::Down(_)) {
+                q.farewell = Farewell::ToSend;
             }
+        }
+        loop {
+            let mut waiting = false;
+            for p in 0..self.peers.list.len() as u32 {
+                let f = self.peers.list[p as usize].farewell;
+                match f {
+                    Farewell::ToSend if self.send_engine(p, BYE) => {
+                        self.peers.list[p as usize].farewell = Farewell::Sent;
+                        waiting = true;
+                    }
+                    Farewell::ToSend | Farewell::Sent => waiting = true,
+                    _ => {}
+                }
+            }
+            // Our own last messages (acknowledgments) must be out too.
+            if (!waiting && !self.peers.sending()) || Instant::now() >= limit {
+                return;
+            }
+            self.poll_all();
         }
     }
 

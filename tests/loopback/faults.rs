@@ -439,3 +439,31 @@ pub fn bounded_completion_path(prov: &str, domains: usize) -> TestResult {
         .map_err(e2s)?;
     still_serves(&l, &mut p, 0x91, 0, 4096)
 }
+
+/// Short-lived clients against one long-lived server: 40 times, an engine
+/// is created, submits one write (of 64 B to 64 KiB, with or without an
+/// immediate) to the server and is destroyed at once, without waiting for
+/// anything. The server must survive every one of them (libfabric 1.17's shm
+/// crashed a peer that handled the first message of an engine whose endpoint
+/// had closed since) and serve a new client afterwards; each client's
+/// request ends exactly once.
+pub fn short_lived_clients(prov: &str, domains: usize) -> TestResult {
+    const R: usize = 1 << 20;
+    let mut server = Peer::spawn(prov, domains, R)?;
+    let d = desc(&server);
+    let sizes = [64u64, 4096, 16 * 1024, 64 * 1024];
+    let t = Instant::now();
+    for i in 0..40 {
+        let l = local(prov, domains, 64 * 1024, 40 + i as u64)?;
+        let ends = Ends::new(1);
+        let (len, imm) = (sizes[i % 4], (i % 3 != 0).then_some(0xc0 + i as u32));
+        l.engine.submit_single_write(len, imm, &l.mr, 0, &d, i as u64 * 4096, ends.on(0)).map_err(e2s)?;
+        drop(l);
+        ends.wait_all(Duration::from_secs(1)).map_err(|e| format!("client {i}: {e}"))?;
+        ends.only(&[Status::Ok, Status::Shutdown]).map_err(|e| format!("client {i}: {e}"))?;
+        server.hash().map_err(|e| format!("the server died after client {i}: {e}"))?;
+    }
+    eprintln!("    40 create-write-destroy clients in {:.2?}", t.elapsed());
+    let l = local(prov, domains, 1 << 20, 99)?;
+    still_serves(&l, &mut server, 0xcf, R - 64 * 1024, 64 * 1024)
+}

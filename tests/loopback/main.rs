@@ -529,6 +529,7 @@ const TESTS: &[(&str, Test)] = &[
     ("kill9_mid_paged_write_and_scatter", faults::kill9_mid_transfer),
     ("stale_and_restarted_peers", faults::stale_and_restarted_peers),
     ("bounded_completion_path", faults::bounded_completion_path),
+    ("short_lived_clients", faults::short_lived_clients),
     ("netns_link_down_mid_transfer", netns::link_down_mid_transfer),
 ];
 
