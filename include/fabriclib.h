@@ -265,7 +265,9 @@ void fabriclib_config_free(struct fabriclib_config *config);
 fabriclib_status fabriclib_config_set_provider(struct fabriclib_config *config,
                                                const char *provider);
 
-// Sets the local address socket providers bind to (e.g. `"127.0.0.1"`);
+// Sets the local address socket providers bind to (e.g. `"127.0.0.1"`, or
+// with a fixed port `"127.0.0.1:7000"` / `"[::1]:7000"`: domain i binds
+// port + i);
 // NULL lets the provider choose. Ignored by `shm` and `efa`. The string is
 // copied. `FABRICLIB_BIND_ADDR` overrides it.
 fabriclib_status fabriclib_config_set_bind_address(struct fabriclib_config *config,
@@ -348,7 +350,13 @@ fabriclib_status fabriclib_engine_create(const struct fabriclib_config *config,
 // Destroys an engine (NULL is a no-op). Every pending request, expectation
 // and receive pool ends first (with `FABRICLIB_STATUS_SHUTDOWN` where it had
 // not completed; their callbacks run before this returns), then the threads
-// are joined. Must not be called from a fabriclib callback, nor while
+// are joined. Work requests still on the wire get `drain_timeout` (1 s by
+// default) to come back; then each peer this engine contacted is told
+// goodbye and answers once it has handled everything the engine sent it
+// (another `drain_timeout` at most, for a dead or stopped peer), so that
+// closing never hurts a live peer. It returns within 2 × `drain_timeout`
+// plus the callbacks' own time; with healthy peers, in about one round
+// trip. Must not be called from a fabriclib callback, nor while
 // another thread still submits to the engine. Registered regions
 // (`fabriclib_mr`) outlive it and must still be deregistered.
 void fabriclib_engine_destroy(struct fabriclib_engine *engine);
@@ -365,6 +373,12 @@ fabriclib_status fabriclib_engine_address(const struct fabriclib_engine *engine,
 // Writes the name of the libfabric provider in use (e.g. `"tcp;ofi_rxm"`) to
 // `*out`; the string lives as long as the engine. Any thread.
 fabriclib_status fabriclib_engine_provider(const struct fabriclib_engine *engine, const char **out);
+
+// Writes the largest message `fabriclib_submit_send` takes on this engine
+// to `*out`: 64 KiB, or 4 KiB on `shm`, whose larger
+// messages wait on the receiver's answer (a receiver that died would stall
+// every later one; libfabric 1.17). Any thread.
+fabriclib_status fabriclib_engine_max_send(const struct fabriclib_engine *engine, size_t *out);
 
 // Greets the engine whose address is `addr` (`addr_len` bytes) now, rather
 // than at the first request to it. A peer that is down is greeted afresh
@@ -406,7 +420,11 @@ fabriclib_status fabriclib_mr_descriptor(const struct fabriclib_mr *mr,
                                          size_t *len);
 
 // Parses a peer's descriptor (`len` bytes at `buf`). Truncated, padded,
-// corrupt or unknown-version blobs give `FABRICLIB_STATUS_MALFORMED`. `*out`
+// corrupt or unknown-version blobs give `FABRICLIB_STATUS_MALFORMED`: every
+// address and descriptor blob ends with a CRC-32C of its bytes, so a blob
+// damaged on its way (any single flipped bit, any truncation) is refused,
+// never used. The checksum is no defence against a deliberately forged
+// blob: descriptors must come from a channel you trust. `*out`
 // receives a handle the caller frees with `fabriclib_remote_mr_free`.
 fabriclib_status fabriclib_remote_mr_parse(const uint8_t *buf,
                                            size_t len,
@@ -419,7 +437,8 @@ fabriclib_status fabriclib_remote_mr_len(const struct fabriclib_remote_mr *mr, u
 // with it are unaffected.
 void fabriclib_remote_mr_free(struct fabriclib_remote_mr *mr);
 
-// Sends a copy of `len` bytes at `msg` (at most 65536) to the engine whose
+// Sends a copy of `len` bytes at `msg` (at most 65536; 4096 on `shm`: see
+// `fabriclib_engine_max_send`) to the engine whose
 // address is `addr` (`addr_len` bytes); `msg` may be reused at once. The peer
 // must have a receive buffer posted (`fabriclib_submit_recvs`) at least
 // `len` bytes long. Any thread; the end is reported through `done`.

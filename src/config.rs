@@ -41,7 +41,8 @@ pub struct EngineConfig {
     /// libfabric provider name (`efa`, `tcp;ofi_rxm`, `shm`, `net`, ...).
     /// The environment variable `FABRICLIB_PROVIDER` overrides it.
     pub provider: Option<String>,
-    /// Local address to bind socket providers to (e.g. `127.0.0.1`); ignored
+    /// Local address to bind socket providers to (e.g. `127.0.0.1`, or with
+    /// a fixed port `127.0.0.1:7000`: domain i binds port + i); ignored
     /// by providers that do not use IP addresses (`shm`, `efa`).
     /// `FABRICLIB_BIND_ADDR` overrides it.
     pub bind_addr: Option<String>,

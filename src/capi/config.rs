@@ -75,7 +75,9 @@ pub extern "C" fn fabriclib_config_set_provider(
     })
 }
 
-/// Sets the local address socket providers bind to (e.g. `"127.0.0.1"`);
+/// Sets the local address socket providers bind to (e.g. `"127.0.0.1"`, or
+/// with a fixed port `"127.0.0.1:7000"` / `"[::1]:7000"`: domain i binds
+/// port + i);
 /// NULL lets the provider choose. Ignored by `shm` and `efa`. The string is
 /// copied. `FABRICLIB_BIND_ADDR` overrides it.
 #[unsafe(no_mangle)]

@@ -38,7 +38,13 @@ pub extern "C" fn fabriclib_engine_create(
 /// Destroys an engine (NULL is a no-op). Every pending request, expectation
 /// and receive pool ends first (with `FABRICLIB_STATUS_SHUTDOWN` where it had
 /// not completed; their callbacks run before this returns), then the threads
-/// are joined. Must not be called from a fabriclib callback, nor while
+/// are joined. Work requests still on the wire get `drain_timeout` (1 s by
+/// default) to come back; then each peer this engine contacted is told
+/// goodbye and answers once it has handled everything the engine sent it
+/// (another `drain_timeout` at most, for a dead or stopped peer), so that
+/// closing never hurts a live peer. It returns within 2 × `drain_timeout`
+/// plus the callbacks' own time; with healthy peers, in about one round
+/// trip. Must not be called from a fabriclib callback, nor while
 /// another thread still submits to the engine. Registered regions
 /// (`fabriclib_mr`) outlive it and must still be deregistered.
 #[unsafe(no_mangle)]
@@ -69,6 +75,15 @@ pub extern "C" fn fabriclib_engine_provider(
     out: *mut *const c_char,
 ) -> fabriclib_status {
     ffi(|| put(out, handle(engine)?.provider.as_ptr()))
+}
+
+/// Writes the largest message `fabriclib_submit_send` takes on this engine
+/// to `*out`: 64 KiB, or 4 KiB on `shm`, whose larger
+/// messages wait on the receiver's answer (a receiver that died would stall
+/// every later one; libfabric 1.17). Any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_engine_max_send(engine: *const fabriclib_engine, out: *mut usize) -> fabriclib_status {
+    ffi(|| put(out, handle(engine)?.engine.max_send_size()))
 }
 
 /// A peer has answered the handshake: requests to it are posted.

@@ -160,7 +160,8 @@ fn group_of(g: u64) -> Option<PeerGroup> {
     (g != 0).then_some(PeerGroup(g))
 }
 
-/// Sends a copy of `len` bytes at `msg` (at most 65536) to the engine whose
+/// Sends a copy of `len` bytes at `msg` (at most 65536; 4096 on `shm`: see
+/// `fabriclib_engine_max_send`) to the engine whose
 /// address is `addr` (`addr_len` bytes); `msg` may be reused at once. The peer
 /// must have a receive buffer posted (`fabriclib_submit_recvs`) at least
 /// `len` bytes long. Any thread; the end is reported through `done`.

@@ -184,6 +184,8 @@ pub struct FabricEndpoint {
     pub addr: Vec<u8>,
     pub mr_mode: u64,
     pub max_msg: usize,
+    /// Requested keys stay within the provider's `mr_key_size`, below FI_KEY_NOTAVAIL.
+    key_mask: u64,
     next_key: u64,
 }
 
@@ -193,6 +195,8 @@ unsafe impl Send for FabricEndpoint {}
 
 pub struct FabricDomain {
     fe: FabricEndpoint,
+    /// `Domain::answer_free_limit`: shm's inject size, else unlimited.
+    answer_free: usize,
     peers: HashMap<Box<[u8]>, PeerId>,
     ctx: CtxPool,
     cq_buf: Vec<fi_cq_data_entry>,
@@ -204,8 +208,13 @@ unsafe impl Send for FabricDomain {}
 impl FabricEndpoint {
     /// The `fi_info` every fabriclib endpoint is opened from (`FI_EP_RDM`,
     /// `FI_MSG|FI_RMA`, the mr_mode bits we handle, `FI_THREAD_DOMAIN`),
-    /// bound to `node` for IP-addressed providers.
-    fn getinfo(provider: &str, node: Option<&str>) -> Result<*mut fi_info> {
+    /// bound to `bind` (`host` or `host:port`) for IP-addressed providers.
+    fn getinfo(provider: &str, bind: Option<&str>) -> Result<*mut fi_info> {
+        let (node, port) = match bind.map(split_bind) {
+            Some((n, p)) => (Some(n), p),
+            None => (None, None),
+        };
+        let node = node.as_deref();
         // SAFETY: hints is a fresh fi_info from fi_allocinfo with all attr
         // structs allocated; strings we put in it are malloc'ed (fi_freeinfo frees them).
         unsafe {
@@ -235,7 +244,9 @@ impl FabricEndpoint {
                 info = null_mut();
                 let n =
                     CString::new(n).map_err(|_| Error::new(Status::InvalidArgument, "bind address contains NUL"))?;
-                ret = fi_getinfo(FI_API_VERSION, n.as_ptr(), std::ptr::null(), FI_SOURCE, hints, &mut info) as i64;
+                let service = port.map(|p| CString::new(p.to_string()).unwrap());
+                let sp = service.as_ref().map_or(std::ptr::null(), |s| s.as_ptr());
+                ret = fi_getinfo(FI_API_VERSION, n.as_ptr(), sp, FI_SOURCE, hints, &mut info) as i64;
             }
             fi_freeinfo(hints);
             if ret < 0 || info.is_null() {
@@ -272,8 +283,14 @@ impl FabricEndpoint {
                 addr: Vec::new(),
                 mr_mode: (*(*info).domain_attr).mr_mode as u64,
                 max_msg: (*(*info).ep_attr).max_msg_size,
-                next_key: 1,
+                key_mask: key_mask((*(*info).domain_attr).mr_key_size),
+                next_key: 0,
             };
+            // Requested keys start at a random point: an engine restarted at the
+            // same address registers other keys, so a descriptor of its earlier
+            // incarnation names no region of the new one (providers that check
+            // keys, tcp among them, drop such a write at the target).
+            d.next_key = crate::domain::random_u64() & d.key_mask;
             check("fi_fabric", fi_fabric((*info).fabric_attr, &mut d.fabric, null_mut()) as i64)?;
             check("fi_domain", fi_domain(d.fabric, info, &mut d.domain, null_mut()) as i64)?;
             let mut cq_attr = fi_cq_attr {
@@ -285,6 +302,17 @@ impl FabricEndpoint {
             check("fi_cq_open", fi_cq_open(d.domain, &mut cq_attr, &mut d.cq, null_mut()) as i64)?;
             let mut av_attr = fi_av_attr { type_: fi_av_type_FI_AV_TABLE, count: 64, ..Default::default() };
             check("fi_av_open", fi_av_open(d.domain, &mut av_attr, &mut d.av, null_mut()) as i64)?;
+            // IP-socket providers (tcp;ofi_rxm, net, ...): a restarted process can
+            // take the same address again, and the provider reconnects to it
+            // silently. With delivery-complete, a write the target drops (an
+            // old descriptor's key names nothing in the new incarnation, or a
+            // range it refuses) fails at the writer instead of reporting OK:
+            // measured on tcp;ofi_rxm 1.17, such writes end PEER_DOWN. Not on
+            // shm (1.17 wedges with it) nor EFA (addresses never come back).
+            let ip = [FI_SOCKADDR, FI_SOCKADDR_IN, FI_SOCKADDR_IN6];
+            if ip.contains(&(*info).addr_format) {
+                (*(*info).tx_attr).op_flags |= FI_DELIVERY_COMPLETE as u64;
+            }
             check("fi_endpoint", fi_endpoint(d.domain, info, &mut d.ep, null_mut()) as i64)?;
             check("fi_ep_bind(av)", fi_ep_bind(d.ep, &mut (*d.av).fid, 0) as i64)?;
             check("fi_ep_bind(cq)", fi_ep_bind(d.ep, &mut (*d.cq).fid, (FI_TRANSMIT | FI_RECV) as u64) as i64)?;
@@ -303,7 +331,7 @@ impl FabricEndpoint {
         let access = (FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | FI_SEND | FI_RECV) as u64;
         // Requested keys must be unique per domain on providers without FI_MR_PROV_KEY.
         let key = self.next_key;
-        self.next_key += 1;
+        self.next_key = (self.next_key + 1) & self.key_mask;
         let mut mr: *mut fid_mr = null_mut();
         // SAFETY: domain is open; ptr/len describe memory the caller keeps alive
         // until deregister; mr is closed on every error path.
@@ -339,11 +367,56 @@ impl FabricEndpoint {
     }
 }
 
+/// The requested keys an `mr_key_size`-byte key holds, less the top bit
+/// (so never `FI_KEY_NOTAVAIL`).
+fn key_mask(mr_key_size: usize) -> u64 {
+    match mr_key_size {
+        0 | 8.. => u64::MAX >> 1,
+        n => (1u64 << (8 * n - 1)) - 1,
+    }
+}
+
+/// Splits a bind address into host and port: `host`, `host:port`,
+/// `[v6]` or `[v6]:port` (a bare IPv6 address has no port).
+pub fn split_bind(bind: &str) -> (String, Option<u16>) {
+    if let Some(rest) = bind.strip_prefix('[') {
+        if let Some((host, tail)) = rest.split_once(']') {
+            return (host.to_string(), tail.strip_prefix(':').and_then(|p| p.parse().ok()));
+        }
+    }
+    match bind.split_once(':') {
+        Some((host, port)) if !port.contains(':') => match port.parse() {
+            Ok(p) => (host.to_string(), Some(p)),
+            Err(_) => (bind.to_string(), None),
+        },
+        _ => (bind.to_string(), None),
+    }
+}
+
+/// Domain `index`'s bind address: with a port, domain i binds port + i.
+fn domain_bind(bind: &str, index: usize) -> String {
+    match split_bind(bind) {
+        (host, Some(p)) if host.contains(':') => format!("[{host}]:{}", p as usize + index),
+        (host, Some(p)) => format!("{host}:{}", p as usize + index),
+        _ => bind.to_string(),
+    }
+}
+
 impl FabricDomain {
     fn open_with(provider: &str, node: Option<&str>, peer_window: usize) -> Result<FabricDomain> {
         let fe = FabricEndpoint::open(provider, node, 4096)?;
         let ctx = CtxPool::new(fe.depth().max(256), peer_window);
-        Ok(FabricDomain { fe, peers: HashMap::new(), ctx, cq_buf: vec![fi_cq_data_entry::default(); CQ_BATCH] })
+        // shm (1.17) carries an operation up to its inject size inside the
+        // command it queues at the target, and completes it at once; a larger
+        // one is completed when the target answers, in the order posted (a
+        // write without an immediate is the exception: with CMA the sender
+        // copies it itself). Measured: one dead peer stalled every later
+        // large write-with-immediate of the engine.
+        // SAFETY: info is valid for the endpoint's life.
+        let inject = unsafe { (*(*fe.info).tx_attr).inject_size };
+        let answer_free = if fe.provider == "shm" { inject } else { usize::MAX };
+        let cq_buf = vec![fi_cq_data_entry::default(); CQ_BATCH];
+        Ok(FabricDomain { fe, answer_free, peers: HashMap::new(), ctx, cq_buf })
     }
 
     fn post_result(&mut self, what: &str, ret: isize, ctx: *mut c_void) -> Result<Post> {
@@ -356,8 +429,8 @@ impl FabricDomain {
 }
 
 impl Domain for FabricDomain {
-    fn open(cfg: &EngineConfig, _index: usize) -> Result<Self> {
-        let bind = cfg.bind_addr();
+    fn open(cfg: &EngineConfig, index: usize) -> Result<Self> {
+        let bind = cfg.bind_addr().map(|b| domain_bind(&b, index));
         let mut errors = Vec::new();
         for p in cfg.providers() {
             match Self::open_with(&p, bind.as_deref(), cfg.peer_window) {
@@ -378,6 +451,10 @@ impl Domain for FabricDomain {
 
     fn max_msg_size(&self) -> usize {
         self.fe.max_msg
+    }
+
+    fn answer_free_limit(&self) -> usize {
+        self.answer_free
     }
 
     fn register(&mut self, ptr: *mut u8, len: usize) -> Result<LocalMr> {
@@ -546,4 +623,21 @@ impl Drop for FabricEndpoint {
 pub fn strerror(errno: i32) -> String {
     // SAFETY: fi_strerror returns a static string.
     unsafe { CStr::from_ptr(fi_strerror(errno.abs())) }.to_string_lossy().into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bind_addresses_with_and_without_a_port() {
+        assert_eq!(split_bind("127.0.0.1"), ("127.0.0.1".into(), None));
+        assert_eq!(split_bind("127.0.0.1:7000"), ("127.0.0.1".into(), Some(7000)));
+        assert_eq!(split_bind("::1"), ("::1".into(), None));
+        assert_eq!(split_bind("[::1]:7000"), ("::1".into(), Some(7000)));
+        assert_eq!(split_bind("[::1]"), ("::1".into(), None));
+        assert_eq!(domain_bind("10.0.0.2:7000", 1), "10.0.0.2:7001");
+        assert_eq!(domain_bind("[::1]:7000", 2), "[::1]:7002");
+        assert_eq!(domain_bind("10.0.0.2", 3), "10.0.0.2");
+    }
 }

@@ -112,11 +112,33 @@ pub trait Domain: Sized + Send + 'static {
     /// afterwards (a late completion is swallowed). Their slots no longer
     /// count against the queue depth.
     fn abandon(&mut self, peer: PeerId, out: &mut Vec<u64>);
+    /// The largest operation the provider completes without waiting for the
+    /// target's answer. Larger ones complete only once the target has
+    /// answered, and a target that died never answers (libfabric 1.17's shm:
+    /// its completions of such operations come back in posting order, so one
+    /// left waiting on a dead peer stalls every later one, to any peer). The
+    /// worker never posts such an operation: a larger write with an immediate
+    /// goes as the bytes without the immediate and then, once they are
+    /// complete, a zero-byte write carrying it; a larger send is refused at
+    /// submit. `usize::MAX` (the default): no such limit.
+    fn answer_free_limit(&self) -> usize {
+        usize::MAX
+    }
     /// Whether peers must answer the engine's handshake before requests to
     /// them are posted (false only for `null`, where nothing ever answers).
     fn handshakes(&self) -> bool {
         true
     }
+}
+
+/// A random 64-bit number (std's per-process hash keys, the clock and the
+/// pid): engine epochs and the first MR key of an endpoint. Not for secrets.
+pub fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+    h.write_u32(std::process::id());
+    h.finish()
 }
 
 /// The status a failed work request reports, from its libfabric error number

@@ -149,6 +149,13 @@ impl TransferEngine {
         self.info.address.domains.len()
     }
 
+    /// The largest message `submit_send` takes: 64 KiB, or the provider's
+    /// inject size where larger messages would wait on the receiver's answer
+    /// (shm: 4 KiB; see `Domain::answer_free_limit`).
+    pub fn max_send_size(&self) -> usize {
+        self.info.max_send
+    }
+
     /// The largest write one work request may carry on this engine's provider.
     pub fn max_msg_size(&self) -> usize {
         self.info.max_msg
@@ -289,13 +296,24 @@ impl TransferEngine {
         self.rpc(|reply| Ctrl::PeerState { addr: peer.clone(), reply })
     }
 
-    /// Sends a copy of `msg` (at most 64 KiB) to domain 0 of the engine at `to`;
+    /// Sends a copy of `msg` (at most `max_send_size()` bytes: 64 KiB, 4 KiB
+    /// on shm) to domain 0 of the engine at `to`;
     /// `msg` may be reused as soon as this returns. The peer needs a posted
     /// receive buffer at least as large (see `submit_recvs`).
     pub fn submit_send(&self, to: &NetAddr, msg: &[u8], done: impl Into<RequestOpts>) -> Result<RequestId> {
         self.check_peer(to)?;
-        if msg.len() > MAX_SEND {
-            bail!(InvalidArgument, "submit_send: {} bytes is over the {MAX_SEND}-byte message limit", msg.len());
+        let max = self.info.max_send;
+        if msg.len() > max {
+            let why = if max < MAX_SEND {
+                format!(
+                    " on {} (a larger message would wait on the receiver's answer, and a receiver that died \
+                     would stall every later one)",
+                    self.provider()
+                )
+            } else {
+                String::new()
+            };
+            bail!(InvalidArgument, "submit_send: {} bytes is over the {max}-byte message limit{why}", msg.len());
         }
         self.submit(Shape::Send { to: to.clone(), msg: msg.into() }, None, None, done.into())
     }

@@ -8,6 +8,7 @@ mod ending;
 mod peers;
 mod recv;
 pub mod request;
+mod split;
 mod timers;
 
 use crate::config::EngineConfig;
@@ -19,6 +20,7 @@ use crate::wire::{MAX_DOMAINS, NetAddr};
 use crossbeam_queue::{ArrayQueue, SegQueue};
 use peers::Peers;
 use recv::{OwnedMem, RecvPool};
+use split::Splits;
 use request::{Ctrl, Request, Shape};
 use timers::{Timer, Timers};
 use std::collections::{HashMap, VecDeque};
@@ -54,6 +56,8 @@ pub struct GroupInfo {
     pub address: NetAddr,
     pub provider: String,
     pub max_msg: usize,
+    /// The largest message `submit_send` takes on this engine.
+    pub max_send: usize,
 }
 
 /// Size of one send staging slot (the largest message `submit_send` takes).
@@ -61,11 +65,13 @@ pub const MAX_SEND: usize = 64 * 1024;
 const SEND_SLOTS: usize = 64;
 /// Token bits: a user receive-pool buffer; the engine channel (handshake,
 /// keepalive); within it, a send (else a receive buffer). Request tokens are
-/// `epoch << 32 | slot` with a 30-bit epoch, so they never carry these bits.
+/// `epoch << 32 | slot` with a 28-bit epoch, so they never carry these bits.
 const RECV_BIT: u64 = 1 << 63;
 const ENGINE_BIT: u64 = 1 << 62;
 const ENGINE_SEND_BIT: u64 = 1 << 61;
-const EPOCH_MASK: u32 = (1 << 30) - 1;
+/// A split write's bytes (see split.rs): the low bits index the split table.
+const SPLIT_BIT: u64 = 1 << 60;
+const EPOCH_MASK: u32 = (1 << 28) - 1;
 /// Work requests posted per domain before the worker polls again.
 const POST_BURST: usize = 256;
 /// Empty polling passes between two `sched_yield`s.
@@ -180,6 +186,7 @@ struct Worker<D: Domain> {
     stage_free: Vec<u32>,
     comps: Vec<Completion>,
     abandoned: Vec<u64>,
+    splits: Splits,
 }
 
 /// Closes one registration per domain (`locals[d]` in domain `d`).
@@ -195,11 +202,7 @@ fn token(slot: u32, epoch: u32) -> u64 {
 
 /// A new engine epoch: random enough that a restarted engine never reuses it.
 fn new_epoch() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
-    h.write_u32(std::process::id());
-    h.finish().max(1)
+    crate::domain::random_u64().max(1)
 }
 
 impl<D: Domain> Worker<D> {
@@ -220,6 +223,7 @@ impl<D: Domain> Worker<D> {
         let now = Instant::now();
         Ok(Worker {
             pending: (0..domains.len()).map(|_| VecDeque::new()).collect(),
+            splits: Splits::new(domains.len()),
             domains,
             shared,
             notifier,
@@ -260,6 +264,8 @@ impl<D: Domain> Worker<D> {
                 .chain(self.cfg.max_msg_size)
                 .min()
                 .unwrap_or(usize::MAX),
+            // Sends go through domain 0; one larger than its answer-free limit cannot be split.
+            max_send: MAX_SEND.min(self.domains[0].answer_free_limit()),
         }
     }
 
@@ -435,7 +441,7 @@ impl<D: Domain> Worker<D> {
         let n = self.domains.len();
         let scratch_mr = self.scratch_mr[d];
         let scratch = (self.scratch.ptr as *const u8, &scratch_mr);
-        let (mut posted, mut busy_peers) = (0, 0);
+        let (mut posted, mut busy_peers) = (self.post_split_imms(d) as usize, 0);
         while posted < POST_BURST && busy_peers < self.pending[d].len() {
             let Some(&(slot, epoch)) = self.pending[d].front() else {
                 break;
@@ -472,7 +478,17 @@ impl<D: Domain> Worker<D> {
                 let buf = unsafe { self.stage.ptr.add(a.stage.unwrap() as usize * MAX_SEND) };
                 self.domains[d].post_send(Chan::User, peer, buf, msg.len(), self.stage_mr.desc, tok)
             } else {
-                self.domains[d].post_write(&a.req.write_wr(k, d, peer, scratch), tok)
+                let wr = a.req.write_wr(k, d, peer, scratch);
+                if wr.imm.is_some() && wr.len > self.domains[d].answer_free_limit() {
+                    let (bytes, t) = self.splits.start(&wr, tok);
+                    let r = self.domains[d].post_write(&bytes, t);
+                    if !matches!(r, Ok(Post::Posted)) {
+                        self.splits.take(t);
+                    }
+                    r
+                } else {
+                    self.domains[d].post_write(&wr, tok)
+                }
             };
             match res {
                 Ok(Post::Posted) => {
@@ -531,6 +547,7 @@ impl<D: Domain> Worker<D> {
                 let errno = if let Completion::Failed { errno, .. } = c { errno } else { 0 };
                 self.deliver(token, Err(recv::failure(errno)));
             }
+            Completion::Done { token } if token & SPLIT_BIT != 0 => self.split_done(d, token),
             Completion::Done { token } => self.wr_done(token, None),
             Completion::Failed { token, peer, errno } => {
                 let status = classify(errno);
@@ -550,6 +567,8 @@ impl<D: Domain> Worker<D> {
     /// One work request of a request came back from the provider (or was
     /// abandoned), failed with `err` if given.
     fn wr_done(&mut self, token: u64, err: Option<Error>) {
+        // A split's bytes failed or were abandoned: its request's unit did.
+        let token = if token & SPLIT_BIT != 0 { self.splits.take(token) } else { token };
         let (slot, epoch) = (token as u32, (token >> 32) as u32);
         let Some(a) = self.actives.get_mut(slot as usize).and_then(|a| a.as_mut()).filter(|a| a.epoch == epoch) else {
             return;

@@ -99,6 +99,10 @@ int main(void) {
     checks++;
     if (n != addr_len) failures++, fprintf(stderr, "FAIL: BUFFER_TOO_SMALL did not report the size\n");
     EXPECT(fabriclib_engine_provider(e, &s), FABRICLIB_STATUS_OK);
+    EXPECT(fabriclib_engine_max_send(e, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_engine_max_send(e, &n), FABRICLIB_STATUS_OK);
+    checks++;
+    if (n != 65536) failures++, fprintf(stderr, "FAIL: max send on tcp is %zu, not 65536\n", n);
     EXPECT(fabriclib_engine_provider((fabriclib_engine *)mem, &s), FABRICLIB_STATUS_BAD_HANDLE); /* not a handle */
     EXPECT(fabriclib_mr_register(e, NULL, LEN, &mr), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_mr_register(e, mem, 0, &mr), FABRICLIB_STATUS_INVALID_ARGUMENT);

@@ -290,9 +290,11 @@ fn send_recv(prov: &str, domains: usize) -> TestResult {
     let l = local(prov, domains, 4096, 4)?;
     let (_p, rx, to) = echo_peer(&l, prov, domains, "8192 32")?;
     let mut rng = Rng(5);
-    // 200 round trips, one at a time, random sizes and bytes.
+    // 200 round trips, one at a time, random sizes and bytes (up to the
+    // engine's message limit: 8000 bytes, 4096 on shm).
+    let max = l.engine.max_send_size().min(8000) as u64;
     for i in 0..200 {
-        let mut msg = vec![0u8; 1 + rng.below(8000) as usize];
+        let mut msg = vec![0u8; 1 + rng.below(max) as usize];
         rng.fill(&mut msg);
         l.engine.submit_send(&to, &msg, OnDone::Nothing).map_err(e2s)?;
         let echo = rx.recv_timeout(WAIT).map_err(|e| format!("round trip {i}: {e}"))?;
@@ -416,6 +418,14 @@ fn bad_input(prov: &str, domains: usize) -> TestResult {
     e.expect_imm_count(1, 5, OnDone::Nothing).map_err(e2s)?;
     expect(e.expect_imm_count(1, 5, OnDone::Nothing), Status::AlreadyExists, "second expectation")?;
     expect(e.submit_send(&addr(&p), &vec![0u8; 70_000], OnDone::Nothing), Status::InvalidArgument, "oversized send")?;
+    // shm: a send over its 4 KiB inject size would wait on the receiver's
+    // answer (and a dead receiver would stall every later one): refused.
+    let max = e.max_send_size();
+    if max != if prov == "shm" { 4096 } else { 64 * 1024 } {
+        return Err(format!("max_send_size {max} on {prov}"));
+    }
+    expect(e.submit_send(&addr(&p), &vec![0u8; max + 1], OnDone::Nothing), Status::InvalidArgument, "send over max")?;
+    e.submit_send(&addr(&p), &vec![0u8; max], OnDone::Nothing).map_err(e2s)?;
     Ok(())
 }
 
@@ -530,6 +540,8 @@ const TESTS: &[(&str, Test)] = &[
     ("stale_and_restarted_peers", faults::stale_and_restarted_peers),
     ("bounded_completion_path", faults::bounded_completion_path),
     ("short_lived_clients", faults::short_lived_clients),
+    ("dead_peer_with_large_imm_writes", faults::dead_peer_with_large_imm_writes),
+    ("restart_on_the_same_address", faults::restart_on_the_same_address),
     ("netns_link_down_mid_transfer", netns::link_down_mid_transfer),
 ];
 

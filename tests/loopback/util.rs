@@ -128,6 +128,14 @@ impl Peer {
         }
     }
 
+    /// Whether a line starting with `prefix` has arrived (without waiting).
+    pub fn has_line(&mut self, prefix: &str) -> bool {
+        while let Ok(l) = self.lines.try_recv() {
+            self.backlog.push(l);
+        }
+        self.backlog.iter().any(|l| l.starts_with(prefix))
+    }
+
     pub fn hash(&mut self) -> Result<u64, String> {
         self.hash_cmd("HASH")
     }

@@ -1,0 +1,81 @@
+//! Split writes: on a domain whose provider completes a large write with an
+//! immediate only once the target answers (`Domain::answer_free_limit`;
+//! libfabric 1.17's shm, where one such write waiting on a dead peer stalls
+//! every later one), a unit's bytes go first as a plain write, and its
+//! immediate follows as a zero-byte write once the bytes are complete — so
+//! the immediate still means "landed", and nothing ever waits on a peer's
+//! answer. The unit counts as one work request of its request throughout.
+use super::{SPLIT_BIT, Worker};
+use crate::domain::{Domain, Post, WriteWr};
+use crate::engine::notify::shutdown_error;
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+
+#[derive(Default)]
+pub(super) struct Splits {
+    /// Per split whose bytes are on the wire: the immediate's work request
+    /// and the token of the request it belongs to.
+    table: Vec<Option<(WriteWr, u64)>>,
+    free: Vec<u32>,
+    /// Per domain: immediates whose bytes are complete, to be posted.
+    ready: Vec<VecDeque<(WriteWr, u64)>>,
+}
+
+impl Splits {
+    pub(super) fn new(domains: usize) -> Splits {
+        Splits { ready: (0..domains).map(|_| VecDeque::new()).collect(), ..Default::default() }
+    }
+
+    /// Splits `wr` (of the request with token `token`): returns the bytes'
+    /// work request and the token to post it with.
+    pub(super) fn start(&mut self, wr: &WriteWr, token: u64) -> (WriteWr, u64) {
+        let i = self.free.pop().unwrap_or_else(|| {
+            self.table.push(None);
+            (self.table.len() - 1) as u32
+        });
+        self.table[i as usize] = Some((WriteWr { len: 0, ..*wr }, token));
+        (WriteWr { imm: None, ..*wr }, SPLIT_BIT | i as u64)
+    }
+
+    /// Forgets split `t` (its bytes failed, were abandoned or never posted);
+    /// returns the request token it belonged to.
+    pub(super) fn take(&mut self, t: u64) -> u64 {
+        let i = (t & !SPLIT_BIT) as usize;
+        let (_, token) = self.table[i].take().expect("a split in flight");
+        self.free.push(i as u32);
+        token
+    }
+}
+
+impl<D: Domain> Worker<D> {
+    /// Split `t`'s bytes are complete on domain `d`: its immediate goes next.
+    pub(super) fn split_done(&mut self, d: usize, t: u64) {
+        let i = (t & !SPLIT_BIT) as usize;
+        let (wr, token) = self.splits.table[i].take().expect("a split in flight");
+        self.splits.free.push(i as u32);
+        if self.shared.stop.load(Ordering::Acquire) {
+            // Shutting down: nothing new is posted, and the immediate never went.
+            return self.wr_done(token, Some(shutdown_error()));
+        }
+        self.splits.ready[d].push_back((wr, token));
+    }
+
+    /// Posts domain `d`'s immediates whose bytes are complete (those of a
+    /// request that has ended meanwhile are dropped). True if any went out.
+    pub(super) fn post_split_imms(&mut self, d: usize) -> bool {
+        let mut busy = false;
+        while let Some(&(wr, token)) = self.splits.ready[d].front() {
+            let (slot, epoch) = (token as u32, (token >> 32) as u32);
+            let live = self.actives[slot as usize].as_ref().is_some_and(|a| a.epoch == epoch && a.error.is_none());
+            let res = if live { self.domains[d].post_write(&wr, token) } else { Ok(Post::Posted) };
+            match res {
+                Ok(Post::Posted) if live => busy = true,
+                Ok(Post::Posted) => self.wr_done(token, None),
+                Ok(_) => break,
+                Err(e) => self.wr_done(token, Some(e)),
+            }
+            self.splits.ready[d].pop_front();
+        }
+        busy
+    }
+}
