@@ -302,17 +302,6 @@ impl FabricEndpoint {
             check("fi_cq_open", fi_cq_open(d.domain, &mut cq_attr, &mut d.cq, null_mut()) as i64)?;
             let mut av_attr = fi_av_attr { type_: fi_av_type_FI_AV_TABLE, count: 64, ..Default::default() };
             check("fi_av_open", fi_av_open(d.domain, &mut av_attr, &mut d.av, null_mut()) as i64)?;
-            // IP-socket providers (tcp;ofi_rxm, net, ...): a restarted process can
-            // take the same address again, and the provider reconnects to it
-            // silently. With delivery-complete, a write the target drops (an
-            // old descriptor's key names nothing in the new incarnation, or a
-            // range it refuses) fails at the writer instead of reporting OK:
-            // measured on tcp;ofi_rxm 1.17, such writes end PEER_DOWN. Not on
-            // shm (1.17 wedges with it) nor EFA (addresses never come back).
-            let ip = [FI_SOCKADDR, FI_SOCKADDR_IN, FI_SOCKADDR_IN6];
-            if ip.contains(&(*info).addr_format) {
-                (*(*info).tx_attr).op_flags |= FI_DELIVERY_COMPLETE as u64;
-            }
             check("fi_endpoint", fi_endpoint(d.domain, info, &mut d.ep, null_mut()) as i64)?;
             check("fi_ep_bind(av)", fi_ep_bind(d.ep, &mut (*d.av).fid, 0) as i64)?;
             check("fi_ep_bind(cq)", fi_ep_bind(d.ep, &mut (*d.cq).fid, (FI_TRANSMIT | FI_RECV) as u64) as i64)?;
