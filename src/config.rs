@@ -63,7 +63,9 @@ pub struct EngineConfig {
     /// How long a request (or an immediate expectation) may take before it
     /// ends with `TimedOut`, unless it gives its own; `None`: no deadline.
     pub request_timeout: Option<Duration>,
-    /// How often the worker sends a keepalive to each known peer.
+    /// How often the worker sends a keepalive to each known peer (on IP
+    /// providers, peers in use are also re-checked every 50 ms: see
+    /// `fabriclib_config_set_keepalive`).
     pub keepalive_interval: Duration,
     /// A peer not heard from (keepalive answers, handshake) for this long is
     /// declared down: its pending requests end with `PeerDown`.

@@ -162,8 +162,12 @@ pub extern "C" fn fabriclib_config_set_request_timeout(
 /// `peer_timeout_ms` (default 3000) is declared down: its pending requests
 /// end with `FABRICLIB_STATUS_PEER_DOWN` and the peer callback is told.
 /// Provider errors that mean "unreachable" (connection refused or reset)
-/// declare it down at once. `interval_ms` must be at least 1 and below
-/// `peer_timeout_ms`.
+/// declare it down at once. On IP providers (tcp), where a restarted
+/// process can take the same address, a peer in use is also pinged every
+/// 50 ms, and one not heard from for 100 ms (or `interval_ms` if smaller)
+/// is pinged before the next request to it is posted (a restarted peer's
+/// old descriptors then end with `FABRICLIB_STATUS_STALE`).
+/// `interval_ms` must be at least 1 and below `peer_timeout_ms`.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_config_set_keepalive(
     config: *mut fabriclib_config,

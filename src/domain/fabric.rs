@@ -27,6 +27,9 @@ unsafe extern "C" {
 }
 
 const CQ_BATCH: usize = 64;
+/// Address formats of IP-socket providers (tcp;ofi_rxm, ...): they bind to
+/// a configured host, and a restarted process can take an address again.
+const IP_FORMATS: [u32; 3] = [FI_SOCKADDR, FI_SOCKADDR_IN, FI_SOCKADDR_IN6];
 /// The tag of the engine's own messages (`Chan::Engine`).
 const ENGINE_TAG: u64 = 0xfab1_0000_0000_0001;
 
@@ -197,6 +200,8 @@ pub struct FabricDomain {
     fe: FabricEndpoint,
     /// `Domain::answer_free_limit`: shm's inject size, else unlimited.
     answer_free: usize,
+    /// `Domain::addresses_come_back`: the provider uses IP addresses.
+    ip: bool,
     peers: HashMap<Box<[u8]>, PeerId>,
     ctx: CtxPool,
     cq_buf: Vec<fi_cq_data_entry>,
@@ -238,8 +243,7 @@ impl FabricEndpoint {
             let mut ret = fi_getinfo(FI_API_VERSION, std::ptr::null(), std::ptr::null(), 0, hints, &mut info) as i64;
             // Bind socket providers to the configured address; providers that do
             // not use IP addresses (shm, efa) would derive a clashing name from it.
-            let ip = [FI_SOCKADDR, FI_SOCKADDR_IN, FI_SOCKADDR_IN6];
-            if let (Some(n), true) = (node, ret == 0 && ip.contains(&(*info).addr_format)) {
+            if let (Some(n), true) = (node, ret == 0 && IP_FORMATS.contains(&(*info).addr_format)) {
                 fi_freeinfo(info);
                 info = null_mut();
                 let n =
@@ -404,8 +408,10 @@ impl FabricDomain {
         // SAFETY: info is valid for the endpoint's life.
         let inject = unsafe { (*(*fe.info).tx_attr).inject_size };
         let answer_free = if fe.provider == "shm" { inject } else { usize::MAX };
+        // SAFETY: as above.
+        let ip = IP_FORMATS.contains(&unsafe { (*fe.info).addr_format });
         let cq_buf = vec![fi_cq_data_entry::default(); CQ_BATCH];
-        Ok(FabricDomain { fe, answer_free, peers: HashMap::new(), ctx, cq_buf })
+        Ok(FabricDomain { fe, answer_free, ip, peers: HashMap::new(), ctx, cq_buf })
     }
 
     fn post_result(&mut self, what: &str, ret: isize, ctx: *mut c_void) -> Result<Post> {
@@ -444,6 +450,10 @@ impl Domain for FabricDomain {
 
     fn answer_free_limit(&self) -> usize {
         self.answer_free
+    }
+
+    fn addresses_come_back(&self) -> bool {
+        self.ip
     }
 
     fn register(&mut self, ptr: *mut u8, len: usize) -> Result<LocalMr> {

@@ -129,6 +129,12 @@ pub trait Domain: Sized + Send + 'static {
     fn handshakes(&self) -> bool {
         true
     }
+    /// Whether a restarted process can take an old address again (IP
+    /// providers): peers are then re-checked before requests are posted to
+    /// them after a silence (see group/peers.rs).
+    fn addresses_come_back(&self) -> bool {
+        false
+    }
 }
 
 /// A random 64-bit number (std's per-process hash keys, the clock and the

@@ -151,10 +151,6 @@ impl Active {
             None => self.peer == peer,
         }
     }
-    fn peers(&self) -> impl Iterator<Item = u32> + '_ {
-        let one = self.unit_peers.is_none().then_some(self.peer);
-        one.into_iter().chain(self.unit_peers.iter().flat_map(|u| u.iter().copied()))
-    }
 }
 
 struct Worker<D: Domain> {
@@ -219,7 +215,7 @@ impl<D: Domain> Worker<D> {
         }
         let stage_mr = domains[0].register(stage.ptr, stage.len)?;
         let address = NetAddr { epoch: new_epoch(), domains: domains.iter().map(|d| d.address().into()).collect() };
-        let peers = Peers::new(&mut domains, &address)?;
+        let peers = Peers::new(&mut domains, &address, cfg.keepalive_interval)?;
         let now = Instant::now();
         Ok(Worker {
             pending: (0..domains.len()).map(|_| VecDeque::new()).collect(),
@@ -395,13 +391,13 @@ impl<D: Domain> Worker<D> {
         let Some(a) = self.actives[slot as usize].as_ref().filter(|a| a.parked) else {
             return;
         };
+        let (one, many) = (a.peer, a.unit_peers.clone());
         let (mut ready, mut down) = (true, None);
-        for p in a.peers() {
-            match self.peers.get(p) {
-                peers::State::Up => {}
-                peers::State::Connecting => ready = false,
-                peers::State::Down(e) => {
-                    down = Some(e.clone());
+        for &p in many.as_deref().unwrap_or(std::slice::from_ref(&one)) {
+            match self.peer_ready(p) {
+                Ok(r) => ready &= r,
+                Err(e) => {
+                    down = Some(e);
                     break;
                 }
             }

@@ -13,6 +13,15 @@
 //! works even while we count it down). A message from another epoch at a known peer's address means that
 //! engine restarted: the old entry goes `Down` with `Stale`.
 //!
+//! Where a restarted process can take the old address again (IP providers:
+//! tcp;ofi_rxm reconnects to whatever listens there, silently), nothing is
+//! posted to a peer this engine has not heard from within `RECHECK_AFTER`:
+//! the request waits (`Checking`, still `Up` to the application) while the
+//! peer is pinged, and goes out once that incarnation answers; a new one
+//! answers with its own epoch and the old entry ends `Stale`, a dead one
+//! fails the ping (`PeerDown`). Peers in use are pinged every half window,
+//! so that steady traffic never waits.
+//!
 //! Messages travel on `Chan::Engine` (tagged, apart from the application's
 //! sends), from domain 0 to domain 0:
 //! `"FLK" kind:u8 sender-address` (the address as `NetAddr::to_bytes`).
@@ -24,7 +33,7 @@ use crate::error::{Error, Result, Status};
 use crate::wire::{MAX_DOMAINS, NetAddr};
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// One engine message at most (an 8-domain address with 256-byte names fits).
 const MSG: usize = 4096;
@@ -37,6 +46,9 @@ const BYE: u8 = 3;
 const BYE_ACK: u8 = 4;
 /// The peer entry of an engine message to an engine not in the table.
 const NO_ENTRY: u32 = u32::MAX;
+/// At a reusable address, a peer silent this long is asked again before the
+/// next request to it is posted (at most `keepalive_interval`).
+pub(crate) const RECHECK_AFTER: Duration = Duration::from_millis(100);
 
 /// Where a peer stands in this engine's goodbye (shutdown only).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -53,6 +65,9 @@ enum Farewell {
 pub(super) enum State {
     Connecting,
     Up,
+    /// Up, but silent for longer than the re-check window: requests wait for
+    /// its answer to a PING (the application still sees it up).
+    Checking,
     Down(Error),
 }
 
@@ -62,6 +77,8 @@ struct Peer {
     state: State,
     last_heard: Instant,
     last_ping: Option<Instant>,
+    /// The last time a request to it was admitted.
+    last_used: Instant,
     /// Something was posted (or attempted: shm's first attempt already
     /// queues its connection request at the peer) to it.
     contacted: bool,
@@ -86,10 +103,12 @@ pub(super) struct Peers {
     closing: bool,
     /// Domain-0 ids owed a BYE_ACK, sent once every domain has been polled.
     acks: Vec<PeerId>,
+    /// The re-check window where addresses come back (`None`: not needed).
+    recheck: Option<Duration>,
 }
 
 impl Peers {
-    pub(super) fn new<D: Domain>(domains: &mut [D], me: &NetAddr) -> Result<Peers> {
+    pub(super) fn new<D: Domain>(domains: &mut [D], me: &NetAddr, keepalive: Duration) -> Result<Peers> {
         let recv = OwnedMem::new(MSG * SLOTS);
         let send = OwnedMem::new(MSG * SLOTS);
         let recv_mr = domains[0].register(recv.ptr, recv.len)?;
@@ -113,6 +132,7 @@ impl Peers {
             send_free: (0..SLOTS as u32).collect(),
             closing: false,
             acks: Vec::new(),
+            recheck: domains[0].addresses_come_back().then_some(RECHECK_AFTER.min(keepalive)),
         })
     }
 
@@ -127,7 +147,7 @@ impl Peers {
     pub(super) fn state(&self, p: u32) -> PeerState {
         match self.get(p) {
             State::Connecting => PeerState::Connecting,
-            State::Up => PeerState::Up,
+            State::Up | State::Checking => PeerState::Up,
             State::Down(_) => PeerState::Down,
         }
     }
@@ -178,7 +198,8 @@ impl<D: Domain> Worker<D> {
         let state = if self.domains[0].handshakes() { state } else { State::Up };
         let up = matches!(state, State::Up);
         let (farewell, contacted) = (Farewell::None, false);
-        let peer = Peer { addr: addr.clone(), ids, state, last_heard: self.now, last_ping: None, contacted, farewell };
+        let (last_heard, last_used) = (self.now, self.now);
+        let peer = Peer { addr: addr.clone(), ids, state, last_heard, last_ping: None, last_used, contacted, farewell };
         self.peers.list.push(peer);
         self.peers.index.insert(addr.clone(), p);
         for (d, map) in self.peers.by_id.iter_mut().enumerate() {
@@ -203,6 +224,26 @@ impl<D: Domain> Worker<D> {
             self.ping(p);
         }
         Ok(())
+    }
+
+    /// Whether requests to peer `p` may be posted now: `Ok(false)` while it
+    /// has not answered (the request waits for it), its error once it is
+    /// down. A peer at a reusable address silent for longer than the
+    /// re-check window is asked first (see the module doc).
+    pub(super) fn peer_ready(&mut self, p: u32) -> Result<bool> {
+        let (now, recheck) = (self.now, self.peers.recheck);
+        let peer = &mut self.peers.list[p as usize];
+        peer.last_used = now;
+        match &peer.state {
+            State::Up if recheck.is_none_or(|w| now.duration_since(peer.last_heard) <= w) => Ok(true),
+            State::Up => {
+                peer.state = State::Checking;
+                self.ping(p);
+                Ok(false)
+            }
+            State::Connecting | State::Checking => Ok(false),
+            State::Down(e) => Err(e.clone()),
+        }
     }
 
     fn ping(&mut self, p: u32) {
@@ -390,9 +431,11 @@ impl<D: Domain> Worker<D> {
     fn heard(&mut self, p: u32) {
         let peer = &mut self.peers.list[p as usize];
         peer.last_heard = self.now;
-        if let State::Connecting = peer.state {
-            peer.state = State::Up;
-            self.report(p, PeerState::Up, None);
+        if let State::Connecting | State::Checking = peer.state {
+            if let State::Connecting = peer.state {
+                self.report(p, PeerState::Up, None);
+            }
+            self.peers.list[p as usize].state = State::Up;
             let waiting: Vec<u32> = (0..self.actives.len() as u32)
                 .filter(|&s| self.actives[s as usize].as_ref().is_some_and(|a| a.parked && a.involves(p)))
                 .collect();
@@ -445,13 +488,21 @@ impl<D: Domain> Worker<D> {
             }
             let silent = self.now.duration_since(q.last_heard);
             if silent >= self.cfg.peer_timeout {
-                let what = if let State::Connecting = q.state {
-                    "did not answer the handshake"
-                } else {
-                    "stopped answering keepalives"
+                let what = match q.state {
+                    State::Connecting => "did not answer the handshake",
+                    State::Checking => "did not answer a liveness check",
+                    _ => "stopped answering keepalives",
                 };
                 self.peer_down(p, Error::new(Status::PeerDown, format!("the peer {what} for {silent:?}")));
-            } else if q.last_ping.is_none_or(|t| self.now.duration_since(t) >= self.cfg.keepalive_interval) {
+                continue;
+            }
+            // A peer in use at a reusable address is asked every half window,
+            // so that its requests never wait for a re-check.
+            let every = match self.peers.recheck {
+                Some(w) if self.now.duration_since(q.last_used) < w => w / 2,
+                _ => self.cfg.keepalive_interval,
+            };
+            if q.last_ping.is_none_or(|t| self.now.duration_since(t) >= every) {
                 self.ping(p);
                 busy = true;
             }
