@@ -477,12 +477,29 @@ fabriclib_status fabriclib_submit_recvs(const struct fabriclib_engine *engine,
 // have landed in this engine's memory. Immediates that arrived before the
 // call count too; a surplus is kept for the next expectation. At most one
 // expectation per immediate value at a time (`FABRICLIB_STATUS_ALREADY_EXISTS`).
-// Any thread.
+// An expectation that fails (timed out, canceled, shut down) discards the
+// immediates it had counted: they can never complete a later expectation.
+// Immediates of that transfer that land after it failed count afresh; before
+// reusing the value, wait until its writer is done (or down) and reset the
+// counter (`fabriclib_imm_count_reset`), or use a new value. Any thread.
 fabriclib_status fabriclib_expect_imm_count(const struct fabriclib_engine *engine,
                                             uint32_t imm,
                                             uint32_t count,
                                             const struct fabriclib_on_done *done,
                                             uint64_t *request_id);
+
+// Writes to `*count` how many writes carrying immediate `imm` have landed
+// and are not yet taken by an expectation. Any thread.
+fabriclib_status fabriclib_imm_count_get(const struct fabriclib_engine *engine,
+                                         uint32_t imm,
+                                         uint64_t *count);
+
+// Sets the count of immediate `imm` to 0 and writes what it was to
+// `*previous` (unless NULL). An armed expectation on `imm` stays armed and
+// counts from 0. Any thread.
+fabriclib_status fabriclib_imm_count_reset(const struct fabriclib_engine *engine,
+                                           uint32_t imm,
+                                           uint64_t *previous);
 
 // Writes `len` bytes from `src_offset` of `src` to `dst_offset` of `dst`.
 // `imm` is NULL or points to an immediate: then the destination counts

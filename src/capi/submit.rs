@@ -227,7 +227,11 @@ pub extern "C" fn fabriclib_submit_recvs(
 /// have landed in this engine's memory. Immediates that arrived before the
 /// call count too; a surplus is kept for the next expectation. At most one
 /// expectation per immediate value at a time (`FABRICLIB_STATUS_ALREADY_EXISTS`).
-/// Any thread.
+/// An expectation that fails (timed out, canceled, shut down) discards the
+/// immediates it had counted: they can never complete a later expectation.
+/// Immediates of that transfer that land after it failed count afresh; before
+/// reusing the value, wait until its writer is done (or down) and reset the
+/// counter (`fabriclib_imm_count_reset`), or use a new value. Any thread.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_expect_imm_count(
     engine: *const fabriclib_engine,
@@ -237,6 +241,37 @@ pub extern "C" fn fabriclib_expect_imm_count(
     request_id: *mut u64,
 ) -> fabriclib_status {
     ffi(|| id_out(request_id, handle(engine)?.engine.expect_imm_count(imm, count, on_done(done)?)))
+}
+
+/// Writes to `*count` how many writes carrying immediate `imm` have landed
+/// and are not yet taken by an expectation. Any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_imm_count_get(
+    engine: *const fabriclib_engine,
+    imm: u32,
+    count: *mut u64,
+) -> fabriclib_status {
+    ffi(|| {
+        put(count, handle(engine)?.engine.imm_count(imm, false)?)
+    })
+}
+
+/// Sets the count of immediate `imm` to 0 and writes what it was to
+/// `*previous` (unless NULL). An armed expectation on `imm` stays armed and
+/// counts from 0. Any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_imm_count_reset(
+    engine: *const fabriclib_engine,
+    imm: u32,
+    previous: *mut u64,
+) -> fabriclib_status {
+    ffi(|| {
+        let n = handle(engine)?.engine.imm_count(imm, true)?;
+        if !previous.is_null() {
+            put(previous, n)?;
+        }
+        Ok(())
+    })
 }
 
 /// Writes `len` bytes from `src_offset` of `src` to `dst_offset` of `dst`.

@@ -4,7 +4,10 @@
 //! Immediates that arrive before an expectation is set are kept and count
 //! towards it. When the count reaches the expectation, `count` is subtracted
 //! (the surplus stays for the next expectation) and the expectation fires
-//! once and is removed.
+//! once and is removed. An expectation that fails (deadline, cancel) takes
+//! every immediate counted so far with it, so a partial transfer can never
+//! complete a later expectation of the same value; immediates that arrive
+//! after it ended count afresh (`read`/`reset` let the application look).
 use super::notify::{Notifier, OnDone};
 use crate::bail;
 use crate::error::{Error, Result};
@@ -90,7 +93,8 @@ impl ImmCounter {
     }
 
     /// Ends the expectation on `imm` with `err` if it is still request `id`
-    /// (its deadline passed). Immediates already counted stay counted.
+    /// (its deadline passed, or it was canceled), discarding the immediates
+    /// counted towards it.
     pub fn expire(&mut self, imm: u32, id: u64, err: Error, n: &Notifier) -> bool {
         let Some(e) = self.map.get_mut(&imm) else {
             return false;
@@ -99,10 +103,27 @@ impl ImmCounter {
             return false;
         }
         let x = e.expect.take().unwrap();
+        self.map.remove(&imm);
         self.armed -= 1;
         n.fire(x.done, Err(err));
-        self.check(imm, n);
         true
+    }
+
+    /// The immediates `imm` counted and not yet taken by an expectation;
+    /// with `reset`, the count starts again from 0 (an armed expectation
+    /// stays armed and counts from there).
+    pub fn read(&mut self, imm: u32, reset: bool) -> u64 {
+        let Some(e) = self.map.get_mut(&imm) else {
+            return 0;
+        };
+        let n = e.arrived;
+        if reset {
+            e.arrived = 0;
+            if e.expect.is_none() {
+                self.map.remove(&imm);
+            }
+        }
+        n
     }
 
     /// Whether the expectation on `imm` is request `id` and still armed.
@@ -123,5 +144,113 @@ impl ImmCounter {
                 n.fire(x.done, Err(err.clone()));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Status;
+    use crate::engine::notify::spawn_callback_thread;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    fn flag() -> (Arc<AtomicU32>, OnDone) {
+        let f = Arc::new(AtomicU32::new(0));
+        (f.clone(), OnDone::Flag(f))
+    }
+
+    fn ended(f: &AtomicU32) -> Option<u32> {
+        let v = f.load(Ordering::Acquire);
+        (v != 0).then_some(v & 0xffff)
+    }
+
+    #[test]
+    fn early_arrivals_count_and_the_surplus_stays() {
+        let (n, _t) = spawn_callback_thread().unwrap();
+        let mut c = ImmCounter::default();
+        for _ in 0..3 {
+            c.arrived(7, &n);
+        }
+        let (f, done) = flag();
+        c.expect(7, 2, done, 1, &n).unwrap();
+        assert_eq!(ended(&f), Some(Status::Ok as u32));
+        assert_eq!((c.read(7, false), c.armed()), (1, 0));
+        let (f, done) = flag();
+        c.expect(7, 2, done, 2, &n).unwrap();
+        assert_eq!(ended(&f), None);
+        c.arrived(7, &n);
+        assert_eq!(ended(&f), Some(Status::Ok as u32));
+        assert_eq!(c.read(7, false), 0);
+        assert!(c.map.is_empty(), "a settled immediate leaves no entry behind");
+    }
+
+    #[test]
+    fn one_expectation_per_value_and_never_zero() {
+        let (n, _t) = spawn_callback_thread().unwrap();
+        let mut c = ImmCounter::default();
+        c.expect(1, 1, OnDone::Nothing, 1, &n).unwrap();
+        assert_eq!(c.expect(1, 1, OnDone::Nothing, 2, &n).unwrap_err().status, Status::AlreadyExists);
+        assert_eq!(c.expect(2, 0, OnDone::Nothing, 3, &n).unwrap_err().status, Status::InvalidArgument);
+        assert_eq!(c.armed(), 1);
+    }
+
+    #[test]
+    fn a_failed_expectation_takes_its_count_with_it() {
+        let (n, _t) = spawn_callback_thread().unwrap();
+        let mut c = ImmCounter::default();
+        let (f, done) = flag();
+        c.expect(9, 5, done, 11, &n).unwrap();
+        for _ in 0..3 {
+            c.arrived(9, &n);
+        }
+        assert_eq!(c.read(9, false), 3);
+        assert!(!c.expire(9, 12, Error::new(Status::TimedOut, "x"), &n), "another request's id");
+        assert!(c.expire(9, 11, Error::new(Status::TimedOut, "late"), &n));
+        assert_eq!(ended(&f), Some(Status::TimedOut as u32));
+        assert_eq!((c.read(9, false), c.armed()), (0, 0));
+        // A later expectation is not completed by what the failed one had.
+        let (f, done) = flag();
+        c.expect(9, 2, done, 13, &n).unwrap();
+        assert_eq!(ended(&f), None);
+        assert!(!c.expire(9, 11, Error::new(Status::TimedOut, "x"), &n), "an ended request expires once");
+        // Stragglers count afresh.
+        c.arrived(9, &n);
+        c.arrived(9, &n);
+        assert_eq!(ended(&f), Some(Status::Ok as u32));
+    }
+
+    #[test]
+    fn reset_keeps_an_armed_expectation() {
+        let (n, _t) = spawn_callback_thread().unwrap();
+        let mut c = ImmCounter::default();
+        let (f, done) = flag();
+        c.expect(4, 3, done, 1, &n).unwrap();
+        c.arrived(4, &n);
+        c.arrived(4, &n);
+        assert_eq!(c.read(4, true), 2);
+        assert_eq!(c.read(4, false), 0);
+        assert!(c.is_armed(4, 1) && c.find(1) == Some(4));
+        for _ in 0..2 {
+            c.arrived(4, &n);
+        }
+        assert_eq!(ended(&f), None, "counts from 0 after the reset");
+        c.arrived(4, &n);
+        assert_eq!(ended(&f), Some(Status::Ok as u32));
+        assert_eq!(c.read(5, true), 0, "an unknown value reads 0");
+    }
+
+    #[test]
+    fn shutdown_ends_every_armed_expectation() {
+        let (n, _t) = spawn_callback_thread().unwrap();
+        let mut c = ImmCounter::default();
+        let (f1, d1) = flag();
+        let (f2, d2) = flag();
+        c.expect(1, 1, d1, 1, &n).unwrap();
+        c.expect(2, 4, d2, 2, &n).unwrap();
+        c.arrived(3, &n);
+        c.fail_all(&Error::new(Status::Shutdown, "bye"), &n);
+        assert_eq!((ended(&f1), ended(&f2)), (Some(Status::Shutdown as u32), Some(Status::Shutdown as u32)));
+        assert_eq!((c.armed(), c.read(3, false)), (0, 0));
     }
 }

@@ -342,7 +342,10 @@ impl TransferEngine {
 
     /// Fires `done` once `count` writes carrying immediate `imm` have landed
     /// here (immediates that arrived earlier count too). One expectation per
-    /// immediate value at a time.
+    /// immediate value at a time. An expectation that fails (deadline,
+    /// cancel, shutdown) discards the immediates it had counted, so they can
+    /// never complete a later expectation; immediates arriving after it
+    /// ended count afresh (see `imm_count`).
     pub fn expect_imm_count(&self, imm: u32, count: u32, done: impl Into<RequestOpts>) -> Result<RequestId> {
         if count == 0 {
             bail!(InvalidArgument, "expect_imm_count: count must be at least 1");
@@ -351,6 +354,15 @@ impl TransferEngine {
         let (id, timeout) = (self.next_request.fetch_add(1, Ordering::Relaxed), self.timeout(opts.deadline));
         self.rpc(|reply| Ctrl::Expect { imm, count, done: opts.done, id, timeout, reply })?;
         Ok(RequestId(id))
+    }
+
+    /// How many immediates `imm` have landed and are not yet taken by an
+    /// expectation; with `reset`, that count is set to 0 (an armed
+    /// expectation stays armed and counts from 0). Returns the count before
+    /// the reset. For example: after a failed transfer, wait until its writer
+    /// is known to be done (or down), then reset, before reusing the value.
+    pub fn imm_count(&self, imm: u32, reset: bool) -> Result<u64> {
+        self.rpc(|reply| Ctrl::ImmCount { imm, reset, reply })
     }
 
     /// Writes `len` bytes from `src_offset` of `src` to `dst_offset` of `dst`.

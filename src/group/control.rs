@@ -84,6 +84,9 @@ impl<D: Domain> Worker<D> {
             Ctrl::AddPeer { addr, reply } => {
                 let _ = reply.send(self.add_peer(&addr));
             }
+            Ctrl::ImmCount { imm, reset, reply } => {
+                let _ = reply.send(Ok(self.imm.read(imm, reset)));
+            }
             Ctrl::PeerState { addr, reply } => {
                 let _ = reply.send(Ok(self.peers.find(&addr).map(|p| self.peers.state(p))));
             }

@@ -125,6 +125,7 @@ impl<D: Domain> Worker<D> {
                 Ctrl::AddGroup { reply, .. } => drop(reply.send(Err(err.clone()))),
                 Ctrl::Cancel { reply, .. } | Ctrl::AddPeer { reply, .. } => drop(reply.send(Err(err.clone()))),
                 Ctrl::CancelPeer { reply, .. } => drop(reply.send(Err(err.clone()))),
+                Ctrl::ImmCount { reply, .. } => drop(reply.send(Err(err.clone()))),
                 Ctrl::PeerState { reply, .. } => drop(reply.send(Err(err.clone()))),
                 Ctrl::Deregister { .. } | Ctrl::Repost { .. } => {}
             }

@@ -195,6 +195,13 @@ pub enum Ctrl {
         addr: NetAddr,
         reply: Sender<crate::error::Result<()>>,
     },
+    /// The count of immediate `imm` not yet taken by an expectation (then
+    /// set to 0 with `reset`).
+    ImmCount {
+        imm: u32,
+        reset: bool,
+        reply: Sender<crate::error::Result<u64>>,
+    },
     /// The state of `addr`, if the engine knows it.
     PeerState {
         addr: NetAddr,

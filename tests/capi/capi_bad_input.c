@@ -224,6 +224,17 @@ int main(void) {
     EXPECT(fabriclib_expect_imm_count(e, 3, 1, NULL, &id), FABRICLIB_STATUS_OK);
     EXPECT(fabriclib_cancel(e, id), FABRICLIB_STATUS_OK);
     EXPECT(fabriclib_cancel(e, id), FABRICLIB_STATUS_NOT_FOUND); /* already ended */
+    /* Immediate counters: nothing arrived, nothing counted; NULL where a count is needed. */
+    uint64_t count = 99;
+    EXPECT(fabriclib_imm_count_get(e, 3, &count), FABRICLIB_STATUS_OK);
+    if (count != 0) {
+        fprintf(stderr, "FAIL: immediate 3 counted %llu with nothing sent\n", (unsigned long long)count);
+        failures++;
+    }
+    EXPECT(fabriclib_imm_count_get(e, 3, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_imm_count_get(NULL, 3, &count), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_imm_count_reset(e, 3, NULL), FABRICLIB_STATUS_OK);
+    EXPECT(fabriclib_imm_count_reset(NULL, 3, &count), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_cancel_peer(e, NULL, addr_len, &canceled), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_cancel_peer(e, addr, addr_len - 1, &canceled), FABRICLIB_STATUS_MALFORMED);
     EXPECT(fabriclib_cancel_peer(e, desc, desc_len, &canceled), FABRICLIB_STATUS_MALFORMED); /* a descriptor is no address */

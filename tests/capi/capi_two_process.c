@@ -109,6 +109,12 @@ static int target(const char *prov, int fd) {
     wait_flag(&f1, "imm 1");
     wait_flag(&f2, "imm 2 x1000");
     wait_flag(&f3, "barrier imm 3");
+    /* Exactly as many immediates arrived as were expected: none is left over. */
+    for (uint32_t i = 1; i <= 3; i++) {
+        uint64_t left = 99;
+        CHECK(fabriclib_imm_count_get(e, i, &left));
+        if (left != 0) DIE("immediate %u: %llu left over", i, (unsigned long long)left);
+    }
     /* Verify every byte: the single write, then the pages. */
     uint8_t *want = calloc(1, LEN);
     uint32_t *src = malloc(sizeof(uint32_t) * (LEN / PAGE)), *dst = malloc(sizeof(uint32_t) * (LEN / PAGE));

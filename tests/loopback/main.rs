@@ -8,6 +8,7 @@
 //! `cargo test --test loopback -- paged`. Providers: `FABRICLIB_TEST_PROVIDERS`
 //! (comma-separated; default `tcp;ofi_rxm,shm`).
 mod faults;
+mod imm;
 mod netns;
 mod peer;
 mod soak;
@@ -543,6 +544,7 @@ const TESTS: &[(&str, Test)] = &[
     ("dead_peer_with_large_imm_writes", faults::dead_peer_with_large_imm_writes),
     ("restart_on_the_same_address", faults::restart_on_the_same_address),
     ("netns_link_down_mid_transfer", netns::link_down_mid_transfer),
+    ("no_stale_immediate_counts", imm::no_stale_immediate_counts),
 ];
 
 fn main() {
