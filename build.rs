@@ -82,7 +82,36 @@ fn pkg_config_libfabric() -> Lib {
 #[cfg(feature = "gen-header")]
 fn gen_header() {
     let crate_dir = env::var("CARGO_MANIFEST_DIR").unwrap();
-    let config = cbindgen::Config::from_file(format!("{crate_dir}/cbindgen.toml")).unwrap();
+    let mut config = cbindgen::Config::from_file(format!("{crate_dir}/cbindgen.toml")).unwrap();
+    let v = |k: &str| env::var(k).unwrap();
+    let (major, minor, patch) = (v("CARGO_PKG_VERSION_MAJOR"), v("CARGO_PKG_VERSION_MINOR"), v("CARGO_PKG_VERSION_PATCH"));
+    config.after_includes = Some(format!(
+        r#"
+// The version of this header (Cargo.toml's; the library's own at run time:
+// fabriclib_version(), fabriclib_version_number()).
+#define FABRICLIB_VERSION_MAJOR {major}
+#define FABRICLIB_VERSION_MINOR {minor}
+#define FABRICLIB_VERSION_PATCH {patch}
+#define FABRICLIB_VERSION_STRING "{major}.{minor}.{patch}"
+// One number per version, comparable: major * 1000000 + minor * 1000 + patch.
+#define FABRICLIB_VERSION_NUMBER(major, minor, patch) ((major) * 1000000u + (minor) * 1000u + (patch))
+#define FABRICLIB_VERSION FABRICLIB_VERSION_NUMBER({major}, {minor}, {patch})
+// True when this header is at least version major.minor.patch.
+#define FABRICLIB_VERSION_AT_LEAST(major, minor, patch) (FABRICLIB_VERSION >= FABRICLIB_VERSION_NUMBER(major, minor, patch))
+
+// Arrays of pointers the library only reads: in C, `uint8_t **` and
+// `fabriclib_remote_mr **` pass without a cast; in C++, arrays of pointers
+// to const pass too.
+struct fabriclib_remote_mr;
+#ifdef __cplusplus
+typedef const uint8_t *const *fabriclib_blob_list;
+typedef const struct fabriclib_remote_mr *const *fabriclib_remote_mr_list;
+#else
+typedef uint8_t *const *fabriclib_blob_list;
+typedef struct fabriclib_remote_mr *const *fabriclib_remote_mr_list;
+#endif
+"#
+    ));
     cbindgen::generate_with_config(&crate_dir, config)
         .expect("cbindgen failed")
         .write_to_file(format!("{crate_dir}/include/fabriclib.h"));

@@ -55,10 +55,30 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+// The version of this header (Cargo.toml's; the library's own at run time:
+// fabriclib_version(), fabriclib_version_number()).
 #define FABRICLIB_VERSION_MAJOR 0
-#define FABRICLIB_VERSION_MINOR 1
+#define FABRICLIB_VERSION_MINOR 2
 #define FABRICLIB_VERSION_PATCH 0
-#define FABRICLIB_VERSION_STRING "0.1.0"
+#define FABRICLIB_VERSION_STRING "0.2.0"
+// One number per version, comparable: major * 1000000 + minor * 1000 + patch.
+#define FABRICLIB_VERSION_NUMBER(major, minor, patch) ((major) * 1000000u + (minor) * 1000u + (patch))
+#define FABRICLIB_VERSION FABRICLIB_VERSION_NUMBER(0, 2, 0)
+// True when this header is at least version major.minor.patch.
+#define FABRICLIB_VERSION_AT_LEAST(major, minor, patch) (FABRICLIB_VERSION >= FABRICLIB_VERSION_NUMBER(major, minor, patch))
+
+// Arrays of pointers the library only reads: in C, `uint8_t **` and
+// `fabriclib_remote_mr **` pass without a cast; in C++, arrays of pointers
+// to const pass too.
+struct fabriclib_remote_mr;
+#ifdef __cplusplus
+typedef const uint8_t *const *fabriclib_blob_list;
+typedef const struct fabriclib_remote_mr *const *fabriclib_remote_mr_list;
+#else
+typedef uint8_t *const *fabriclib_blob_list;
+typedef struct fabriclib_remote_mr *const *fabriclib_remote_mr_list;
+#endif
 
 
 // Set in a completion flag word once its request has ended; the low 16 bits
@@ -67,6 +87,20 @@
 
 // Mask for the status in a completion flag word.
 #define FABRICLIB_FLAG_STATUS_MASK 65535
+
+// Most receive buffers one `fabriclib_submit_recvs` pool may have.
+#define FABRICLIB_MAX_RECV_BUFFERS 4096
+
+// Largest message `fabriclib_submit_send` takes (some providers take less:
+// `fabriclib_engine_max_send`).
+#define FABRICLIB_MAX_SEND 65536
+
+// Largest engine address blob (`fabriclib_engine_address`): a buffer this
+// size always fits, whatever the provider and domain count.
+#define FABRICLIB_MAX_ADDRESS_LEN 2081
+
+// Largest region descriptor blob (`fabriclib_mr_descriptor`).
+#define FABRICLIB_MAX_DESCRIPTOR_LEN 2225
 
 // A peer has answered the handshake: requests to it are posted.
 #define FABRICLIB_PEER_UP 1
@@ -79,9 +113,6 @@
 
 // `fabriclib_on_done.timeout_us` for a request with no deadline.
 #define FABRICLIB_NO_TIMEOUT UINT64_MAX
-
-// Most receive buffers one `submit_recvs` posts (each is 64 KiB underneath).
-#define MAX_RECV_BUFFERS 4096
 
 // Engine settings. Create with `fabriclib_config_new`, free with
 // `fabriclib_config_free`. Not thread-safe: one thread at a time.
@@ -239,8 +270,13 @@ typedef struct fabriclib_scatter_dst {
 extern "C" {
 #endif // __cplusplus
 
-// The library version, e.g. `"0.1.0"`. Static string; never fails.
+// The library's version, e.g. `"0.2.0"` (the header's is
+// `FABRICLIB_VERSION_STRING`). Static string; never fails.
 const char *fabriclib_version(void);
+
+// The library's version as one number, `FABRICLIB_VERSION_NUMBER(major,
+// minor, patch)`: compare it with the header's `FABRICLIB_VERSION`.
+uint32_t fabriclib_version_number(void);
 
 // A static, human-readable description of a status code (never NULL;
 // unknown codes give "unknown status").
@@ -302,26 +338,26 @@ fabriclib_status fabriclib_config_set_request_timeout(struct fabriclib_config *c
                                                       uint64_t timeout_us);
 
 // Sets how peer failure is detected: a keepalive goes to every known peer
-// each `interval_ms` (default 500), and a peer not heard from for
-// `peer_timeout_ms` (default 3000) is declared down: its pending requests
+// each `interval_us` microseconds (default 500000), and a peer not heard
+// from for `peer_timeout_us` (default 3000000) is declared down: its pending requests
 // end with `FABRICLIB_STATUS_PEER_DOWN` and the peer callback is told.
 // Provider errors that mean "unreachable" (connection refused or reset)
 // declare it down at once. On IP providers (tcp), where a restarted
 // process can take the same address, a peer in use is also pinged every
-// 50 ms, and one not heard from for 100 ms (or `interval_ms` if smaller)
+// 50 ms, and one not heard from for 100 ms (or `interval_us` if smaller)
 // is pinged before the next request to it is posted (a restarted peer's
 // old descriptors then end with `FABRICLIB_STATUS_STALE`).
-// `interval_ms` must be at least 1 and below `peer_timeout_ms`.
+// `interval_us` must be at least 1000 (1 ms) and below `peer_timeout_us`.
 fabriclib_status fabriclib_config_set_keepalive(struct fabriclib_config *config,
-                                                uint64_t interval_ms,
-                                                uint64_t peer_timeout_ms);
+                                                uint64_t interval_us,
+                                                uint64_t peer_timeout_us);
 
-// Sets how long (milliseconds, default 1000) a canceled, timed-out or
+// Sets how long (microseconds, default 1000000) a canceled, timed-out or
 // peer-down request waits for the provider to give back its work requests
 // already on the wire before it is reported anyway. Only providers that
 // never complete operations to a dead peer (libfabric 1.17's shm) need it.
 fabriclib_status fabriclib_config_set_drain_timeout(struct fabriclib_config *config,
-                                                    uint64_t drain_ms);
+                                                    uint64_t drain_us);
 
 // Sets how many requests may be in flight at once (default 65536): submitted
 // and not yet reported (a callback counts until it has returned). Beyond
@@ -538,7 +574,7 @@ fabriclib_status fabriclib_submit_paged_writes(const struct fabriclib_engine *en
 // bytes) once, so scatters and barriers to them skip per-destination
 // lookups. Writes a non-zero group handle to `*out`. Any thread.
 fabriclib_status fabriclib_add_peer_group(const struct fabriclib_engine *engine,
-                                          const uint8_t *const *addrs,
+                                          fabriclib_blob_list addrs,
                                           const size_t *addr_lens,
                                           size_t count,
                                           uint64_t *out);
@@ -563,7 +599,7 @@ fabriclib_status fabriclib_submit_scatter(const struct fabriclib_engine *engine,
 fabriclib_status fabriclib_submit_barrier(const struct fabriclib_engine *engine,
                                           uint64_t group,
                                           uint32_t imm,
-                                          const struct fabriclib_remote_mr *const *dsts,
+                                          fabriclib_remote_mr_list dsts,
                                           size_t count,
                                           const struct fabriclib_on_done *done,
                                           uint64_t *request_id);

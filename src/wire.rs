@@ -29,6 +29,13 @@ const KIND_DESCRIPTOR: u8 = 0x44; // 'D'
 pub const MAX_DOMAINS: usize = 8;
 /// Longest provider address we accept (EFA's is 32 bytes, sockaddr_in6 28).
 pub const MAX_DOMAIN_ADDR: usize = 256;
+/// Longest address blob: header, epoch, domain count, each domain's length
+/// and bytes, checksum.
+pub const MAX_ADDRESS_LEN: usize = 4 + ADDR_BODY_MAX + 4;
+const ADDR_BODY_MAX: usize = 8 + 1 + MAX_DOMAINS * (2 + MAX_DOMAIN_ADDR);
+/// Longest descriptor blob: header, base, length, the owner's address body,
+/// a (remote base, key) per domain, checksum.
+pub const MAX_DESCRIPTOR_LEN: usize = 4 + 16 + ADDR_BODY_MAX + MAX_DOMAINS * 16 + 4;
 
 /// An engine's address: the engine's epoch (its incarnation) and one
 /// provider address per domain, in domain order.
@@ -245,6 +252,16 @@ mod tests {
             owner: NetAddr { epoch: 0x1234_5678_9abc, domains: vec![vec![1u8; 16].into(), vec![2u8; 18].into()] },
             keys: vec![RemoteKey { remote_base: 0, key: 7 }, RemoteKey { remote_base: 0x7f00_0000_1000, key: 9 }],
         }
+    }
+
+    #[test]
+    fn the_largest_blobs_are_the_documented_maxima() {
+        let owner = NetAddr { epoch: u64::MAX, domains: vec![vec![0xa5u8; MAX_DOMAIN_ADDR].into(); MAX_DOMAINS] };
+        let keys = vec![RemoteKey { remote_base: u64::MAX, key: u64::MAX }; MAX_DOMAINS];
+        let d = MrDesc { base: 0, len: 1, owner: owner.clone(), keys };
+        assert_eq!(owner.to_bytes().len(), MAX_ADDRESS_LEN);
+        assert_eq!(d.to_bytes().len(), MAX_DESCRIPTOR_LEN);
+        assert!(NetAddr::parse(&owner.to_bytes()).is_ok() && MrDesc::parse(&d.to_bytes()).is_ok());
     }
 
     #[test]

@@ -36,4 +36,17 @@ done
 export LD_LIBRARY_PATH="$lib"
 FABRICLIB_PROVIDER=tcp FABRICLIB_BIND_ADDR=127.0.0.1 "$stage/pc/hello"
 "$stage/pc/kv_transfer" demo --layers 4 --pages 16 --page-kib 8 --provider tcp --port 18613 | tail -1
-echo "install_and_consume: 3 passed, 0 failed"
+echo "== one version everywhere: Cargo.toml, CMake package, .pc, header, library"
+cargo_v=$(sed -n 's/^version = "\([0-9.]*\)"$/\1/p' "$src/Cargo.toml" | head -1)
+cmake_v=$(sed -n 's/^set(PACKAGE_VERSION "\([0-9.]*\)")$/\1/p' "$lib/cmake/fabriclib/fabriclibConfigVersion.cmake")
+pc_v=$(pkg-config --modversion fabriclib)
+hdr_v=$(sed -n 's/^#define FABRICLIB_VERSION_STRING "\(.*\)"$/\1/p' "$stage/usr/include/fabriclib.h")
+printf '#include <fabriclib.h>\n#include <stdio.h>\nint main(void) { printf("%%s %%u %%u\\n", fabriclib_version(), fabriclib_version_number(), (unsigned)FABRICLIB_VERSION); return 0; }\n' > "$stage/pc/v.c"
+cc -o "$stage/pc/v" "$stage/pc/v.c" $(pkg-config --cflags --libs fabriclib)
+read -r lib_v lib_n hdr_n < <("$stage/pc/v")
+echo "Cargo $cargo_v, CMake $cmake_v, pkg-config $pc_v, header $hdr_v ($hdr_n), library $lib_v ($lib_n), SONAME $soname"
+IFS=. read -r ma mi pa <<< "$cargo_v"
+test -n "$cargo_v" && test "$cmake_v" = "$cargo_v" && test "$pc_v" = "$cargo_v" && test "$hdr_v" = "$cargo_v" && test "$lib_v" = "$cargo_v"
+test "$lib_n" = "$hdr_n" && test "$lib_n" = "$((ma * 1000000 + mi * 1000 + pa))"
+if [ "$ma" = 0 ]; then test "$soname" = "libfabriclib.so.0.$mi"; else test "$soname" = "libfabriclib.so.$ma"; fi
+echo "install_and_consume: 4 passed, 0 failed"

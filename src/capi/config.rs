@@ -158,42 +158,42 @@ pub extern "C" fn fabriclib_config_set_request_timeout(
 }
 
 /// Sets how peer failure is detected: a keepalive goes to every known peer
-/// each `interval_ms` (default 500), and a peer not heard from for
-/// `peer_timeout_ms` (default 3000) is declared down: its pending requests
+/// each `interval_us` microseconds (default 500000), and a peer not heard
+/// from for `peer_timeout_us` (default 3000000) is declared down: its pending requests
 /// end with `FABRICLIB_STATUS_PEER_DOWN` and the peer callback is told.
 /// Provider errors that mean "unreachable" (connection refused or reset)
 /// declare it down at once. On IP providers (tcp), where a restarted
 /// process can take the same address, a peer in use is also pinged every
-/// 50 ms, and one not heard from for 100 ms (or `interval_ms` if smaller)
+/// 50 ms, and one not heard from for 100 ms (or `interval_us` if smaller)
 /// is pinged before the next request to it is posted (a restarted peer's
 /// old descriptors then end with `FABRICLIB_STATUS_STALE`).
-/// `interval_ms` must be at least 1 and below `peer_timeout_ms`.
+/// `interval_us` must be at least 1000 (1 ms) and below `peer_timeout_us`.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_config_set_keepalive(
     config: *mut fabriclib_config,
-    interval_ms: u64,
-    peer_timeout_ms: u64,
+    interval_us: u64,
+    peer_timeout_us: u64,
 ) -> fabriclib_status {
     ffi(|| {
         let c = config_mut(config)?;
-        if interval_ms == 0 || interval_ms >= peer_timeout_ms {
-            return Err(Error::new(Status::InvalidArgument, "keepalive: need 1 <= interval_ms < peer_timeout_ms"));
+        if interval_us < 1000 || interval_us >= peer_timeout_us {
+            return Err(Error::new(Status::InvalidArgument, "keepalive: need 1000 <= interval_us < peer_timeout_us"));
         }
-        c.cfg.keepalive_interval = Duration::from_millis(interval_ms);
-        c.cfg.peer_timeout = Duration::from_millis(peer_timeout_ms);
+        c.cfg.keepalive_interval = Duration::from_micros(interval_us);
+        c.cfg.peer_timeout = Duration::from_micros(peer_timeout_us);
         Ok(())
     })
 }
 
-/// Sets how long (milliseconds, default 1000) a canceled, timed-out or
+/// Sets how long (microseconds, default 1000000) a canceled, timed-out or
 /// peer-down request waits for the provider to give back its work requests
 /// already on the wire before it is reported anyway. Only providers that
 /// never complete operations to a dead peer (libfabric 1.17's shm) need it.
 #[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_config_set_drain_timeout(config: *mut fabriclib_config, drain_ms: u64) -> fabriclib_status {
+pub extern "C" fn fabriclib_config_set_drain_timeout(config: *mut fabriclib_config, drain_us: u64) -> fabriclib_status {
     ffi(|| {
         let c = config_mut(config)?;
-        c.cfg.drain_timeout = Duration::from_millis(drain_ms);
+        c.cfg.drain_timeout = Duration::from_micros(drain_us);
         Ok(())
     })
 }

@@ -198,11 +198,37 @@ pub(crate) fn address(p: *const u8, len: usize, what: &str) -> Result<crate::wir
     crate::wire::NetAddr::parse(bytes(p, len, what)?)
 }
 
-/// The library version, e.g. `"0.1.0"`. Static string; never fails.
+/// The library's version, e.g. `"0.2.0"` (the header's is
+/// `FABRICLIB_VERSION_STRING`). Static string; never fails.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_version() -> *const c_char {
     concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
 }
+
+/// The library's version as one number, `FABRICLIB_VERSION_NUMBER(major,
+/// minor, patch)`: compare it with the header's `FABRICLIB_VERSION`.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_version_number() -> u32 {
+    let n = |s: &str| s.parse::<u32>().unwrap_or(0);
+    n(env!("CARGO_PKG_VERSION_MAJOR")) * 1_000_000 + n(env!("CARGO_PKG_VERSION_MINOR")) * 1_000 + n(env!("CARGO_PKG_VERSION_PATCH"))
+}
+
+/// Most receive buffers one `fabriclib_submit_recvs` pool may have.
+pub const FABRICLIB_MAX_RECV_BUFFERS: usize = 4096;
+/// Largest message `fabriclib_submit_send` takes (some providers take less:
+/// `fabriclib_engine_max_send`).
+pub const FABRICLIB_MAX_SEND: usize = 65536;
+/// Largest engine address blob (`fabriclib_engine_address`): a buffer this
+/// size always fits, whatever the provider and domain count.
+pub const FABRICLIB_MAX_ADDRESS_LEN: usize = 2081;
+/// Largest region descriptor blob (`fabriclib_mr_descriptor`).
+pub const FABRICLIB_MAX_DESCRIPTOR_LEN: usize = 2225;
+const _: () = {
+    assert!(FABRICLIB_MAX_RECV_BUFFERS == crate::engine::MAX_RECV_BUFFERS);
+    assert!(FABRICLIB_MAX_SEND == crate::group::MAX_SEND);
+    assert!(FABRICLIB_MAX_ADDRESS_LEN == crate::wire::MAX_ADDRESS_LEN);
+    assert!(FABRICLIB_MAX_DESCRIPTOR_LEN == crate::wire::MAX_DESCRIPTOR_LEN);
+};
 
 /// A static, human-readable description of a status code (never NULL;
 /// unknown codes give "unknown status").

@@ -47,6 +47,18 @@ pub struct fabriclib_on_done {
     pub timeout_us: u64,
 }
 
+/// An array of address blobs (`add_peer_group`). In C it is
+/// `uint8_t *const *`, so `uint8_t **` and `uint8_t *[]` pass as they are;
+/// in C++ `const uint8_t *const *`, which takes those and `const uint8_t **`
+/// too. The library never writes through it. (Declared in the header's
+/// preamble: the two languages differ.)
+pub type fabriclib_blob_list = *const *mut u8;
+
+/// An array of descriptor handles (`submit_barrier`): `fabriclib_remote_mr
+/// *const *` in C, `const fabriclib_remote_mr *const *` in C++ (see
+/// `fabriclib_blob_list`).
+pub type fabriclib_remote_mr_list = *const *mut fabriclib_remote_mr;
+
 /// `fabriclib_on_done.timeout_us` for a request with no deadline.
 pub const FABRICLIB_NO_TIMEOUT: u64 = u64::MAX;
 
@@ -335,7 +347,7 @@ pub extern "C" fn fabriclib_submit_paged_writes(
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_add_peer_group(
     engine: *const fabriclib_engine,
-    addrs: *const *const u8,
+    addrs: fabriclib_blob_list,
     addr_lens: *const usize,
     count: usize,
     out: *mut u64,
@@ -400,7 +412,7 @@ pub extern "C" fn fabriclib_submit_barrier(
     engine: *const fabriclib_engine,
     group: u64,
     imm: u32,
-    dsts: *const *const fabriclib_remote_mr,
+    dsts: fabriclib_remote_mr_list,
     count: usize,
     done: *const fabriclib_on_done,
     request_id: *mut u64,

@@ -1,3 +1,18 @@
-// Compiles the public header as C++ (cpp_compat): nothing to run.
+// Compiles the public header as C++ (cpp_compat, -Wpedantic -Werror): the
+// array arguments take arrays of pointers to const and to non-const alike.
+// Nothing to run: compiling is the test.
 #include "fabriclib.h"
+#include <vector>
 static_assert(FABRICLIB_STATUS_OK == 0, "OK is 0");
+static_assert(FABRICLIB_VERSION_AT_LEAST(0, 2, 0), "this header is 0.2.0 or later");
+
+fabriclib_status arrays(const fabriclib_engine *e, std::vector<const uint8_t *> &caddrs,
+                        std::vector<uint8_t *> &addrs, std::vector<size_t> &lens,
+                        std::vector<fabriclib_remote_mr *> &dsts, std::vector<const fabriclib_remote_mr *> &cdsts) {
+    uint64_t g = 0;
+    fabriclib_status s = fabriclib_add_peer_group(e, caddrs.data(), lens.data(), lens.size(), &g);
+    if (s == FABRICLIB_STATUS_OK) s = fabriclib_add_peer_group(e, addrs.data(), lens.data(), lens.size(), &g);
+    if (s == FABRICLIB_STATUS_OK) s = fabriclib_submit_barrier(e, g, 7, dsts.data(), dsts.size(), nullptr, nullptr);
+    if (s == FABRICLIB_STATUS_OK) s = fabriclib_submit_barrier(e, g, 7, cdsts.data(), cdsts.size(), nullptr, nullptr);
+    return s;
+}
