@@ -16,7 +16,7 @@ int main(void) {
     fabriclib_mr_register(e, dst, sizeof dst, &d);
     fabriclib_mr_descriptor(d, desc, sizeof desc, &n);      /* what a peer receives */
     fabriclib_remote_mr_parse(desc, n, &rd);
-    fabriclib_on_done on_landed = {.callback = landed, .user_data = (void *)&ok};
+    fabriclib_submit_opts on_landed = {.struct_size = sizeof(fabriclib_submit_opts), .callback = landed, .user_data = (void *)&ok};
     fabriclib_expect_imm_count(e, imm, 1, &on_landed, NULL);     /* the receiver's side */
     fabriclib_submit_single_write(e, sizeof src, &imm, s, 0, rd, 0, NULL, NULL);
     while (!ok) {}

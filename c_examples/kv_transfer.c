@@ -87,7 +87,7 @@ static int decode(void) {
     CHECK(fabriclib_mr_register(e, kv, total, &mr));
     layer_done = calloc((size_t)layers, sizeof *layer_done);
     for (int l = 0; l < layers; l++) {
-        fabriclib_on_done d = {.callback = on_layer, .user_data = (void *)(intptr_t)l};
+        fabriclib_submit_opts d = {.struct_size = sizeof(fabriclib_submit_opts), .callback = on_layer, .user_data = (void *)(intptr_t)l};
         CHECK(fabriclib_expect_imm_count(e, (uint32_t)l, (uint32_t)pages, &d, NULL));
     }
     int ls = socket(AF_INET, SOCK_STREAM, 0), one = 1;
@@ -160,7 +160,7 @@ static int prefill(void) {
     for (int l = 0; l < layers; l++) { /* as each layer's KV is ready */
         for (int p = 0; p < pages; p++) { src_idx[p] = (uint32_t)(l * pages + p); dst_idx[p] = slot_of(l, p); }
         fabriclib_pages sp = {src_idx, (size_t)pages, page, 0}, dp = {dst_idx, (size_t)pages, page, 0};
-        fabriclib_on_done done = {.flag = (uint32_t *)&flags[l]};
+        fabriclib_submit_opts done = {.struct_size = sizeof(fabriclib_submit_opts), .flag = (uint32_t *)&flags[l]};
         uint32_t imm = (uint32_t)l;
         fabriclib_status st;
         while ((st = fabriclib_submit_paged_writes(e, page, &imm, mr, &sp, dst, &dp, &done, NULL)) == FABRICLIB_STATUS_AGAIN) {}

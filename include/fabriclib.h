@@ -37,7 +37,7 @@
  *  - No request can hang. Each ends exactly once: OK, an error
  *    (PEER_DOWN, STALE, REMOTE_ACCESS, LOCAL_ACCESS, PROVIDER), CANCELED
  *    (fabriclib_cancel, fabriclib_cancel_peer), TIMED_OUT (30 s by default;
- *    fabriclib_on_done.timeout_us) or SHUTDOWN. After its report its buffers
+ *    fabriclib_submit_opts.timeout_us) or SHUTDOWN. After its report its buffers
  *    are the caller's again.
  *  - A peer that stops answering keepalives for 3 s, or whose connection
  *    fails, is down: its requests end with PEER_DOWN, the peer callback is
@@ -111,7 +111,7 @@ typedef struct fabriclib_remote_mr *const *fabriclib_remote_mr_list;
 // A peer was greeted and has not answered yet (`fabriclib_peer_state` only).
 #define FABRICLIB_PEER_CONNECTING 0
 
-// `fabriclib_on_done.timeout_us` for a request with no deadline.
+// `fabriclib_submit_opts.timeout_us` for a request with no deadline.
 #define FABRICLIB_NO_TIMEOUT UINT64_MAX
 
 // Engine settings. Create with `fabriclib_config_new`, free with
@@ -151,9 +151,11 @@ typedef void (*fabriclib_peer_cb)(void *user_data,
 // (it delays other callbacks) and must not destroy the engine.
 typedef void (*fabriclib_done_cb)(void *user_data, fabriclib_status status);
 
-// How a submitted request reports its end, and its deadline; pass NULL
-// for no report and the engine's default deadline. Zero-initialise it, then
-// set at most one of `callback` and `flag`:
+// Options of one request: how it reports its end, and its deadline (later
+// versions add fields at the end: a NIC, a shard mode, a CUDA stream).
+// Pass NULL for no report and the engine's default deadline. Zero-initialise
+// it, set `struct_size = sizeof(fabriclib_submit_opts)`, then at most one of
+// `callback` and `flag`:
 // - `callback(user_data, status)` runs once on the callback thread;
 // - `flag` receives, with one atomic release store from the worker thread,
 //   `FABRICLIB_FLAG_DONE | status` (poll it with an acquire load). It must
@@ -165,16 +167,24 @@ typedef void (*fabriclib_done_cb)(void *user_data, fabriclib_status status);
 // after the submit. A request that misses it ends with
 // `FABRICLIB_STATUS_TIMED_OUT`.
 //
+// `struct_size` is how the library tells which fields the caller knows: a
+// program built against this header keeps working with later libraries
+// (fields it does not know take their defaults), and one built against a
+// later header runs on this library as long as the fields this library
+// does not know are left zero (else `FABRICLIB_STATUS_UNSUPPORTED`). 0 or
+// a size below this version's is `FABRICLIB_STATUS_INVALID_ARGUMENT`.
+//
 // Every accepted request reports exactly once, whatever happens (done, an
 // error, canceled, timed out, peer down, shut down); a submit that returns
-// an error never reports through its `on_done`. The struct itself is read
+// an error never reports through its options. The struct itself is read
 // during the call only.
-typedef struct fabriclib_on_done {
+typedef struct fabriclib_submit_opts {
+  size_t struct_size;
   fabriclib_done_cb callback;
   void *user_data;
   uint32_t *flag;
   uint64_t timeout_us;
-} fabriclib_on_done;
+} fabriclib_submit_opts;
 
 // Called for every received message with its bytes (`data`, `len`), valid
 // only during the call: the buffer returns to the pool when the callback
@@ -333,7 +343,7 @@ fabriclib_status fabriclib_config_set_idle(struct fabriclib_config *config,
 // Sets the engine's default request deadline in microseconds (default 30 s;
 // 0: no deadline). Requests and immediate expectations that have not ended
 // by then end with `FABRICLIB_STATUS_TIMED_OUT`; one request may set its own
-// (`fabriclib_on_done.timeout_us`).
+// (`fabriclib_submit_opts.timeout_us`).
 fabriclib_status fabriclib_config_set_request_timeout(struct fabriclib_config *config,
                                                       uint64_t timeout_us);
 
@@ -481,7 +491,7 @@ void fabriclib_remote_mr_free(struct fabriclib_remote_mr *mr);
 // `fabriclib_engine_max_send`) to the engine whose
 // address is `addr` (`addr_len` bytes); `msg` may be reused at once. The peer
 // must have a receive buffer posted (`fabriclib_submit_recvs`) at least
-// `len` bytes long. Any thread; the end is reported through `done`.
+// `len` bytes long. Any thread; the end is reported through `opts`.
 //
 // Every `fabriclib_submit_*` function (and `fabriclib_expect_imm_count`)
 // writes the new request's id to `*request_id` unless it is NULL: pass it
@@ -491,7 +501,7 @@ fabriclib_status fabriclib_submit_send(const struct fabriclib_engine *engine,
                                        size_t addr_len,
                                        const void *msg,
                                        size_t len,
-                                       const struct fabriclib_on_done *done,
+                                       const struct fabriclib_submit_opts *opts,
                                        uint64_t *request_id);
 
 // Posts `count` receive buffers (at most 4096) for messages of up to `len`
@@ -509,7 +519,7 @@ fabriclib_status fabriclib_submit_recvs(const struct fabriclib_engine *engine,
                                         fabriclib_recv_cb callback,
                                         void *user_data);
 
-// Reports through `done` once `count` (>= 1) writes carrying immediate `imm`
+// Reports through `opts` once `count` (>= 1) writes carrying immediate `imm`
 // have landed in this engine's memory. Immediates that arrived before the
 // call count too; a surplus is kept for the next expectation. At most one
 // expectation per immediate value at a time (`FABRICLIB_STATUS_ALREADY_EXISTS`).
@@ -521,7 +531,7 @@ fabriclib_status fabriclib_submit_recvs(const struct fabriclib_engine *engine,
 fabriclib_status fabriclib_expect_imm_count(const struct fabriclib_engine *engine,
                                             uint32_t imm,
                                             uint32_t count,
-                                            const struct fabriclib_on_done *done,
+                                            const struct fabriclib_submit_opts *opts,
                                             uint64_t *request_id);
 
 // Writes to `*count` how many writes carrying immediate `imm` have landed
@@ -542,7 +552,7 @@ fabriclib_status fabriclib_imm_count_reset(const struct fabriclib_engine *engine
 // exactly **one** `*imm` once every byte has landed, `len` may be 0
 // (notification only), and `len` must fit the provider's max message size.
 // Without an immediate, large writes are split and sharded over domains.
-// `done` reports when the source buffer may be reused; that is not proof
+// `opts` reports when the source buffer may be reused; that is not proof
 // that the bytes landed (the receiver's immediate is). Any thread.
 fabriclib_status fabriclib_submit_single_write(const struct fabriclib_engine *engine,
                                                uint64_t len,
@@ -551,7 +561,7 @@ fabriclib_status fabriclib_submit_single_write(const struct fabriclib_engine *en
                                                uint64_t src_offset,
                                                const struct fabriclib_remote_mr *dst,
                                                uint64_t dst_offset,
-                                               const struct fabriclib_on_done *done,
+                                               const struct fabriclib_submit_opts *opts,
                                                uint64_t *request_id);
 
 // Writes `src_pages->count` pages of `page_len` bytes: page `i` goes from
@@ -567,7 +577,7 @@ fabriclib_status fabriclib_submit_paged_writes(const struct fabriclib_engine *en
                                                const struct fabriclib_pages *src_pages,
                                                const struct fabriclib_remote_mr *dst,
                                                const struct fabriclib_pages *dst_pages,
-                                               const struct fabriclib_on_done *done,
+                                               const struct fabriclib_submit_opts *opts,
                                                uint64_t *request_id);
 
 // Resolves `count` peer engine addresses (`addrs[i]` of `addr_lens[i]`
@@ -590,7 +600,7 @@ fabriclib_status fabriclib_submit_scatter(const struct fabriclib_engine *engine,
                                           const struct fabriclib_mr *src,
                                           const struct fabriclib_scatter_dst *dsts,
                                           size_t count,
-                                          const struct fabriclib_on_done *done,
+                                          const struct fabriclib_submit_opts *opts,
                                           uint64_t *request_id);
 
 // Sends a zero-byte write carrying `imm` to each of `count` destination
@@ -601,7 +611,7 @@ fabriclib_status fabriclib_submit_barrier(const struct fabriclib_engine *engine,
                                           uint32_t imm,
                                           fabriclib_remote_mr_list dsts,
                                           size_t count,
-                                          const struct fabriclib_on_done *done,
+                                          const struct fabriclib_submit_opts *opts,
                                           uint64_t *request_id);
 
 // Cancels request (or immediate expectation) `request_id`. Nothing more of

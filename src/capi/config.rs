@@ -144,7 +144,7 @@ pub extern "C" fn fabriclib_config_set_idle(
 /// Sets the engine's default request deadline in microseconds (default 30 s;
 /// 0: no deadline). Requests and immediate expectations that have not ended
 /// by then end with `FABRICLIB_STATUS_TIMED_OUT`; one request may set its own
-/// (`fabriclib_on_done.timeout_us`).
+/// (`fabriclib_submit_opts.timeout_us`).
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_config_set_request_timeout(
     config: *mut fabriclib_config,

@@ -21,9 +21,11 @@ pub type fabriclib_done_cb = Option<unsafe extern "C" fn(user_data: *mut c_void,
 pub type fabriclib_recv_cb =
     Option<unsafe extern "C" fn(user_data: *mut c_void, status: fabriclib_status, data: *const u8, len: usize)>;
 
-/// How a submitted request reports its end, and its deadline; pass NULL
-/// for no report and the engine's default deadline. Zero-initialise it, then
-/// set at most one of `callback` and `flag`:
+/// Options of one request: how it reports its end, and its deadline (later
+/// versions add fields at the end: a NIC, a shard mode, a CUDA stream).
+/// Pass NULL for no report and the engine's default deadline. Zero-initialise
+/// it, set `struct_size = sizeof(fabriclib_submit_opts)`, then at most one of
+/// `callback` and `flag`:
 /// - `callback(user_data, status)` runs once on the callback thread;
 /// - `flag` receives, with one atomic release store from the worker thread,
 ///   `FABRICLIB_FLAG_DONE | status` (poll it with an acquire load). It must
@@ -35,12 +37,20 @@ pub type fabriclib_recv_cb =
 /// after the submit. A request that misses it ends with
 /// `FABRICLIB_STATUS_TIMED_OUT`.
 ///
+/// `struct_size` is how the library tells which fields the caller knows: a
+/// program built against this header keeps working with later libraries
+/// (fields it does not know take their defaults), and one built against a
+/// later header runs on this library as long as the fields this library
+/// does not know are left zero (else `FABRICLIB_STATUS_UNSUPPORTED`). 0 or
+/// a size below this version's is `FABRICLIB_STATUS_INVALID_ARGUMENT`.
+///
 /// Every accepted request reports exactly once, whatever happens (done, an
 /// error, canceled, timed out, peer down, shut down); a submit that returns
-/// an error never reports through its `on_done`. The struct itself is read
+/// an error never reports through its options. The struct itself is read
 /// during the call only.
 #[repr(C)]
-pub struct fabriclib_on_done {
+pub struct fabriclib_submit_opts {
+    pub struct_size: usize,
     pub callback: fabriclib_done_cb,
     pub user_data: *mut c_void,
     pub flag: *mut u32,
@@ -59,7 +69,7 @@ pub type fabriclib_blob_list = *const *mut u8;
 /// `fabriclib_blob_list`).
 pub type fabriclib_remote_mr_list = *const *mut fabriclib_remote_mr;
 
-/// `fabriclib_on_done.timeout_us` for a request with no deadline.
+/// `fabriclib_submit_opts.timeout_us` for a request with no deadline.
 pub const FABRICLIB_NO_TIMEOUT: u64 = u64::MAX;
 
 /// Pages on one side of a paged write: page `i` starts at byte
@@ -91,12 +101,44 @@ fn status_of(r: &Result<()>) -> fabriclib_status {
     r.as_ref().map(|_| 0).unwrap_or_else(|e| e.status as i32)
 }
 
-fn on_done(d: *const fabriclib_on_done) -> Result<RequestOpts> {
+/// The smallest `struct_size` accepted: the options as of 0.2. Never grows.
+const SUBMIT_OPTS_V1: usize = size_of::<fabriclib_submit_opts>();
+
+/// Reads a caller's size-prefixed options struct `p` (whose first field is
+/// its `struct_size`) into this version's `T`: sizes below `min` are
+/// refused, and so are bytes past this version's end that are not zero
+/// (options of a later version this library cannot honour).
+pub(crate) fn read_sized<T>(p: *const T, min: usize, what: &str) -> Result<T> {
+    // SAFETY: the caller passes a struct whose first field is a size_t.
+    let size = unsafe { p.cast::<usize>().read_unaligned() };
+    if size < min {
+        crate::bail!(InvalidArgument, "{what}.struct_size is {size}: set it to sizeof({what}) ({min} here)");
+    }
+    let ours = size_of::<T>();
+    // SAFETY: the caller's struct is `size` bytes long (its own declaration).
+    let tail = unsafe { std::slice::from_raw_parts(p.cast::<u8>().add(ours.min(size)), size.saturating_sub(ours)) };
+    if let Some(at) = tail.iter().position(|&b| b != 0) {
+        crate::bail!(
+            Unsupported,
+            "{what}: byte {} is set, but this library ({}) knows only the first {ours} bytes: a later version's option",
+            ours + at,
+            env!("CARGO_PKG_VERSION")
+        );
+    }
+    // SAFETY: min(size, ours) bytes are the caller's; the rest take the
+    // zeroes `T`'s defaults are (every field of these structs is valid as 0).
+    unsafe {
+        let mut v = std::mem::MaybeUninit::<T>::zeroed();
+        std::ptr::copy_nonoverlapping(p.cast::<u8>(), v.as_mut_ptr().cast::<u8>(), ours.min(size));
+        Ok(v.assume_init())
+    }
+}
+
+fn on_done(d: *const fabriclib_submit_opts) -> Result<RequestOpts> {
     if d.is_null() {
         return Ok(OnDone::Nothing.into());
     }
-    // SAFETY: non-null, points to a fabriclib_on_done for the duration of the call.
-    let d = unsafe { &*d };
+    let d = &read_sized(d, SUBMIT_OPTS_V1, "fabriclib_submit_opts")?;
     let deadline = match d.timeout_us {
         0 => Deadline::EngineDefault,
         FABRICLIB_NO_TIMEOUT => Deadline::Never,
@@ -105,9 +147,9 @@ fn on_done(d: *const fabriclib_on_done) -> Result<RequestOpts> {
     notify_of(d).map(|done| done.deadline(deadline))
 }
 
-fn notify_of(d: &fabriclib_on_done) -> Result<OnDone> {
+fn notify_of(d: &fabriclib_submit_opts) -> Result<OnDone> {
     match (d.callback, d.flag.is_null()) {
-        (Some(_), false) => Err(Error::new(Status::InvalidArgument, "on_done: set either callback or flag, not both")),
+        (Some(_), false) => Err(Error::new(Status::InvalidArgument, "fabriclib_submit_opts: set either callback or flag, not both")),
         (Some(cb), true) => {
             let ud = UserData(d.user_data);
             Ok(OnDone::callback(move |r| {
@@ -123,7 +165,7 @@ fn notify_of(d: &fabriclib_on_done) -> Result<OnDone> {
         }
         (None, false) => {
             if d.flag as usize % 4 != 0 {
-                return Err(Error::new(Status::InvalidArgument, "on_done: flag is not 4-byte aligned"));
+                return Err(Error::new(Status::InvalidArgument, "fabriclib_submit_opts: flag is not 4-byte aligned"));
             }
             // SAFETY: non-null, aligned; the caller keeps it valid until the store.
             Ok(OnDone::RawFlag(unsafe { RawFlag::new(d.flag) }))
@@ -176,7 +218,7 @@ fn group_of(g: u64) -> Option<PeerGroup> {
 /// `fabriclib_engine_max_send`) to the engine whose
 /// address is `addr` (`addr_len` bytes); `msg` may be reused at once. The peer
 /// must have a receive buffer posted (`fabriclib_submit_recvs`) at least
-/// `len` bytes long. Any thread; the end is reported through `done`.
+/// `len` bytes long. Any thread; the end is reported through `opts`.
 ///
 /// Every `fabriclib_submit_*` function (and `fabriclib_expect_imm_count`)
 /// writes the new request's id to `*request_id` unless it is NULL: pass it
@@ -188,14 +230,14 @@ pub extern "C" fn fabriclib_submit_send(
     addr_len: usize,
     msg: *const c_void,
     len: usize,
-    done: *const fabriclib_on_done,
+    opts: *const fabriclib_submit_opts,
     request_id: *mut u64,
 ) -> fabriclib_status {
     ffi(|| {
         let e = handle(engine)?;
         let to = address(addr, addr_len, "addr")?;
         let msg = bytes(msg.cast(), len, "msg")?;
-        id_out(request_id, e.engine.submit_send(&to, msg, on_done(done)?))
+        id_out(request_id, e.engine.submit_send(&to, msg, on_done(opts)?))
     })
 }
 
@@ -235,7 +277,7 @@ pub extern "C" fn fabriclib_submit_recvs(
     })
 }
 
-/// Reports through `done` once `count` (>= 1) writes carrying immediate `imm`
+/// Reports through `opts` once `count` (>= 1) writes carrying immediate `imm`
 /// have landed in this engine's memory. Immediates that arrived before the
 /// call count too; a surplus is kept for the next expectation. At most one
 /// expectation per immediate value at a time (`FABRICLIB_STATUS_ALREADY_EXISTS`).
@@ -249,10 +291,10 @@ pub extern "C" fn fabriclib_expect_imm_count(
     engine: *const fabriclib_engine,
     imm: u32,
     count: u32,
-    done: *const fabriclib_on_done,
+    opts: *const fabriclib_submit_opts,
     request_id: *mut u64,
 ) -> fabriclib_status {
-    ffi(|| id_out(request_id, handle(engine)?.engine.expect_imm_count(imm, count, on_done(done)?)))
+    ffi(|| id_out(request_id, handle(engine)?.engine.expect_imm_count(imm, count, on_done(opts)?)))
 }
 
 /// Writes to `*count` how many writes carrying immediate `imm` have landed
@@ -291,7 +333,7 @@ pub extern "C" fn fabriclib_imm_count_reset(
 /// exactly **one** `*imm` once every byte has landed, `len` may be 0
 /// (notification only), and `len` must fit the provider's max message size.
 /// Without an immediate, large writes are split and sharded over domains.
-/// `done` reports when the source buffer may be reused; that is not proof
+/// `opts` reports when the source buffer may be reused; that is not proof
 /// that the bytes landed (the receiver's immediate is). Any thread.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_submit_single_write(
@@ -302,7 +344,7 @@ pub extern "C" fn fabriclib_submit_single_write(
     src_offset: u64,
     dst: *const fabriclib_remote_mr,
     dst_offset: u64,
-    done: *const fabriclib_on_done,
+    opts: *const fabriclib_submit_opts,
     request_id: *mut u64,
 ) -> fabriclib_status {
     ffi(|| {
@@ -310,7 +352,7 @@ pub extern "C" fn fabriclib_submit_single_write(
         let (src, dst) = (mr_of(e, src)?, &handle(dst)?.desc);
         id_out(
             request_id,
-            e.engine.submit_single_write(len, imm_opt(imm), src, src_offset, dst, dst_offset, on_done(done)?),
+            e.engine.submit_single_write(len, imm_opt(imm), src, src_offset, dst, dst_offset, on_done(opts)?),
         )
     })
 }
@@ -330,14 +372,14 @@ pub extern "C" fn fabriclib_submit_paged_writes(
     src_pages: *const fabriclib_pages,
     dst: *const fabriclib_remote_mr,
     dst_pages: *const fabriclib_pages,
-    done: *const fabriclib_on_done,
+    opts: *const fabriclib_submit_opts,
     request_id: *mut u64,
 ) -> fabriclib_status {
     ffi(|| {
         let e = handle(engine)?;
         let (src, dst) = (mr_of(e, src)?, &handle(dst)?.desc);
         let (sp, dp) = (pages(src_pages, "src_pages")?, pages(dst_pages, "dst_pages")?);
-        id_out(request_id, e.engine.submit_paged_writes(page_len, imm_opt(imm), src, sp, dst, dp, on_done(done)?))
+        id_out(request_id, e.engine.submit_paged_writes(page_len, imm_opt(imm), src, sp, dst, dp, on_done(opts)?))
     })
 }
 
@@ -381,7 +423,7 @@ pub extern "C" fn fabriclib_submit_scatter(
     src: *const fabriclib_mr,
     dsts: *const fabriclib_scatter_dst,
     count: usize,
-    done: *const fabriclib_on_done,
+    opts: *const fabriclib_submit_opts,
     request_id: *mut u64,
 ) -> fabriclib_status {
     ffi(|| {
@@ -400,7 +442,7 @@ pub extern "C" fn fabriclib_submit_scatter(
                 Ok(ScatterDst { len: d.len, src_offset: d.src_offset, dst, dst_offset: d.dst_offset })
             })
             .collect::<Result<Vec<_>>>()?;
-        id_out(request_id, e.engine.submit_scatter(group_of(group), imm_opt(imm), src, &dsts, on_done(done)?))
+        id_out(request_id, e.engine.submit_scatter(group_of(group), imm_opt(imm), src, &dsts, on_done(opts)?))
     })
 }
 
@@ -414,7 +456,7 @@ pub extern "C" fn fabriclib_submit_barrier(
     imm: u32,
     dsts: fabriclib_remote_mr_list,
     count: usize,
-    done: *const fabriclib_on_done,
+    opts: *const fabriclib_submit_opts,
     request_id: *mut u64,
 ) -> fabriclib_status {
     ffi(|| {
@@ -426,7 +468,7 @@ pub extern "C" fn fabriclib_submit_barrier(
         // SAFETY: dsts has count entries (API contract).
         let raw = unsafe { std::slice::from_raw_parts(dsts, count) };
         let descs = raw.iter().map(|d| Ok(handle(*d)?.desc.clone())).collect::<Result<Vec<_>>>()?;
-        id_out(request_id, e.engine.submit_barrier(group_of(group), imm, &descs, on_done(done)?))
+        id_out(request_id, e.engine.submit_barrier(group_of(group), imm, &descs, on_done(opts)?))
     })
 }
 

@@ -172,8 +172,18 @@ int main(void) {
     EXPECT(fabriclib_expect_imm_count(e, 1, 3, NULL, NULL), FABRICLIB_STATUS_OK);
     EXPECT(fabriclib_expect_imm_count(e, 1, 3, NULL, NULL), FABRICLIB_STATUS_ALREADY_EXISTS);
     uint32_t flag = 0;
-    fabriclib_on_done both = {.callback = (fabriclib_done_cb)abort, .user_data = NULL, .flag = &flag};
+    fabriclib_submit_opts both = {.struct_size = sizeof(fabriclib_submit_opts), .callback = (fabriclib_done_cb)abort, .user_data = NULL, .flag = &flag};
     EXPECT(fabriclib_expect_imm_count(e, 2, 1, &both, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+
+    /* Options of another version: struct_size says which fields the caller knows. */
+    fabriclib_submit_opts unsized = {.timeout_us = 1000};
+    EXPECT(fabriclib_expect_imm_count(e, 20, 1, &unsized, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    unsized.struct_size = sizeof(fabriclib_submit_opts) - 8;
+    EXPECT(fabriclib_expect_imm_count(e, 20, 1, &unsized, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    struct { fabriclib_submit_opts base; uint64_t nic, stream; } later = {.base = {.struct_size = sizeof later}};
+    EXPECT(fabriclib_expect_imm_count(e, 21, 1, &later.base, NULL), FABRICLIB_STATUS_OK); /* later fields zero */
+    later.stream = 7;
+    EXPECT(fabriclib_expect_imm_count(e, 22, 1, &later.base, NULL), FABRICLIB_STATUS_UNSUPPORTED); /* one set */
 
     /* Single writes: bounds on both sides, zero length, handles. */
     EXPECT(fabriclib_submit_single_write(e, 0, NULL, mr, 0, rmr, 0, NULL, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);

@@ -94,7 +94,7 @@ static int target(const char *prov, int fd) {
     size_t n;
     static struct echo x;
     _Atomic uint32_t f1 = 0, f2 = 0, f3 = 0;
-    fabriclib_on_done d1 = {.flag = (uint32_t *)&f1}, d2 = {.flag = (uint32_t *)&f2}, d3 = {.flag = (uint32_t *)&f3};
+    fabriclib_submit_opts d1 = {.struct_size = sizeof(fabriclib_submit_opts), .flag = (uint32_t *)&f1}, d2 = {.struct_size = sizeof(fabriclib_submit_opts), .flag = (uint32_t *)&f2}, d3 = {.struct_size = sizeof(fabriclib_submit_opts), .flag = (uint32_t *)&f3};
     CHECK(fabriclib_mr_register(e, mem, LEN, &mr));
     CHECK(fabriclib_expect_imm_count(e, 1, 1, &d1, NULL));
     CHECK(fabriclib_expect_imm_count(e, 2, PAGES, &d2, NULL));
@@ -168,8 +168,8 @@ static int initiator(const char *prov, int fd) {
     CHECK(fabriclib_submit_recvs(e, 256, 8, pong_cb, NULL));
     /* Deadlines and cancel: an expectation that times out, one that is canceled. */
     static struct ended late = {-1, ""}, gone = {-1, ""};
-    fabriclib_on_done in_1ms = {.callback = ended_cb, .user_data = &late, .timeout_us = 1000};
-    fabriclib_on_done no_deadline = {.callback = ended_cb, .user_data = &gone, .timeout_us = FABRICLIB_NO_TIMEOUT};
+    fabriclib_submit_opts in_1ms = {.struct_size = sizeof(fabriclib_submit_opts), .callback = ended_cb, .user_data = &late, .timeout_us = 1000};
+    fabriclib_submit_opts no_deadline = {.struct_size = sizeof(fabriclib_submit_opts), .callback = ended_cb, .user_data = &gone, .timeout_us = FABRICLIB_NO_TIMEOUT};
     uint64_t id = 0;
     CHECK(fabriclib_expect_imm_count(e, 900, 1, &in_1ms, NULL));
     CHECK(fabriclib_expect_imm_count(e, 901, 1, &no_deadline, &id));
@@ -185,7 +185,7 @@ static int initiator(const char *prov, int fd) {
 
     uint32_t imm = 1;
     _Atomic uint32_t f = 0;
-    fabriclib_on_done by_flag = {.flag = (uint32_t *)&f};
+    fabriclib_submit_opts by_flag = {.struct_size = sizeof(fabriclib_submit_opts), .flag = (uint32_t *)&f};
     CHECK(fabriclib_submit_single_write(e, 100000, &imm, mr, 1000, rmr, 300000, &by_flag, NULL));
     wait_flag(&f, "single write");
 
@@ -193,7 +193,7 @@ static int initiator(const char *prov, int fd) {
     perms(src, dst);
     imm = 2;
     fabriclib_pages sp = {src, PAGES, PAGE, 0}, dp = {dst, PAGES, PAGE, 0};
-    fabriclib_on_done by_cb = {.callback = paged_cb};
+    fabriclib_submit_opts by_cb = {.struct_size = sizeof(fabriclib_submit_opts), .callback = paged_cb};
     CHECK(fabriclib_submit_paged_writes(e, PAGE, &imm, mr, &sp, rmr, &dp, &by_cb, NULL));
     fabriclib_remote_mr *dsts[1] = {rmr};
     CHECK(fabriclib_submit_barrier(e, 0, 3, dsts, 1, NULL, NULL));
