@@ -67,7 +67,9 @@ fn pkg_config_libfabric() -> Lib {
         std::process::Command::new("pkg-config").args(args).output().ok().filter(|o| o.status.success())
     };
     if run(&["--atleast-version=1.14", "libfabric"]).is_none() {
-        panic!("libfabric >= 1.14 not found by pkg-config: install libfabric-dev (Debian/Ubuntu) or set PKG_CONFIG_PATH");
+        panic!(
+            "libfabric >= 1.14 not found by pkg-config: install libfabric-dev (Debian/Ubuntu) or set PKG_CONFIG_PATH"
+        );
     }
     let words = |flag: &str, strip: &str| -> Vec<String> {
         let o = run(&[flag, "libfabric"]).unwrap();
@@ -84,7 +86,8 @@ fn gen_header() {
     let crate_dir = env::var("CARGO_MANIFEST_DIR").unwrap();
     let mut config = cbindgen::Config::from_file(format!("{crate_dir}/cbindgen.toml")).unwrap();
     let v = |k: &str| env::var(k).unwrap();
-    let (major, minor, patch) = (v("CARGO_PKG_VERSION_MAJOR"), v("CARGO_PKG_VERSION_MINOR"), v("CARGO_PKG_VERSION_PATCH"));
+    let (major, minor, patch) =
+        (v("CARGO_PKG_VERSION_MAJOR"), v("CARGO_PKG_VERSION_MINOR"), v("CARGO_PKG_VERSION_PATCH"));
     config.after_includes = Some(format!(
         r#"
 // The version of this header (Cargo.toml's; the library's own at run time:

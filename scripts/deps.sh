@@ -14,3 +14,7 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 command -v cargo >/dev/null || { echo "cargo (Rust >= 1.85) is required: https://rustup.rs" >&2; exit 1; }
+# The test command checks formatting and lints.
+for c in rustfmt clippy; do
+  cargo "${c/rustfmt/fmt}" --version >/dev/null 2>&1 || rustup component add "$c"
+done

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every test: Rust unit tests and parser fuzzing, the multi-process
+# Runs every test: formatting and clippy lints, Rust unit tests and parser fuzzing, the multi-process
 # loopback tests over tcp;ofi_rxm and shm (1 and 2 domains), a short
 # fabriclib-bench run (JSON, plot, byte verification), the C API tests
 # (also under valgrind memcheck),
@@ -12,6 +12,11 @@ scripts/deps.sh
 cleanup() { find /dev/shm -maxdepth 1 -user "$(id -u)" -regex '.*/[0-9]+:[0-9]+:[0-9]+' -delete 2>/dev/null || true; }
 trap cleanup EXIT
 export CARGO_BUILD_JOBS=${CARGO_BUILD_JOBS:-2}
+
+echo "== cargo fmt --check, cargo clippy -D warnings"
+cargo fmt --check
+cargo clippy --locked --workspace --all-targets -- -D warnings
+echo "lint: 2 passed, 0 failed"
 
 echo "== cargo test (unit tests, parser fuzzing, multi-process loopback, fabriclib-bench smoke run)"
 cargo test --locked --workspace

@@ -128,9 +128,13 @@ fn declared() -> Vec<(usize, String)> {
 fn every_declared_name_is_prefixed() {
     let names = declared();
     // The parser sees what it must: a sample of every kind of declaration.
-    for want in
-        ["fabriclib_engine_create", "fabriclib_done_cb", "fabriclib_submit_opts", "FABRICLIB_STATUS_OK", "FABRICLIB_VERSION"]
-    {
+    for want in [
+        "fabriclib_engine_create",
+        "fabriclib_done_cb",
+        "fabriclib_submit_opts",
+        "FABRICLIB_STATUS_OK",
+        "FABRICLIB_VERSION",
+    ] {
         assert!(names.iter().any(|(_, n)| n == want), "the header scan missed {want}: the test tests nothing");
     }
     let keywords = ["void", "extern", "FABRICLIB_H", "__cplusplus"];

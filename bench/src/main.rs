@@ -138,10 +138,21 @@ fn spec(kind: Kind, size: u64, pages: usize, peers: usize, window: usize, iters:
 /// The rows to run, per provider (host rows run once, on the null provider).
 fn plan(o: &Opts) -> R<(Vec<Spec>, Vec<Spec>, usize, usize)> {
     let suite = o.suite.clone().unwrap_or_else(|| if o.workloads.is_some() { "custom".into() } else { "quick".into() });
-    let (sizes, bw_bytes, reps, warmup, peers, big_pages): (Vec<u64>, u64, usize, usize, Vec<usize>, bool) = match suite.as_str() {
+    let (sizes, bw_bytes, reps, warmup, peers, big_pages): (Vec<u64>, u64, usize, usize, Vec<usize>, bool) = match suite
+        .as_str()
+    {
         "smoke" => (vec![64 << 10], 1 << 20, 2, 1, vec![2], false),
-        "quick" | "custom" => (vec![4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 32 << 20], 64 << 20, 15, 1, vec![4], false),
-        "full" => ((10..=24).step_by(2).map(|s| 1u64 << s).chain([32 << 20, 64 << 20]).collect(), 128 << 20, 10, 2, vec![2, 4, 8], true),
+        "quick" | "custom" => {
+            (vec![4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 32 << 20], 64 << 20, 15, 1, vec![4], false)
+        }
+        "full" => (
+            (10..=24).step_by(2).map(|s| 1u64 << s).chain([32 << 20, 64 << 20]).collect(),
+            128 << 20,
+            10,
+            2,
+            vec![2, 4, 8],
+            true,
+        ),
         s => return Err(format!("unknown suite {s} (smoke, quick, full)")),
     };
     let all = ["single", "paged", "imm", "sendrecv", "scatter", "barrier", "host"];
@@ -157,7 +168,11 @@ fn plan(o: &Opts) -> R<(Vec<Spec>, Vec<Spec>, usize, usize)> {
                 }
             }
             "paged" => {
-                let page_sizes = o.sizes.clone().unwrap_or(if smoke { vec![4 << 10] } else { vec![1 << 10, 4 << 10, 16 << 10, 64 << 10] });
+                let page_sizes = o.sizes.clone().unwrap_or(if smoke {
+                    vec![4 << 10]
+                } else {
+                    vec![1 << 10, 4 << 10, 16 << 10, 64 << 10]
+                });
                 let counts = o.pages.clone().unwrap_or(if smoke { vec![100] } else { vec![100, 10000] });
                 for &n in &counts {
                     for &s in &page_sizes {
@@ -177,7 +192,10 @@ fn plan(o: &Opts) -> R<(Vec<Spec>, Vec<Spec>, usize, usize)> {
                 for &s in o.sizes.as_ref().map_or(&vec![default], |v| v) {
                     // Pings are messages / writes into a 64 KiB landing region.
                     if s > server::MSG as u64 {
-                        eprintln!("fabriclib-bench: {w}: skipping size {} (pings are at most 64 KiB)", ctl::fmt_size(s));
+                        eprintln!(
+                            "fabriclib-bench: {w}: skipping size {} (pings are at most 64 KiB)",
+                            ctl::fmt_size(s)
+                        );
                         continue;
                     }
                     rows.push(spec(kind, s, 1, 1, 1, o.iters.unwrap_or(if smoke { 50 } else { 400 })));
@@ -215,7 +233,9 @@ fn servers(o: &Opts, n: usize) -> R<Vec<PeerConn>> {
         }
         return o.connect[..n]
             .iter()
-            .map(|a| Ok(PeerConn::new(Ctl::new(TcpStream::connect(a).map_err(|e| format!("connect {a}: {e}"))?)?, None)))
+            .map(|a| {
+                Ok(PeerConn::new(Ctl::new(TcpStream::connect(a).map_err(|e| format!("connect {a}: {e}"))?)?, None))
+            })
             .collect();
     }
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
@@ -227,10 +247,7 @@ fn servers(o: &Opts, n: usize) -> R<Vec<PeerConn>> {
             if o.pin && cpus > 1 {
                 cmd.args(["--cpu", &((i + 1) % cpus).to_string()]);
             }
-            let mut child = cmd
-                .stdout(Stdio::piped())
-                .spawn()
-                .map_err(|e| format!("spawn server: {e}"))?;
+            let mut child = cmd.stdout(Stdio::piped()).spawn().map_err(|e| format!("spawn server: {e}"))?;
             let mut line = String::new();
             BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).map_err(|e| e.to_string())?;
             let addr = line.trim().rsplit(' ').next().unwrap_or("").to_string();
@@ -337,7 +354,12 @@ fn run(o: &Opts) -> R<bool> {
     let targets = report::targets(&results);
     report::print_targets(&targets);
     let verified = results.iter().all(|r| r.verified != Some(false));
-    println!("\n{} rows in {:.1} s; bytes verified: {}", results.len(), started.elapsed().as_secs_f64(), if verified { "all" } else { "FAILED" });
+    println!(
+        "\n{} rows in {:.1} s; bytes verified: {}",
+        results.len(),
+        started.elapsed().as_secs_f64(),
+        if verified { "all" } else { "FAILED" }
+    );
     if let Some(path) = &o.json {
         let doc = json!({
             "tool": "fabriclib-bench",
@@ -362,7 +384,13 @@ fn run(o: &Opts) -> R<bool> {
 
 fn machine() -> serde_json::Value {
     let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
-    let cpu = read("/proc/cpuinfo").lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).unwrap_or("").trim().to_string();
+    let cpu = read("/proc/cpuinfo")
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split(':').nth(1))
+        .unwrap_or("")
+        .trim()
+        .to_string();
     // SAFETY: fi_version has no preconditions.
     let fi_version = unsafe { fabriclib::sys::fi_version() };
     json!({

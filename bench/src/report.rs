@@ -99,7 +99,8 @@ fn stats_json(r: &Row, v: &[f64]) -> Value {
     if r.spec.kind.is_bandwidth() {
         // Times are per repetition; bandwidth at the best, median and p99 time.
         o["unit"] = "us/rep".into();
-        o["gbps"] = json!({ "best": gbps(r.bytes, s.min), "median": gbps(r.bytes, s.median), "p99": gbps(r.bytes, s.p99) });
+        o["gbps"] =
+            json!({ "best": gbps(r.bytes, s.min), "median": gbps(r.bytes, s.median), "p99": gbps(r.bytes, s.p99) });
     } else {
         o["unit"] = unit(r).into();
     }
@@ -139,16 +140,23 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
     for r in rows {
         let s = &r.spec;
         let (e, w) = headline(r);
-        let bw_target = (s.kind == Kind::Paged && s.size == 64 << 10 && s.pages == 100) || (s.kind == Kind::Single && s.size == 32 << 20);
+        let bw_target = (s.kind == Kind::Paged && s.size == 64 << 10 && s.pages == 100)
+            || (s.kind == Kind::Single && s.size == 32 << 20);
         if bw_target && let Some(q) = ratio(r) {
             out.push(Target {
-                name: format!("{} {} bandwidth", r.provider, describe(r).split_whitespace().skip(2).collect::<Vec<_>>().join(" ")),
+                name: format!(
+                    "{} {} bandwidth",
+                    r.provider,
+                    describe(r).split_whitespace().skip(2).collect::<Vec<_>>().join(" ")
+                ),
                 measured: format!("{q:.3} x raw ({:.3} vs {:.3} GB/s)", e.unwrap(), w.unwrap()),
                 goal: ">= 0.95 x raw".into(),
                 met: q >= 0.95,
             });
         }
-        if s.kind == Kind::Imm && let (Some(e), Some(w)) = (e, w) {
+        if s.kind == Kind::Imm
+            && let (Some(e), Some(w)) = (e, w)
+        {
             out.push(Target {
                 name: format!("{} write-with-imm half round trip ({})", r.provider, fmt_size(s.size)),
                 measured: format!("raw {:+.2} us ({e:.2} vs {w:.2} us)", e - w),
@@ -156,7 +164,9 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
                 met: e - w <= 2.0,
             });
         }
-        if s.kind.is_host() && let Some(e) = e {
+        if s.kind.is_host()
+            && let Some(e) = e
+        {
             out.push(Target {
                 name: format!("host cost, {}", describe(r).split_whitespace().collect::<Vec<_>>().join(" ")),
                 measured: format!("{e:.1} {}", unit(r)),
@@ -191,7 +201,15 @@ pub fn plot(rows: &[Row], path: &str) -> R<()> {
     providers.sort();
     providers.dedup();
     let (xmin, xmax) = singles.iter().fold((u64::MAX, 1u64), |(a, b), r| (a.min(r.spec.size), b.max(r.spec.size)));
-    let ymax = singles.iter().flat_map(|r| { let (e, w) = headline(r); [e, w] }).flatten().fold(0.1f64, f64::max) * 1.15;
+    let ymax = singles
+        .iter()
+        .flat_map(|r| {
+            let (e, w) = headline(r);
+            [e, w]
+        })
+        .flatten()
+        .fold(0.1f64, f64::max)
+        * 1.15;
     let e = |x: &dyn std::fmt::Display| format!("plot {path}: {x}");
     let root = SVGBackend::new(path, (960, 600)).into_drawing_area();
     root.fill(&WHITE).map_err(|x| e(&x))?;

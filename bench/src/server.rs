@@ -109,7 +109,8 @@ impl Open {
                 Ok(json!({}))
             }
             "hash" => {
-                let (page, n, seed) = (field_u64(cmd, "page")? as usize, field_u64(cmd, "n")? as usize, field_u64(cmd, "seed")?);
+                let (page, n, seed) =
+                    (field_u64(cmd, "page")? as usize, field_u64(cmd, "n")? as usize, field_u64(cmd, "seed")?);
                 let mem = &mut self.buf_mut()?.mem;
                 // Self-test of the verification: damage one landed byte.
                 if std::env::var_os("FABRICLIB_BENCH_CORRUPT").is_some() {
@@ -123,7 +124,12 @@ impl Open {
             "peer" => {
                 let desc = MrDesc::parse(&unhex(field_str(cmd, "desc")?)?).map_err(|e| e.to_string())?;
                 let raw = self.raw.insert(&unhex(field_str(cmd, "raw")?)?)?;
-                self.peer = Some(Peer { desc: Arc::new(desc), raw, raw_base: field_u64(cmd, "raw_base")?, raw_key: field_u64(cmd, "raw_key")? });
+                self.peer = Some(Peer {
+                    desc: Arc::new(desc),
+                    raw,
+                    raw_base: field_u64(cmd, "raw_base")?,
+                    raw_key: field_u64(cmd, "raw_key")?,
+                });
                 Ok(json!({}))
             }
             "expect" => {
@@ -169,7 +175,8 @@ impl Open {
                     crate::client::wait_flag(&flag, crate::client::Wait::Spin, deadline)?;
                     flag.store(0, Ordering::Relaxed);
                     let e = &self.engine;
-                    e.submit_single_write(size, Some(imm_s), &src, 0, &peer.desc, 0, OnDone::Nothing).map_err(|e| e.to_string())?;
+                    e.submit_single_write(size, Some(imm_s), &src, 0, &peer.desc, 0, OnDone::Nothing)
+                        .map_err(|e| e.to_string())?;
                     if i + 1 < n {
                         e.expect_imm_count(imm_c, 1, OnDone::Flag(flag.clone())).map_err(|e| e.to_string())?;
                     }

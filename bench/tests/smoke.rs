@@ -29,7 +29,8 @@ fn smoke_suite_reports_verified_rows_as_json_and_svg() {
     assert_eq!(doc["tool"], "fabriclib-bench");
     assert_eq!(doc["verified"], true);
     let rows = doc["rows"].as_array().expect("rows");
-    let workloads = ["single", "paged", "imm", "sendrecv", "scatter", "barrier", "host-single", "host-paged", "host-scatter"];
+    let workloads =
+        ["single", "paged", "imm", "sendrecv", "scatter", "barrier", "host-single", "host-paged", "host-scatter"];
     for w in workloads {
         assert!(rows.iter().any(|r| r["workload"] == w), "no {w} row");
     }
@@ -55,7 +56,10 @@ fn smoke_suite_reports_verified_rows_as_json_and_svg() {
     }
     assert!(doc["targets"].as_array().unwrap().iter().all(|t| t["met"].is_boolean()));
     let plot = std::fs::read_to_string(&svg).unwrap();
-    assert!(plot.starts_with("<svg") && plot.contains("shm engine") && plot.contains("tcp;ofi_rxm raw"), "plot lacks series");
+    assert!(
+        plot.starts_with("<svg") && plot.contains("shm engine") && plot.contains("tcp;ofi_rxm raw"),
+        "plot lacks series"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -99,7 +103,14 @@ fn a_damaged_byte_fails_verification() {
 
 #[test]
 fn bad_arguments_are_refused_with_usage() {
-    for args in [&["--suite", "nope"][..], &["--workload", "teleport"], &["--peers", "9"], &["--sizes", "12Q"], &["--frobnicate"], &["--peers", "x"]] {
+    for args in [
+        &["--suite", "nope"][..],
+        &["--workload", "teleport"],
+        &["--peers", "9"],
+        &["--sizes", "12Q"],
+        &["--frobnicate"],
+        &["--peers", "x"],
+    ] {
         let out = bench().args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?} was accepted");
         assert!(!out.stderr.is_empty(), "{args:?}: no message");
@@ -108,7 +119,8 @@ fn bad_arguments_are_refused_with_usage() {
 
 #[test]
 fn unknown_provider_fails_cleanly() {
-    let out = bench().args(["--workload", "single", "--sizes", "4K", "--provider", "no-such-provider"]).output().unwrap();
+    let out =
+        bench().args(["--workload", "single", "--sizes", "4K", "--provider", "no-such-provider"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no-such-provider"));
 }

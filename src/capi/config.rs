@@ -35,7 +35,12 @@ fn config_mut<'a>(c: *mut fabriclib_config) -> Result<&'a mut fabriclib_config, 
 }
 
 /// Sets a count that must be at least 1 (`what` names it in the error).
-fn set_count(config: *mut fabriclib_config, n: usize, what: &str, set: impl FnOnce(&mut EngineConfig, usize)) -> fabriclib_status {
+fn set_count(
+    config: *mut fabriclib_config,
+    n: usize,
+    what: &str,
+    set: impl FnOnce(&mut EngineConfig, usize),
+) -> fabriclib_status {
     ffi(|| {
         let c = config_mut(config)?;
         if n == 0 {
@@ -216,7 +221,10 @@ pub extern "C" fn fabriclib_config_set_max_inflight(
 /// engine goes on serving its other peers while it waits for the keepalive
 /// to declare that peer down. Must be at least 1.
 #[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_config_set_peer_window(config: *mut fabriclib_config, work_requests: usize) -> fabriclib_status {
+pub extern "C" fn fabriclib_config_set_peer_window(
+    config: *mut fabriclib_config,
+    work_requests: usize,
+) -> fabriclib_status {
     set_count(config, work_requests, "peer_window", |c, n| c.peer_window = n)
 }
 

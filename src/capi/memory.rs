@@ -1,11 +1,11 @@
 //! `fabriclib_mr` (a local registered region) and `fabriclib_remote_mr` (a
 //! peer's region, parsed from its descriptor).
 use super::{bytes, fabriclib_engine, fabriclib_status, ffi, give, handle, non_null, put, release, write_blob};
-use std::sync::atomic::AtomicU64;
 use crate::engine::MrHandle;
 use crate::wire::MrDesc;
 use std::ffi::c_void;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 /// A registered local region: the source of writes, and (through its
 /// descriptor) the target of peers' writes.
@@ -56,7 +56,12 @@ pub extern "C" fn fabriclib_mr_deregister(mr: *mut fabriclib_mr) {
 /// one key per domain) for a peer to parse with `fabriclib_remote_mr_parse`.
 /// Buffer rules as in `fabriclib_engine_address`. Any thread.
 #[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_mr_descriptor(mr: *const fabriclib_mr, buf: *mut u8, cap: usize, len: *mut usize) -> fabriclib_status {
+pub extern "C" fn fabriclib_mr_descriptor(
+    mr: *const fabriclib_mr,
+    buf: *mut u8,
+    cap: usize,
+    len: *mut usize,
+) -> fabriclib_status {
     ffi(|| write_blob(&handle(mr)?.mr.descriptor().to_bytes(), buf, cap, len))
 }
 
@@ -68,7 +73,11 @@ pub extern "C" fn fabriclib_mr_descriptor(mr: *const fabriclib_mr, buf: *mut u8,
 /// blob: descriptors must come from a channel you trust. `*out`
 /// receives a handle the caller frees with `fabriclib_remote_mr_free`.
 #[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_remote_mr_parse(buf: *const u8, len: usize, out: *mut *mut fabriclib_remote_mr) -> fabriclib_status {
+pub extern "C" fn fabriclib_remote_mr_parse(
+    buf: *const u8,
+    len: usize,
+    out: *mut *mut fabriclib_remote_mr,
+) -> fabriclib_status {
     ffi(|| {
         non_null(buf, "buf")?;
         non_null(out, "out")?;
@@ -80,9 +89,7 @@ pub extern "C" fn fabriclib_remote_mr_parse(buf: *const u8, len: usize, out: *mu
 /// Writes the length in bytes of a peer's region to `*len`.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_remote_mr_len(mr: *const fabriclib_remote_mr, len: *mut u64) -> fabriclib_status {
-    ffi(|| {
-        put(len, handle(mr)?.desc.len)
-    })
+    ffi(|| put(len, handle(mr)?.desc.len))
 }
 
 /// Frees a parsed descriptor (NULL is a no-op). Requests already submitted

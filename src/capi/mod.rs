@@ -210,7 +210,9 @@ pub extern "C" fn fabriclib_version() -> *const c_char {
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_version_number() -> u32 {
     let n = |s: &str| s.parse::<u32>().unwrap_or(0);
-    n(env!("CARGO_PKG_VERSION_MAJOR")) * 1_000_000 + n(env!("CARGO_PKG_VERSION_MINOR")) * 1_000 + n(env!("CARGO_PKG_VERSION_PATCH"))
+    n(env!("CARGO_PKG_VERSION_MAJOR")) * 1_000_000
+        + n(env!("CARGO_PKG_VERSION_MINOR")) * 1_000
+        + n(env!("CARGO_PKG_VERSION_PATCH"))
 }
 
 /// Most receive buffers one `fabriclib_submit_recvs` pool may have.

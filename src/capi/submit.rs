@@ -1,6 +1,8 @@
 //! The data path: sends, receives, immediate expectations, writes, peer
 //! groups, scatter and barrier.
-use super::{address, bytes, fabriclib_engine, fabriclib_mr, fabriclib_remote_mr, fabriclib_status, ffi, handle, non_null, put};
+use super::{
+    address, bytes, fabriclib_engine, fabriclib_mr, fabriclib_remote_mr, fabriclib_status, ffi, handle, non_null, put,
+};
 use crate::engine::notify::{Deadline, OnDone, RawFlag, RequestId, RequestOpts};
 use crate::engine::{Pages, PeerGroup, ScatterDst};
 use crate::error::{Error, Result, Status};
@@ -149,7 +151,9 @@ fn on_done(d: *const fabriclib_submit_opts) -> Result<RequestOpts> {
 
 fn notify_of(d: &fabriclib_submit_opts) -> Result<OnDone> {
     match (d.callback, d.flag.is_null()) {
-        (Some(_), false) => Err(Error::new(Status::InvalidArgument, "fabriclib_submit_opts: set either callback or flag, not both")),
+        (Some(_), false) => {
+            Err(Error::new(Status::InvalidArgument, "fabriclib_submit_opts: set either callback or flag, not both"))
+        }
         (Some(cb), true) => {
             let ud = UserData(d.user_data);
             Ok(OnDone::callback(move |r| {
@@ -305,9 +309,7 @@ pub extern "C" fn fabriclib_imm_count_get(
     imm: u32,
     count: *mut u64,
 ) -> fabriclib_status {
-    ffi(|| {
-        put(count, handle(engine)?.engine.imm_count(imm, false)?)
-    })
+    ffi(|| put(count, handle(engine)?.engine.imm_count(imm, false)?))
 }
 
 /// Sets the count of immediate `imm` to 0 and writes what it was to

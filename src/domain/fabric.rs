@@ -89,8 +89,12 @@ impl CtxPool {
     }
     fn grow(&mut self) {
         let base = (self.chunks.len() * self.depth) as u32;
-        let chunk = (0..self.depth)
-            .map(|_| CtxSlot { fi: fi_context2::default(), token: 0, peer: NO_PEER, state: SlotState::Free });
+        let chunk = (0..self.depth).map(|_| CtxSlot {
+            fi: fi_context2::default(),
+            token: 0,
+            peer: NO_PEER,
+            state: SlotState::Free,
+        });
         self.chunks.push(chunk.collect());
         self.free.extend((base..base + self.depth as u32).rev());
     }

@@ -150,8 +150,8 @@ impl ImmCounter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Status;
     use crate::engine::notify::spawn_callback_thread;
+    use crate::error::Status;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU32, Ordering};
 

@@ -20,14 +20,14 @@ use crate::wire::{MAX_DOMAINS, NetAddr};
 use crossbeam_queue::{ArrayQueue, SegQueue};
 use peers::Peers;
 use recv::{OwnedMem, RecvPool};
-use split::Splits;
 use request::{Ctrl, Request, Shape};
-use timers::{Timer, Timers};
+use split::Splits;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
+use timers::{Timer, Timers};
 
 /// State shared between the API (any thread) and the worker.
 pub struct Shared {
@@ -595,5 +595,4 @@ impl<D: Domain> Worker<D> {
         }
         self.notifier.fire_request(a.req.done, a.error.map_or(Ok(()), Err));
     }
-
 }

@@ -432,7 +432,9 @@ pub fn bounded_completion_path(prov: &str, domains: usize) -> TestResult {
     loop {
         let panics = OnDone::callback(|_| panic!("a callback that panics (expected)"));
         match l.engine.submit_single_write(16, None, &l.mr, 0, &d, 0, panics) {
-            Err(e) if e.status == Status::Again && t.elapsed() < Duration::from_secs(5) => std::thread::sleep(Duration::from_millis(1)),
+            Err(e) if e.status == Status::Again && t.elapsed() < Duration::from_secs(5) => {
+                std::thread::sleep(Duration::from_millis(1))
+            }
             other => {
                 other.map_err(e2s)?;
                 break;
@@ -550,10 +552,12 @@ pub fn restart_on_the_same_address(prov: &str, domains: usize) -> TestResult {
     first.kill9();
     std::thread::sleep(Duration::from_millis(400));
     let mut second = (0..40)
-        .find_map(|_| Peer::spawn_in(None, &bind, prov, domains, R).ok().or_else(|| {
-            std::thread::sleep(Duration::from_millis(50));
-            None
-        }))
+        .find_map(|_| {
+            Peer::spawn_in(None, &bind, prov, domains, R).ok().or_else(|| {
+                std::thread::sleep(Duration::from_millis(50));
+                None
+            })
+        })
         .ok_or("the peer could not restart on its address")?;
     if second.addr == first.addr {
         return Err("the restarted peer has the same engine address (epoch)".into());

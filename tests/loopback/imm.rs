@@ -39,7 +39,9 @@ fn wait_count(r: &Local, imm: u32, want: u64) -> TestResult {
 /// returns how it ended.
 fn expect_within(r: &Local, imm: u32, count: u32, ms: u64) -> Result<Status, String> {
     let ex = Ends::new(1);
-    r.engine.expect_imm_count(imm, count, ex.on(0).deadline(Deadline::After(Duration::from_millis(ms)))).map_err(e2s)?;
+    r.engine
+        .expect_imm_count(imm, count, ex.on(0).deadline(Deadline::After(Duration::from_millis(ms))))
+        .map_err(e2s)?;
     ex.wait_all(WAIT)?;
     Ok(ex.status(0))
 }

@@ -604,7 +604,9 @@ fn main() {
     let crashes = util::PEER_CRASHES.load(Ordering::SeqCst);
     if crashes > 0 {
         failed += 1;
-        println!("test peer_processes_exit_cleanly ... FAILED: {crashes} peer processes crashed (see PEER CRASHED above)");
+        println!(
+            "test peer_processes_exit_cleanly ... FAILED: {crashes} peer processes crashed (see PEER CRASHED above)"
+        );
     }
     println!("\nloopback: {passed} passed, {failed} failed");
     std::process::exit(if failed > 0 { 1 } else { 0 });

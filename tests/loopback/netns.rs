@@ -114,8 +114,13 @@ pub fn link_down_mid_transfer(prov: &str, domains: usize) -> TestResult {
     let (down_at, why) = wait_peer_event(&ev, &addr(&cut), PeerState::Down, Duration::from_secs(1))?;
     for i in 12..20 {
         if ends.status(i) != Status::Ok {
-            let evs: Vec<_> = ev.lock().unwrap().iter().map(|e| (e.0 == addr(&cut), e.1, e.2, e.3.duration_since(t))).collect();
-            return Err(format!("a write to the healthy host ended {:?} ({:?}; events {evs:?})", ends.status(i), ends.tally()));
+            let evs: Vec<_> =
+                ev.lock().unwrap().iter().map(|e| (e.0 == addr(&cut), e.1, e.2, e.3.duration_since(t))).collect();
+            return Err(format!(
+                "a write to the healthy host ended {:?} ({:?}; events {evs:?})",
+                ends.status(i),
+                ends.tally()
+            ));
         }
     }
     ends.only(&[Status::Ok, Status::PeerDown])?;

@@ -15,8 +15,12 @@ pub fn main(args: &[String]) -> ! {
     let provider = args[0].clone();
     let domains: usize = args[1].parse().unwrap();
     let region: usize = args[2].parse().unwrap();
-    let cfg =
-        EngineConfig { provider: Some(provider), bind_addr: Some(args.get(3).cloned().unwrap_or_else(|| "127.0.0.1".into())), domains, ..Default::default() };
+    let cfg = EngineConfig {
+        provider: Some(provider),
+        bind_addr: Some(args.get(3).cloned().unwrap_or_else(|| "127.0.0.1".into())),
+        domains,
+        ..Default::default()
+    };
     let engine = Arc::new(TransferEngine::new(&cfg).unwrap_or_else(|e| {
         println!("ERROR {e}");
         std::process::exit(2)

@@ -34,7 +34,11 @@ const MSG_DONE: u8 = 0xD0;
 #[derive(Clone, Debug)]
 enum Kind {
     /// `n` pages of `page` bytes from source pages `src_idx` to `dst + dst_idx*page`.
-    Paged { page: u64, src_idx: Vec<u32>, dst_idx: Vec<u32> },
+    Paged {
+        page: u64,
+        src_idx: Vec<u32>,
+        dst_idx: Vec<u32>,
+    },
     Single,
     /// To both peers: `len` bytes each from `src` to `dst` (the same offsets on both).
     Scatter,
@@ -91,7 +95,8 @@ fn plan(w: usize, r: u64, n: usize) -> Vec<Op> {
         let dst = if cancel {
             rng.below((SCRATCH as u64 - len).max(1))
         } else {
-            let targets: &[usize] = if matches!(kind, Kind::Scatter) { &peers_of(w) } else { std::slice::from_ref(&to) };
+            let targets: &[usize] =
+                if matches!(kind, Kind::Scatter) { &peers_of(w) } else { std::slice::from_ref(&to) };
             let at = targets.iter().map(|t| next[*t]).max().unwrap();
             if matches!(kind, Kind::Paged { .. } | Kind::Single | Kind::Scatter) {
                 if at + len > AREA as u64 {
@@ -173,7 +178,8 @@ pub fn node(args: &[String]) -> ! {
         std::process::exit(1)
     };
     let me: usize = args[0].parse().unwrap();
-    let (prov, domains, ops_total): (&str, usize, usize) = (&args[1], args[2].parse().unwrap(), args[3].parse().unwrap());
+    let (prov, domains, ops_total): (&str, usize, usize) =
+        (&args[1], args[2].parse().unwrap(), args[3].parse().unwrap());
     let cfg = EngineConfig {
         provider: Some(prov.into()),
         bind_addr: Some("127.0.0.1".into()),
@@ -193,7 +199,8 @@ pub fn node(args: &[String]) -> ! {
     std::io::stdin().lock().read_line(&mut line).unwrap();
     let w: Vec<&str> = line.split_whitespace().collect(); // PEERS a0 d0 a1 d1 a2 d2
     let addrs: Vec<NetAddr> = (0..NODES).map(|i| NetAddr::parse(&from_hex(w[1 + 2 * i])).unwrap()).collect();
-    let descs: Vec<Arc<MrDesc>> = (0..NODES).map(|i| Arc::new(MrDesc::parse(&from_hex(w[2 + 2 * i])).unwrap())).collect();
+    let descs: Vec<Arc<MrDesc>> =
+        (0..NODES).map(|i| Arc::new(MrDesc::parse(&from_hex(w[2 + 2 * i])).unwrap())).collect();
     let srcs: Vec<Vec<u8>> = (0..NODES).map(src_bytes).collect();
     // Messages: (writer, round) -> data messages seen; rounds done per peer.
     let msgs: Arc<Mutex<HashMap<(usize, u64), usize>>> = Default::default();
@@ -272,7 +279,12 @@ pub fn node(args: &[String]) -> ! {
                     Kind::Scatter => {
                         let dsts: Vec<ScatterDst> = peers_of(me)
                             .iter()
-                            .map(|&t| ScatterDst { len: op.len, src_offset: op.src, dst: descs[t].clone(), dst_offset: base(t).1 })
+                            .map(|&t| ScatterDst {
+                                len: op.len,
+                                src_offset: op.src,
+                                dst: descs[t].clone(),
+                                dst_offset: base(t).1,
+                            })
                             .collect();
                         engine.submit_scatter(None, imm, &smr, &dsts, mk())
                     }
@@ -306,7 +318,9 @@ pub fn node(args: &[String]) -> ! {
         wait("the peers' immediates", &|| fired.load(Ordering::SeqCst) >= want_fired);
         wait("the peers' messages", &|| {
             let m = msgs.lock().unwrap();
-            peers_of(me).iter().all(|&w| m.get(&(w, r)).copied().unwrap_or(0) >= expected(&plan(w, r, PER_ROUND), w, me).1)
+            peers_of(me)
+                .iter()
+                .all(|&w| m.get(&(w, r)).copied().unwrap_or(0) >= expected(&plan(w, r, PER_ROUND), w, me).1)
         });
         // Exactly once, with the right status; last round's must not have fired again.
         for check in std::iter::once(&ends).chain(&prev) {
@@ -324,7 +338,8 @@ pub fn node(args: &[String]) -> ! {
             // SAFETY: the peers' writes of this round have landed (their
             // immediates fired) and nothing writes this area until we say done.
             let view = unsafe { std::slice::from_raw_parts(rmr.ptr(), NODES * SLOT) };
-            bytes += verify(view, &plan(w, r, PER_ROUND), w, me, &srcs[w]).unwrap_or_else(|e| fail(format!("round {r}: {e}")));
+            bytes += verify(view, &plan(w, r, PER_ROUND), w, me, &srcs[w])
+                .unwrap_or_else(|e| fail(format!("round {r}: {e}")));
         }
         if bad_msgs.load(Ordering::Relaxed) > 0 {
             fail("a message arrived corrupted".into());

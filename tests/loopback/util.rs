@@ -73,7 +73,13 @@ impl Peer {
     }
 
     /// A peer bound to `bind`, inside network namespace `netns` if given.
-    pub fn spawn_in(netns: Option<&str>, bind: &str, provider: &str, domains: usize, region: usize) -> Result<Peer, String> {
+    pub fn spawn_in(
+        netns: Option<&str>,
+        bind: &str,
+        provider: &str,
+        domains: usize,
+        region: usize,
+    ) -> Result<Peer, String> {
         let exe = std::env::current_exe().unwrap();
         let mut cmd = match netns {
             Some(ns) => {
