@@ -102,6 +102,13 @@ fn gen_header() {
 // True when this header is at least version major.minor.patch.
 #define FABRICLIB_VERSION_AT_LEAST(major, minor, patch) (FABRICLIB_VERSION >= FABRICLIB_VERSION_NUMBER(major, minor, patch))
 
+// Declare C++ callbacks noexcept: an exception escaping a callback aborts.
+#ifdef __cplusplus
+#define FABRICLIB_NOEXCEPT noexcept
+#else
+#define FABRICLIB_NOEXCEPT
+#endif
+
 // Arrays of pointers the library only reads: in C, `uint8_t **` and
 // `fabriclib_remote_mr **` pass without a cast; in C++, arrays of pointers
 // to const pass too.

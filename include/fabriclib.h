@@ -19,6 +19,40 @@
  *    error never calls back; a submit that returned OK reports exactly once.
  *  - A panic inside fabriclib never unwinds into C: FABRICLIB_STATUS_PANIC.
  *
+ * Callbacks (C and C++)
+ *  - A callback must not throw or unwind: a C++ exception escaping a
+ *    callback aborts the process. Declare C++ callbacks FABRICLIB_NOEXCEPT
+ *    (noexcept in C++, nothing in C) so the compiler enforces it.
+ *  - Keep them short: one thread runs every callback of an engine in turn.
+ *  - From inside a callback, every fabriclib call is allowed and behaves as
+ *    from any other thread: submits (FABRICLIB_STATUS_AGAIN when full, as
+ *    anywhere), fabriclib_cancel, fabriclib_expect_imm_count, peer calls.
+ *    fabriclib_engine_destroy of the callback's own engine shuts it down
+ *    and returns; the reports still queued (SHUTDOWN of the rest) then run
+ *    on the same thread right after the callback returns, not before the
+ *    destroy returns as they do from other threads. (Tested:
+ *    calls_from_callbacks.)
+ *
+ * Lifetimes: who must stay valid until when
+ *    what                                  valid until
+ *    fabriclib_submit_opts (the struct)    the submit call returns
+ *    submit_opts.user_data                 its callback has returned
+ *    submit_opts.flag                      FABRICLIB_FLAG_DONE is seen in it
+ *                                          (by fabriclib_flag_wait or a load)
+ *    receive pool: user_data, callback     its last call (SHUTDOWN, at destroy)
+ *    peer-state callback's user_data       fabriclib_engine_destroy returns
+ *    a request's source/destination bytes  the request has reported
+ *    a registered region's memory          deregistered, and every request
+ *                                          using it has reported
+ *    a fabriclib_mr                        deregister it whenever: requests
+ *                                          using it keep it alive; it may
+ *                                          outlive its engine (deregister it)
+ *    a fabriclib_remote_mr                 the submit call (requests keep
+ *                                          what they need)
+ *    a fabriclib_config                    fabriclib_engine_create returns
+ *    a flag word may be a plain uint32_t, a C11 _Atomic uint32_t or a C++
+ *    std::atomic<uint32_t> (same size and representation).
+ *
  * Completion semantics
  *  - An initiator's completion (callback or flag) means the source buffer may
  *    be reused. It does NOT mean the bytes have landed: on TCP they may still
@@ -68,6 +102,13 @@
 // True when this header is at least version major.minor.patch.
 #define FABRICLIB_VERSION_AT_LEAST(major, minor, patch) (FABRICLIB_VERSION >= FABRICLIB_VERSION_NUMBER(major, minor, patch))
 
+// Declare C++ callbacks noexcept: an exception escaping a callback aborts.
+#ifdef __cplusplus
+#define FABRICLIB_NOEXCEPT noexcept
+#else
+#define FABRICLIB_NOEXCEPT
+#endif
+
 // Arrays of pointers the library only reads: in C, `uint8_t **` and
 // `fabriclib_remote_mr **` pass without a cast; in C++, arrays of pointers
 // to const pass too.
@@ -82,7 +123,8 @@ typedef struct fabriclib_remote_mr *const *fabriclib_remote_mr_list;
 
 
 // Set in a completion flag word once its request has ended; the low 16 bits
-// then hold the request's `fabriclib_status`.
+// then hold the request's `fabriclib_status`. Test this bit only: bit 31
+// may be set while a thread sleeps in `fabriclib_flag_wait`.
 #define FABRICLIB_FLAG_DONE 65536
 
 // Mask for the status in a completion flag word.
@@ -113,6 +155,9 @@ typedef struct fabriclib_remote_mr *const *fabriclib_remote_mr_list;
 
 // `fabriclib_submit_opts.timeout_us` for a request with no deadline.
 #define FABRICLIB_NO_TIMEOUT UINT64_MAX
+
+// Set by a thread sleeping in `wait` (never seen together with `FLAG_DONE`).
+#define FLAG_WAITING (1 << 31)
 
 // Engine settings. Create with `fabriclib_config_new`, free with
 // `fabriclib_config_free`. Not thread-safe: one thread at a time.
@@ -148,7 +193,9 @@ typedef void (*fabriclib_peer_cb)(void *user_data,
 // it failed; during a call with an error, `fabriclib_last_error_message()`
 // gives the details (for `FABRICLIB_STATUS_PROVIDER`, libfabric's error text
 // and number). Runs on the engine's callback thread; must not block for long
-// (it delays other callbacks) and must not destroy the engine.
+// (it delays other callbacks) and must not throw (C++: declare it
+// `FABRICLIB_NOEXCEPT`). Any fabriclib call may be made from it (see the
+// header's preamble).
 typedef void (*fabriclib_done_cb)(void *user_data, fabriclib_status status);
 
 // Options of one request: how it reports its end, and its deadline (later
@@ -406,8 +453,9 @@ fabriclib_status fabriclib_engine_create(const struct fabriclib_config *config,
 // (another `drain_timeout` at most, for a dead or stopped peer), so that
 // closing never hurts a live peer. It returns within 2 × `drain_timeout`
 // plus the callbacks' own time; with healthy peers, in about one round
-// trip. Must not be called from a fabriclib callback, nor while
-// another thread still submits to the engine. Registered regions
+// trip. May be called from one of the engine's own callbacks (the reports
+// still queued then run right after that callback returns); must not be
+// called while another thread still submits to the engine. Registered regions
 // (`fabriclib_mr`) outlive it and must still be deregistered.
 void fabriclib_engine_destroy(struct fabriclib_engine *engine);
 
@@ -486,6 +534,16 @@ fabriclib_status fabriclib_remote_mr_len(const struct fabriclib_remote_mr *mr, u
 // Frees a parsed descriptor (NULL is a no-op). Requests already submitted
 // with it are unaffected.
 void fabriclib_remote_mr_free(struct fabriclib_remote_mr *mr);
+
+// Waits until the completion flag word `flag` (a request's
+// `fabriclib_submit_opts.flag`) holds `FABRICLIB_FLAG_DONE`, sleeping (a
+// futex) rather than spinning after the first 20 µs, and writes the word
+// to `*value` (unless NULL): `FABRICLIB_FLAG_DONE | status`. Returns
+// `FABRICLIB_STATUS_OK` once done; `FABRICLIB_STATUS_AGAIN` if
+// `timeout_us` passed first (0: only look; `FABRICLIB_NO_TIMEOUT`: wait
+// for ever). Any thread, several at once; the flag may be a `uint32_t`, a
+// C11 `_Atomic uint32_t` or a C++ `std::atomic<uint32_t>`.
+fabriclib_status fabriclib_flag_wait(const uint32_t *flag, uint64_t timeout_us, uint32_t *value);
 
 // Sends a copy of `len` bytes at `msg` (at most 65536; 4096 on `shm`: see
 // `fabriclib_engine_max_send`) to the engine whose
@@ -631,6 +689,8 @@ fabriclib_status fabriclib_cancel_peer(const struct fabriclib_engine *engine,
                                        const uint8_t *addr,
                                        size_t addr_len,
                                        size_t *canceled);
+
+extern long syscall(long num, ...);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -15,6 +15,7 @@ pub mod sys;
 pub mod wire;
 
 pub use config::{EngineConfig, PeerState};
+pub use engine::flag::wait as wait_flag;
 pub use engine::notify::{Deadline, FLAG_DONE, OnDone, RequestId, RequestOpts};
 pub use engine::{MrHandle, Pages, PeerGroup, ScatterDst, TransferEngine};
 pub use error::{Error, Result, Status};

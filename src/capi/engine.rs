@@ -44,8 +44,9 @@ pub extern "C" fn fabriclib_engine_create(
 /// (another `drain_timeout` at most, for a dead or stopped peer), so that
 /// closing never hurts a live peer. It returns within 2 × `drain_timeout`
 /// plus the callbacks' own time; with healthy peers, in about one round
-/// trip. Must not be called from a fabriclib callback, nor while
-/// another thread still submits to the engine. Registered regions
+/// trip. May be called from one of the engine's own callbacks (the reports
+/// still queued then run right after that callback returns); must not be
+/// called while another thread still submits to the engine. Registered regions
 /// (`fabriclib_mr`) outlive it and must still be deregistered.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_engine_destroy(engine: *mut fabriclib_engine) {

@@ -62,10 +62,12 @@ pub const FABRICLIB_STATUS_LOCAL_ACCESS: fabriclib_status = 18;
 pub const FABRICLIB_STATUS_NOT_FOUND: fabriclib_status = 19;
 
 /// Set in a completion flag word once its request has ended; the low 16 bits
-/// then hold the request's `fabriclib_status`.
+/// then hold the request's `fabriclib_status`. Test this bit only: bit 31
+/// may be set while a thread sleeps in `fabriclib_flag_wait`.
 pub const FABRICLIB_FLAG_DONE: u32 = 0x1_0000;
 /// Mask for the status in a completion flag word.
 pub const FABRICLIB_FLAG_STATUS_MASK: u32 = 0xffff;
+const _: () = assert!(FABRICLIB_FLAG_DONE == crate::engine::flag::FLAG_DONE);
 
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());

@@ -12,7 +12,9 @@ use std::ffi::c_void;
 /// it failed; during a call with an error, `fabriclib_last_error_message()`
 /// gives the details (for `FABRICLIB_STATUS_PROVIDER`, libfabric's error text
 /// and number). Runs on the engine's callback thread; must not block for long
-/// (it delays other callbacks) and must not destroy the engine.
+/// (it delays other callbacks) and must not throw (C++: declare it
+/// `FABRICLIB_NOEXCEPT`). Any fabriclib call may be made from it (see the
+/// header's preamble).
 pub type fabriclib_done_cb = Option<unsafe extern "C" fn(user_data: *mut c_void, status: fabriclib_status)>;
 
 /// Called for every received message with its bytes (`data`, `len`), valid
@@ -57,6 +59,37 @@ pub struct fabriclib_submit_opts {
     pub user_data: *mut c_void,
     pub flag: *mut u32,
     pub timeout_us: u64,
+}
+
+/// Waits until the completion flag word `flag` (a request's
+/// `fabriclib_submit_opts.flag`) holds `FABRICLIB_FLAG_DONE`, sleeping (a
+/// futex) rather than spinning after the first 20 µs, and writes the word
+/// to `*value` (unless NULL): `FABRICLIB_FLAG_DONE | status`. Returns
+/// `FABRICLIB_STATUS_OK` once done; `FABRICLIB_STATUS_AGAIN` if
+/// `timeout_us` passed first (0: only look; `FABRICLIB_NO_TIMEOUT`: wait
+/// for ever). Any thread, several at once; the flag may be a `uint32_t`, a
+/// C11 `_Atomic uint32_t` or a C++ `std::atomic<uint32_t>`.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_flag_wait(flag: *const u32, timeout_us: u64, value: *mut u32) -> fabriclib_status {
+    ffi(|| {
+        non_null(flag, "flag")?;
+        if flag as usize % 4 != 0 {
+            return Err(Error::new(Status::InvalidArgument, "fabriclib_flag_wait: flag is not 4-byte aligned"));
+        }
+        // SAFETY: non-null, aligned; the caller keeps it valid during the call
+        // and only the worker's atomic store writes it meanwhile.
+        let f = unsafe { &*(flag as *const std::sync::atomic::AtomicU32) };
+        let timeout = (timeout_us != FABRICLIB_NO_TIMEOUT).then(|| std::time::Duration::from_micros(timeout_us));
+        match crate::engine::flag::wait(f, timeout) {
+            Some(v) => {
+                if !value.is_null() {
+                    put(value, v)?;
+                }
+                Ok(())
+            }
+            None => Err(Error::new(Status::Again, "fabriclib_flag_wait: the request has not ended yet")),
+        }
+    })
 }
 
 /// An array of address blobs (`add_peer_group`). In C it is

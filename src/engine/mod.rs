@@ -9,6 +9,7 @@
 //! - `submit_scatter` with an immediate: **1 per destination** (on that peer).
 //! - `submit_barrier`: **1 per destination**.
 //! - Writes without an immediate deliver none; sends never count.
+pub mod flag;
 pub mod imm;
 pub mod notify;
 

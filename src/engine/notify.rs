@@ -7,14 +7,7 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::time::{Duration, Instant};
 
-/// Bit set in a completion flag once the request has ended; the low 16 bits
-/// then hold its status (0 = success).
-pub const FLAG_DONE: u32 = 0x1_0000;
-
-/// Encodes a result the way it is stored into a completion flag.
-pub fn flag_value(res: &Result<()>) -> u32 {
-    FLAG_DONE | res.as_ref().map(|_| 0).unwrap_or_else(|e| e.status as u32)
-}
+pub use super::flag::{FLAG_DONE, flag_value};
 
 /// A caller-owned flag word (C API). The caller guarantees it stays valid
 /// until the engine has stored into it.
@@ -143,9 +136,9 @@ impl Notifier {
         match done {
             OnDone::Nothing => {}
             OnDone::Callback(cb) => self.run(Box::new(move || cb(res))),
-            OnDone::Flag(f) => f.store(flag_value(&res), Ordering::Release),
+            OnDone::Flag(f) => super::flag::store(&f, &res),
             // SAFETY: the caller promised the flag is valid until this store.
-            OnDone::RawFlag(RawFlag(p)) => unsafe { (*p).store(flag_value(&res), Ordering::Release) },
+            OnDone::RawFlag(RawFlag(p)) => super::flag::store(unsafe { &*p }, &res),
         }
     }
 

@@ -236,6 +236,12 @@ int main(void) {
     EXPECT(fabriclib_expect_imm_count(e, 3, 1, NULL, &id), FABRICLIB_STATUS_OK);
     EXPECT(fabriclib_cancel(e, id), FABRICLIB_STATUS_OK);
     EXPECT(fabriclib_cancel(e, id), FABRICLIB_STATUS_NOT_FOUND); /* already ended */
+    /* Flag waits: bad pointers; a flag nobody completes times out with AGAIN. */
+    uint32_t never = 0, v = 0;
+    EXPECT(fabriclib_flag_wait(NULL, 0, &v), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_flag_wait((const uint32_t *)((const char *)&never + 1), 0, &v), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_flag_wait(&never, 0, &v), FABRICLIB_STATUS_AGAIN);
+    EXPECT(fabriclib_flag_wait(&never, 2000, NULL), FABRICLIB_STATUS_AGAIN);
     /* Immediate counters: nothing arrived, nothing counted; NULL where a count is needed. */
     uint64_t count = 99;
     EXPECT(fabriclib_imm_count_get(e, 3, &count), FABRICLIB_STATUS_OK);

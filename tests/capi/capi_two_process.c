@@ -42,13 +42,15 @@ static void perms(uint32_t *src, uint32_t *dst) { /* deterministic: both sides c
     }
 }
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
+/* Sleeps until the request behind flag word f has ended (a C11 atomic, as
+ * the header allows), then checks it succeeded. */
 static void wait_flag(_Atomic uint32_t *f, const char *what) {
-    double t0 = now();
-    while (!(atomic_load_explicit(f, memory_order_acquire) & FABRICLIB_FLAG_DONE)) {
-        if (now() - t0 > 30) DIE("%s: timed out", what);
-        nap();
-    }
-    uint32_t st = atomic_load(f) & FABRICLIB_FLAG_STATUS_MASK;
+    uint32_t v = 0;
+    fabriclib_status s = fabriclib_flag_wait((const uint32_t *)f, 30 * 1000000, &v);
+    if (s == FABRICLIB_STATUS_AGAIN) DIE("%s: timed out", what);
+    if (s) DIE("%s: fabriclib_flag_wait -> %s", what, fabriclib_status_str(s));
+    if (!(v & FABRICLIB_FLAG_DONE) || v != atomic_load_explicit(f, memory_order_acquire)) DIE("%s: flag word %#x", what, v);
+    uint32_t st = v & FABRICLIB_FLAG_STATUS_MASK;
     if (st) DIE("%s: ended with %s", what, fabriclib_status_str((fabriclib_status)st));
 }
 

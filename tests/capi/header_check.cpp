@@ -16,3 +16,16 @@ fabriclib_status arrays(const fabriclib_engine *e, std::vector<const uint8_t *> 
     if (s == FABRICLIB_STATUS_OK) s = fabriclib_submit_barrier(e, g, 7, cdsts.data(), cdsts.size(), nullptr, nullptr);
     return s;
 }
+
+// Callbacks declared as the header asks (noexcept), and a std::atomic flag.
+#include <atomic>
+static void on_end(void *, fabriclib_status) FABRICLIB_NOEXCEPT {}
+static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t), "a flag may be a std::atomic<uint32_t>");
+fabriclib_status opts_from_cpp(const fabriclib_engine *e, std::atomic<uint32_t> &flag) {
+    fabriclib_submit_opts o{};
+    o.struct_size = sizeof o;
+    o.callback = on_end;
+    fabriclib_status s = fabriclib_expect_imm_count(e, 1, 1, &o, nullptr);
+    if (s == FABRICLIB_STATUS_OK) s = fabriclib_flag_wait(reinterpret_cast<const uint32_t *>(&flag), 0, nullptr);
+    return s;
+}

@@ -582,3 +582,60 @@ pub fn restart_on_the_same_address(prov: &str, domains: usize) -> TestResult {
     wait_peer_event(&ev, &NetAddr::parse(&first.addr).unwrap(), PeerState::Down, Duration::from_secs(2))?;
     still_serves(&l, &mut second, 0xb3, 0, 4096)
 }
+
+/// What fabriclib calls may do from inside a completion callback (the
+/// header's rules): submit, cancel and arm expectations work as from any
+/// thread; destroying the engine from its own callback shuts it down and
+/// returns, and the reports still queued behind that callback (here an
+/// expectation's `Shutdown`) come right after it returns, on the same thread.
+pub fn calls_from_callbacks(prov: &str, domains: usize) -> TestResult {
+    let Local { engine, mem, mr } = local(prov, domains, 1 << 16, 81)?;
+    let mut p = Peer::spawn(prov, domains, 1 << 16)?;
+    let d = desc(&p);
+    let engine = Arc::new(Mutex::new(Some(Arc::new(engine))));
+    let e = engine.lock().unwrap().clone().unwrap();
+    let (ends, seen) = (Ends::new(3), Arc::new(Mutex::new(Vec::<String>::new())));
+    let (e2, d2, ends2, seen2, mr2) = (e.clone(), d.clone(), ends.clone(), seen.clone(), mr.clone());
+    let reenter = OnDone::callback(move |r| {
+        let mut s = seen2.lock().unwrap();
+        s.push(format!("first {:?}", r.map_err(|e| e.status)));
+        s.push(format!("submit {:?}", e2.submit_single_write(64, None, &mr2, 0, &d2, 64, ends2.on(0)).map(drop)));
+        s.push(format!("cancel-unknown {:?}", e2.cancel(RequestId(u64::MAX)).map_err(|e| e.status)));
+        match e2.expect_imm_count(0x77, 1, ends2.on(1)) {
+            Ok(id) => s.push(format!("cancel-armed {:?}", e2.cancel(id))),
+            Err(err) => s.push(format!("expect {err}")),
+        }
+    });
+    e.submit_single_write(64, None, &mr, 0, &d, 0, reenter).map_err(e2s)?;
+    // Requests 1 and 2 end from inside the first callback's calls.
+    let t = Instant::now();
+    while ends.reported() < 2 && t.elapsed() < WAIT {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let want = ["first Ok(())", "submit Ok(())", "cancel-unknown Err(NotFound)", "cancel-armed Ok(())"];
+    if *seen.lock().unwrap() != want {
+        return Err(format!("inside a callback: {:?}, expected {want:?}", seen.lock().unwrap()));
+    }
+    // Destroy from the engine's own callback, with an expectation still armed.
+    e.expect_imm_count(0x78, 1, ends.on(2)).map_err(e2s)?;
+    let destroyed = Arc::new(AtomicUsize::new(0));
+    let (holder, dd) = (engine.clone(), destroyed.clone());
+    let destroy = OnDone::callback(move |_| {
+        drop(holder.lock().unwrap().take()); // the last handle but `e` below
+        dd.store(1, Ordering::SeqCst);
+    });
+    e.submit_single_write(64, None, &mr, 0, &d, 128, destroy).map_err(e2s)?;
+    drop(e); // now the callback holds the last reference: it destroys the engine
+    let t = Instant::now();
+    while destroyed.load(Ordering::SeqCst) == 0 && t.elapsed() < WAIT {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    ends.wait_all(Duration::from_secs(10))?;
+    let got = (ends.status(0), ends.status(1), ends.status(2));
+    if got != (Status::Ok, Status::Canceled, Status::Shutdown) || destroyed.load(Ordering::SeqCst) != 1 {
+        return Err(format!("after destroy from a callback: {got:?}, destroyed {}", destroyed.load(Ordering::SeqCst)));
+    }
+    drop(mr);
+    drop(mem);
+    p.hash().map(drop).map_err(|e| format!("the peer after the destroy: {e}"))
+}

@@ -545,6 +545,7 @@ const TESTS: &[(&str, Test)] = &[
     ("restart_on_the_same_address", faults::restart_on_the_same_address),
     ("netns_link_down_mid_transfer", netns::link_down_mid_transfer),
     ("no_stale_immediate_counts", imm::no_stale_immediate_counts),
+    ("calls_from_callbacks", faults::calls_from_callbacks),
 ];
 
 fn main() {

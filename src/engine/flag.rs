@@ -1,0 +1,118 @@
+//! Completion flag words: the worker stores `FLAG_DONE | status` into them,
+//! and `wait` lets a thread sleep until it does (a futex), instead of
+//! spinning. A waiter sets `FLAG_WAITING` before it sleeps; the worker's
+//! store replaces the word and wakes only if that bit was set, so a flag
+//! nobody sleeps on costs no system call.
+use crate::error::Result;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// Bit set in a completion flag once the request has ended; the low 16 bits
+/// then hold its status (0 = success).
+pub const FLAG_DONE: u32 = 0x1_0000;
+/// Set by a thread sleeping in `wait` (never seen together with `FLAG_DONE`).
+pub const FLAG_WAITING: u32 = 1 << 31;
+/// How long `wait` spins before it sleeps: a completion that comes within
+/// it needs no wake-up.
+const SPIN: Duration = Duration::from_micros(20);
+
+/// Encodes a result the way it is stored into a completion flag.
+pub fn flag_value(res: &Result<()>) -> u32 {
+    FLAG_DONE | res.as_ref().map(|_| 0).unwrap_or_else(|e| e.status as u32)
+}
+
+/// Stores a request's end into `f` and wakes a thread waiting on it.
+pub fn store(f: &AtomicU32, res: &Result<()>) {
+    if f.swap(flag_value(res), Ordering::Release) & FLAG_WAITING != 0 {
+        futex_wake(f);
+    }
+}
+
+/// Waits until `f` holds `FLAG_DONE` (returning the word) or `timeout`
+/// passes (`None`); `timeout` `None` waits for ever.
+pub fn wait(f: &AtomicU32, timeout: Option<Duration>) -> Option<u32> {
+    let t = Instant::now();
+    loop {
+        let v = f.load(Ordering::Acquire);
+        if v & FLAG_DONE != 0 {
+            return Some(v);
+        }
+        let left = match timeout {
+            Some(d) if t.elapsed() >= d => return None,
+            Some(d) => Some(d - t.elapsed()),
+            None => None,
+        };
+        if t.elapsed() < SPIN {
+            std::hint::spin_loop();
+            std::thread::yield_now();
+            continue;
+        }
+        if v & FLAG_WAITING == 0
+            && f.compare_exchange(v, v | FLAG_WAITING, Ordering::Acquire, Ordering::Acquire).is_err()
+        {
+            continue;
+        }
+        futex_wait(f, v | FLAG_WAITING, left);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+const SYS_FUTEX: std::ffi::c_long = 202;
+#[cfg(target_arch = "aarch64")]
+const SYS_FUTEX: std::ffi::c_long = 98;
+const FUTEX_WAIT_PRIVATE: i32 = 128;
+const FUTEX_WAKE_PRIVATE: i32 = 1 | 128;
+
+#[repr(C)]
+struct Timespec {
+    sec: i64,
+    nsec: i64,
+}
+
+unsafe extern "C" {
+    fn syscall(num: std::ffi::c_long, ...) -> std::ffi::c_long;
+}
+
+/// Sleeps while `*f == expected` (or until `timeout`, or a spurious wake-up).
+fn futex_wait(f: &AtomicU32, expected: u32, timeout: Option<Duration>) {
+    let ts = timeout.map(|d| Timespec { sec: d.as_secs() as i64, nsec: d.subsec_nanos() as i64 });
+    let tp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const Timespec);
+    // SAFETY: futex(2) on a live, aligned u32; the kernel only reads it.
+    unsafe { syscall(SYS_FUTEX, f.as_ptr(), FUTEX_WAIT_PRIVATE, expected, tp) };
+}
+
+/// Wakes every thread sleeping on `f`. The word may be freed by its owner
+/// right after it saw `FLAG_DONE`: the kernel then finds no waiter (or
+/// returns EFAULT), which is harmless.
+fn futex_wake(f: &AtomicU32) {
+    // SAFETY: futex(2) wake reads nothing at the address.
+    unsafe { syscall(SYS_FUTEX, f.as_ptr(), FUTEX_WAKE_PRIVATE, i32::MAX) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::{Error, Status};
+    use std::sync::Arc;
+
+    #[test]
+    fn wait_returns_what_was_stored() {
+        let f = AtomicU32::new(0);
+        assert_eq!(wait(&f, Some(Duration::from_millis(5))), None, "nothing stored: times out");
+        store(&f, &Err(Error::new(Status::PeerDown, "x")));
+        assert_eq!(wait(&f, Some(Duration::ZERO)), Some(FLAG_DONE | Status::PeerDown as u32));
+    }
+
+    #[test]
+    fn a_sleeping_waiter_is_woken() {
+        for delay in [0u64, 1, 50] {
+            let f = Arc::new(AtomicU32::new(0));
+            let f2 = f.clone();
+            let t = std::thread::spawn(move || wait(&f2, None));
+            std::thread::sleep(Duration::from_millis(delay));
+            store(&f, &Ok(()));
+            assert_eq!(t.join().unwrap(), Some(FLAG_DONE), "woken after {delay} ms");
+            assert_eq!(f.load(Ordering::Relaxed) & FLAG_WAITING, 0, "the store clears the waiting bit");
+        }
+    }
+}
