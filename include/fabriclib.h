@@ -156,9 +156,6 @@ typedef struct fabriclib_remote_mr *const *fabriclib_remote_mr_list;
 // `fabriclib_submit_opts.timeout_us` for a request with no deadline.
 #define FABRICLIB_NO_TIMEOUT UINT64_MAX
 
-// Set by a thread sleeping in `wait` (never seen together with `FLAG_DONE`).
-#define FLAG_WAITING (1 << 31)
-
 // Engine settings. Create with `fabriclib_config_new`, free with
 // `fabriclib_config_free`. Not thread-safe: one thread at a time.
 typedef struct fabriclib_config fabriclib_config;
@@ -689,8 +686,6 @@ fabriclib_status fabriclib_cancel_peer(const struct fabriclib_engine *engine,
                                        const uint8_t *addr,
                                        size_t addr_len,
                                        size_t *canceled);
-
-extern long syscall(long num, ...);
 
 #ifdef __cplusplus
 }  // extern "C"

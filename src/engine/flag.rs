@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 /// then hold its status (0 = success).
 pub const FLAG_DONE: u32 = 0x1_0000;
 /// Set by a thread sleeping in `wait` (never seen together with `FLAG_DONE`).
-pub const FLAG_WAITING: u32 = 1 << 31;
+pub(crate) const FLAG_WAITING: u32 = 1 << 31;
 /// How long `wait` spins before it sleeps: a completion that comes within
 /// it needs no wake-up.
 const SPIN: Duration = Duration::from_micros(20);
