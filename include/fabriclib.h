@@ -479,11 +479,20 @@ fabriclib_status fabriclib_engine_max_send(const struct fabriclib_engine *engine
 // than at the first request to it. A peer that is down is greeted afresh
 // (for example once its link is back) and comes up if it answers; until
 // then requests to it end at once with `FABRICLIB_STATUS_PEER_DOWN`. An
-// engine restarted elsewhere has a new address: just use that one. Any
-// thread; not from a fabriclib callback.
+// engine restarted elsewhere has a new address: just use that one.
+//
+// With `opts` NULL the greeting is all. With `opts`, it is a request that
+// reports (callback or flag, with its deadline) once the peer is up:
+// `FABRICLIB_STATUS_OK` (at once if it already is), else
+// `FABRICLIB_STATUS_PEER_DOWN` / `STALE` / `TIMED_OUT` / `CANCELED` /
+// `SHUTDOWN`; its id goes to `*request_id` (unless NULL). A serving stack
+// warms its peers up this way at admission and knows when they are ready.
+// Any thread.
 fabriclib_status fabriclib_peer_add(const struct fabriclib_engine *engine,
                                     const uint8_t *addr,
-                                    size_t addr_len);
+                                    size_t addr_len,
+                                    const struct fabriclib_submit_opts *opts,
+                                    uint64_t *request_id);
 
 // Writes the state of the peer at `addr` (`FABRICLIB_PEER_*`) to `*state`;
 // `FABRICLIB_STATUS_NOT_FOUND` if this engine has never been in contact

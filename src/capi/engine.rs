@@ -1,4 +1,5 @@
 //! `fabriclib_engine`: create, destroy, address.
+use super::submit::fabriclib_submit_opts;
 use super::{fabriclib_config, fabriclib_status, ffi, give, handle, put, release, write_blob};
 use crate::config::EngineConfig;
 use crate::engine::TransferEngine;
@@ -98,17 +99,30 @@ pub const FABRICLIB_PEER_CONNECTING: i32 = 0;
 /// than at the first request to it. A peer that is down is greeted afresh
 /// (for example once its link is back) and comes up if it answers; until
 /// then requests to it end at once with `FABRICLIB_STATUS_PEER_DOWN`. An
-/// engine restarted elsewhere has a new address: just use that one. Any
-/// thread; not from a fabriclib callback.
+/// engine restarted elsewhere has a new address: just use that one.
+///
+/// With `opts` NULL the greeting is all. With `opts`, it is a request that
+/// reports (callback or flag, with its deadline) once the peer is up:
+/// `FABRICLIB_STATUS_OK` (at once if it already is), else
+/// `FABRICLIB_STATUS_PEER_DOWN` / `STALE` / `TIMED_OUT` / `CANCELED` /
+/// `SHUTDOWN`; its id goes to `*request_id` (unless NULL). A serving stack
+/// warms its peers up this way at admission and knows when they are ready.
+/// Any thread.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_peer_add(
     engine: *const fabriclib_engine,
     addr: *const u8,
     addr_len: usize,
+    opts: *const fabriclib_submit_opts,
+    request_id: *mut u64,
 ) -> fabriclib_status {
     ffi(|| {
         let e = handle(engine)?;
-        e.engine.add_peer(&super::address(addr, addr_len, "addr")?)
+        let to = super::address(addr, addr_len, "addr")?;
+        if opts.is_null() {
+            return e.engine.add_peer(&to);
+        }
+        super::submit::id_out(request_id, e.engine.connect(&to, super::submit::on_done(opts)?))
     })
 }
 

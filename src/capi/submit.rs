@@ -169,7 +169,7 @@ pub(crate) fn read_sized<T>(p: *const T, min: usize, what: &str) -> Result<T> {
     }
 }
 
-fn on_done(d: *const fabriclib_submit_opts) -> Result<RequestOpts> {
+pub(crate) fn on_done(d: *const fabriclib_submit_opts) -> Result<RequestOpts> {
     if d.is_null() {
         return Ok(OnDone::Nothing.into());
     }
@@ -212,7 +212,7 @@ fn notify_of(d: &fabriclib_submit_opts) -> Result<OnDone> {
 }
 
 /// Writes a submitted request's id to `out` (if not NULL).
-fn id_out(out: *mut u64, id: Result<RequestId>) -> Result<()> {
+pub(crate) fn id_out(out: *mut u64, id: Result<RequestId>) -> Result<()> {
     let id = id?;
     if !out.is_null() {
         // SAFETY: non-null; the caller passes a pointer to a uint64_t.

@@ -291,6 +291,15 @@ impl TransferEngine {
         self.rpc(|reply| Ctrl::AddPeer { addr: peer.clone(), reply })
     }
 
+    /// Greets `peer` as `add_peer` does, as a request: it ends `Ok` once the
+    /// peer has answered (at once if it is up), or with why not
+    /// (`PeerDown`, `Stale`, `TimedOut` at its deadline, `Canceled`,
+    /// `Shutdown`). For warming peers up before the first transfer.
+    pub fn connect(&self, peer: &NetAddr, done: impl Into<RequestOpts>) -> Result<RequestId> {
+        self.check_peer(peer)?;
+        self.submit(Shape::Connect { to: peer.clone() }, None, None, done.into())
+    }
+
     /// The state of `peer` as this engine sees it; `None` if it has never
     /// been in contact.
     pub fn peer_state(&self, peer: &NetAddr) -> Result<Option<crate::config::PeerState>> {

@@ -337,6 +337,10 @@ impl<D: Domain> Worker<D> {
         if let Shape::Send { to, .. } = &req.shape {
             return Ok((self.peer_of(to)?, None));
         }
+        if let Shape::Connect { to } = &req.shape {
+            self.add_peer(to)?;
+            return Ok((self.peer_of(to)?, None));
+        }
         if let Some(dst) = req.single_dst() {
             return Ok((self.peer_of(&dst.owner)?, None));
         }
@@ -408,6 +412,10 @@ impl<D: Domain> Worker<D> {
         }
         if !ready {
             return;
+        }
+        if self.actives[slot as usize].as_ref().is_some_and(|a| a.units == 0) {
+            self.actives[slot as usize].as_mut().unwrap().parked = false;
+            return self.maybe_finish(slot); // a connect: its peer is up
         }
         let n = self.domains.len();
         let a = self.actives[slot as usize].as_mut().unwrap();

@@ -58,6 +58,8 @@ pub enum Shape {
     Barrier { dsts: Box<[Arc<MrDesc>]>, group: Option<u64> },
     /// One message to domain 0 of a peer.
     Send { to: NetAddr, msg: Box<[u8]> },
+    /// Nothing to post: ends once the peer is up (greeted afresh if down).
+    Connect { to: NetAddr },
 }
 
 pub struct Request {
@@ -80,6 +82,7 @@ impl Request {
             Shape::Scatter { items, .. } => items.len(),
             Shape::Barrier { dsts, .. } => dsts.len(),
             Shape::Send { .. } => 1,
+            Shape::Connect { .. } => 0,
         }
     }
 
@@ -97,7 +100,7 @@ impl Request {
             Shape::Scatter { items, .. } => &items[k].dst,
             Shape::Barrier { dsts, .. } => &dsts[k],
             Shape::Single { dst, .. } | Shape::Paged { dst, .. } => dst,
-            Shape::Send { .. } => unreachable!("a send has no descriptor"),
+            Shape::Send { .. } | Shape::Connect { .. } => unreachable!("no descriptor"),
         }
     }
 
@@ -140,7 +143,9 @@ impl Request {
             }
             // A barrier has no source region: `desc` is the scratch buffer's.
             Shape::Barrier { dsts, .. } => wr(scratch.0 as u64, 0, &dsts[k], 0),
-            Shape::Send { .. } => unreachable!("sends are posted by post_send"),
+            Shape::Send { .. } | Shape::Connect { .. } => {
+                unreachable!("sends are posted by post_send; connects post nothing")
+            }
         }
     }
 }

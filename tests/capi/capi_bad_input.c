@@ -146,9 +146,9 @@ int main(void) {
     for (size_t bit = 0; bit < addr_len * 8; bit++) {
         memcpy(evil, addr, addr_len);
         evil[bit / 8] ^= (uint8_t)(1u << (bit % 8));
-        EXPECT(fabriclib_peer_add(e, evil, addr_len), FABRICLIB_STATUS_MALFORMED);
+        EXPECT(fabriclib_peer_add(e, evil, addr_len, NULL, NULL), FABRICLIB_STATUS_MALFORMED);
     }
-    for (size_t cut = 0; cut < addr_len; cut++) EXPECT(fabriclib_peer_add(e, addr, cut), FABRICLIB_STATUS_MALFORMED);
+    for (size_t cut = 0; cut < addr_len; cut++) EXPECT(fabriclib_peer_add(e, addr, cut, NULL, NULL), FABRICLIB_STATUS_MALFORMED);
     EXPECT(fabriclib_remote_mr_parse(desc, desc_len, &rmr), FABRICLIB_STATUS_OK);
     uint64_t rlen = 0;
     EXPECT(fabriclib_remote_mr_len(rmr, &rlen), FABRICLIB_STATUS_OK);
@@ -257,8 +257,8 @@ int main(void) {
     EXPECT(fabriclib_cancel_peer(e, addr, addr_len - 1, &canceled), FABRICLIB_STATUS_MALFORMED);
     EXPECT(fabriclib_cancel_peer(e, desc, desc_len, &canceled), FABRICLIB_STATUS_MALFORMED); /* a descriptor is no address */
     EXPECT(fabriclib_cancel_peer(e, addr, addr_len, NULL), FABRICLIB_STATUS_OK);
-    EXPECT(fabriclib_peer_add(e, NULL, 0), FABRICLIB_STATUS_INVALID_ARGUMENT);
-    EXPECT(fabriclib_peer_add(e, addr, 5), FABRICLIB_STATUS_MALFORMED);
+    EXPECT(fabriclib_peer_add(e, NULL, 0, NULL, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_peer_add(e, addr, 5, NULL, NULL), FABRICLIB_STATUS_MALFORMED);
     EXPECT(fabriclib_peer_state(e, addr, addr_len, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_peer_state(e, evil, 40, &state), FABRICLIB_STATUS_MALFORMED);
     EXPECT(fabriclib_peer_state(other, addr, addr_len, &state), FABRICLIB_STATUS_NOT_FOUND); /* never in contact */

@@ -182,6 +182,14 @@ static int initiator(const char *prov, int fd) {
     CHECK(fabriclib_engine_address(e, addr, sizeof addr, &n));
     put_blob(fd, addr, n);
     size_t peer_len = get_blob(fd, peer, sizeof peer);
+    /* Warm the peer up and learn when it is ready. */
+    _Atomic uint32_t up = 0;
+    fabriclib_submit_opts when_up = {.struct_size = sizeof(fabriclib_submit_opts), .flag = (uint32_t *)&up};
+    CHECK(fabriclib_peer_add(e, peer, peer_len, &when_up, NULL));
+    wait_flag(&up, "peer_add: the peer is up");
+    int32_t peer_st = -1;
+    CHECK(fabriclib_peer_state(e, peer, peer_len, &peer_st));
+    if (peer_st != FABRICLIB_PEER_UP) DIE("peer_add reported OK, but the peer's state is %d", (int)peer_st);
     n = get_blob(fd, blob, sizeof blob);
     CHECK(fabriclib_remote_mr_parse(blob, n, &rmr));
 

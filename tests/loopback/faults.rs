@@ -639,3 +639,53 @@ pub fn calls_from_callbacks(prov: &str, domains: usize) -> TestResult {
     drop(mem);
     p.hash().map(drop).map_err(|e| format!("the peer after the destroy: {e}"))
 }
+
+/// `connect` (C: `fabriclib_peer_add` with options) reports when a peer is
+/// ready: `Ok` for a live one (also when already up), `PeerDown` for a dead
+/// one, `TimedOut` at its deadline for one that never answers, `Canceled`.
+pub fn connect_reports_readiness(prov: &str, domains: usize) -> TestResult {
+    // A dead peer is found by the handshake timeout: 1 s here.
+    let cfg = EngineConfig {
+        domains,
+        peer_timeout: Duration::from_secs(1),
+        keepalive_interval: Duration::from_millis(200),
+        ..Default::default()
+    };
+    let l = local_with(cfg, prov, 4096, 83)?;
+    let (live, dead, mute) =
+        (Peer::spawn(prov, domains, 4096)?, Peer::spawn(prov, domains, 4096)?, Peer::spawn(prov, domains, 4096)?);
+    let (dead_addr, mute_addr) = (addr(&dead), addr(&mute));
+    let mut dead = dead;
+    dead.kill9();
+    std::thread::sleep(Duration::from_millis(20)); // idle (napping) before it stops: see destroy_with_10000_pending
+    mute.signal("STOP");
+    let ends = Ends::new(5);
+    let t = Instant::now();
+    l.engine.connect(&addr(&live), ends.on(0)).map_err(e2s)?;
+    l.engine.connect(&dead_addr, ends.on(1).deadline(Deadline::After(Duration::from_secs(10)))).map_err(e2s)?;
+    l.engine.connect(&mute_addr, ends.on(2).deadline(Deadline::After(Duration::from_millis(300)))).map_err(e2s)?;
+    let id = l.engine.connect(&mute_addr, ends.on(3)).map_err(e2s)?;
+    let t0 = Instant::now();
+    while ends.reported() < 1 && t0.elapsed() < WAIT {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    l.engine.connect(&addr(&live), ends.on(4)).map_err(e2s)?; // already up
+    std::thread::sleep(Duration::from_millis(400));
+    l.engine.cancel(id).map_err(e2s)?;
+    ends.wait_all(Duration::from_secs(15))?;
+    let got: Vec<Status> = (0..5).map(|i| ends.status(i)).collect();
+    eprintln!("    connect: {got:?} in {:.2?}", t.elapsed());
+    if got[0] != Status::Ok
+        || got[1] != Status::PeerDown
+        || got[2] != Status::TimedOut
+        || got[3] != Status::Canceled
+        || got[4] != Status::Ok
+    {
+        return Err(format!("connect ended {got:?}"));
+    }
+    if l.engine.peer_state(&addr(&live)).map_err(e2s)? != Some(PeerState::Up) {
+        return Err("connect said OK, but the peer is not up".into());
+    }
+    mute.signal("CONT");
+    Ok(())
+}

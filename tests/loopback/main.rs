@@ -546,6 +546,7 @@ const TESTS: &[(&str, Test)] = &[
     ("netns_link_down_mid_transfer", netns::link_down_mid_transfer),
     ("no_stale_immediate_counts", imm::no_stale_immediate_counts),
     ("calls_from_callbacks", faults::calls_from_callbacks),
+    ("connect_reports_readiness", faults::connect_reports_readiness),
 ];
 
 fn main() {
