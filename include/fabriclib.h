@@ -189,7 +189,8 @@ typedef void (*fabriclib_peer_cb)(void *user_data,
 // Called once when a request ends: `status` is `FABRICLIB_STATUS_OK` or why
 // it failed; during a call with an error, `fabriclib_last_error_message()`
 // gives the details (for `FABRICLIB_STATUS_PROVIDER`, libfabric's error text
-// and number). Runs on the engine's callback thread; must not block for long
+// and number; a flag user reads the same with `fabriclib_request_error`).
+// Runs on the engine's callback thread; must not block for long
 // (it delays other callbacks) and must not throw (C++: declare it
 // `FABRICLIB_NOEXCEPT`). Any fabriclib call may be made from it (see the
 // header's preamble).
@@ -540,6 +541,21 @@ fabriclib_status fabriclib_remote_mr_len(const struct fabriclib_remote_mr *mr, u
 // Frees a parsed descriptor (NULL is a no-op). Requests already submitted
 // with it are unaffected.
 void fabriclib_remote_mr_free(struct fabriclib_remote_mr *mr);
+
+// Why request `request_id` (a submit's or an expectation's id) failed, for
+// callers that watch a flag rather than take a callback: writes its status
+// to `*status` and its message, NUL-terminated, into `buf` of `cap` bytes
+// (the length with the NUL to `*len`; if it does not fit, only `*len`,
+// with `FABRICLIB_STATUS_BUFFER_TOO_SMALL`). The errors of the last 1024
+// failed requests are kept, and each is there before its flag is stored;
+// `FABRICLIB_STATUS_NOT_FOUND` for a request that has not failed (still
+// running, ended OK) or failed longer ago. Any thread.
+fabriclib_status fabriclib_request_error(const struct fabriclib_engine *engine,
+                                         uint64_t request_id,
+                                         fabriclib_status *status,
+                                         char *buf,
+                                         size_t cap,
+                                         size_t *len);
 
 // Waits until the completion flag word `flag` (a request's
 // `fabriclib_submit_opts.flag`) holds `FABRICLIB_FLAG_DONE`, sleeping (a

@@ -6,12 +6,13 @@ use super::{
 use crate::engine::notify::{Deadline, OnDone, RawFlag, RequestId, RequestOpts};
 use crate::engine::{Pages, PeerGroup, ScatterDst};
 use crate::error::{Error, Result, Status};
-use std::ffi::c_void;
+use std::ffi::{c_char, c_void};
 
 /// Called once when a request ends: `status` is `FABRICLIB_STATUS_OK` or why
 /// it failed; during a call with an error, `fabriclib_last_error_message()`
 /// gives the details (for `FABRICLIB_STATUS_PROVIDER`, libfabric's error text
-/// and number). Runs on the engine's callback thread; must not block for long
+/// and number; a flag user reads the same with `fabriclib_request_error`).
+/// Runs on the engine's callback thread; must not block for long
 /// (it delays other callbacks) and must not throw (C++: declare it
 /// `FABRICLIB_NOEXCEPT`). Any fabriclib call may be made from it (see the
 /// header's preamble).
@@ -59,6 +60,35 @@ pub struct fabriclib_submit_opts {
     pub user_data: *mut c_void,
     pub flag: *mut u32,
     pub timeout_us: u64,
+}
+
+/// Why request `request_id` (a submit's or an expectation's id) failed, for
+/// callers that watch a flag rather than take a callback: writes its status
+/// to `*status` and its message, NUL-terminated, into `buf` of `cap` bytes
+/// (the length with the NUL to `*len`; if it does not fit, only `*len`,
+/// with `FABRICLIB_STATUS_BUFFER_TOO_SMALL`). The errors of the last 1024
+/// failed requests are kept, and each is there before its flag is stored;
+/// `FABRICLIB_STATUS_NOT_FOUND` for a request that has not failed (still
+/// running, ended OK) or failed longer ago. Any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_request_error(
+    engine: *const fabriclib_engine,
+    request_id: u64,
+    status: *mut fabriclib_status,
+    buf: *mut c_char,
+    cap: usize,
+    len: *mut usize,
+) -> fabriclib_status {
+    ffi(|| {
+        non_null(status, "status")?;
+        let Some(err) = handle(engine)?.engine.request_error(RequestId(request_id)) else {
+            crate::bail!(NotFound, "request {request_id} has not failed (or failed over 1024 failures ago)");
+        };
+        put(status, err.status as fabriclib_status)?;
+        let mut text = err.message.replace('\0', " ").into_bytes();
+        text.push(0);
+        super::write_blob(&text, buf.cast(), cap, len)
+    })
 }
 
 /// Waits until the completion flag word `flag` (a request's

@@ -105,6 +105,7 @@ impl ImmCounter {
         let x = e.expect.take().unwrap();
         self.map.remove(&imm);
         self.armed -= 1;
+        n.errors.record(id, &err);
         n.fire(x.done, Err(err));
         true
     }
@@ -141,6 +142,7 @@ impl ImmCounter {
         self.armed = 0;
         for (_, e) in self.map.drain() {
             if let Some(x) = e.expect {
+                n.errors.record(x.id, err);
                 n.fire(x.done, Err(err.clone()));
             }
         }

@@ -95,6 +95,7 @@ pub struct TransferEngine {
     next_request: AtomicU64,
     request_timeout: Option<std::time::Duration>,
     max_inflight: usize,
+    errors: Arc<notify::ErrorLog>,
 }
 
 /// Checks `[off, off+len)` against a region of `region` bytes; `what` names
@@ -113,6 +114,7 @@ impl TransferEngine {
     pub fn new(cfg: &EngineConfig) -> Result<TransferEngine> {
         let (notifier, callbacks) = notify::spawn_callback_thread()
             .map_err(|e| Error::new(Status::Provider, format!("cannot start the callback thread: {e}")))?;
+        let errors = notifier.errors.clone();
         // "null" (named explicitly, never a default) measures the engine without a wire.
         let (shared, info, worker) = if cfg.providers() == ["null"] {
             group::spawn::<NullDomain>(cfg, notifier)?
@@ -129,7 +131,15 @@ impl TransferEngine {
             next_request: AtomicU64::new(1),
             request_timeout: cfg.request_timeout,
             max_inflight: cfg.max_inflight.max(1),
+            errors,
         })
+    }
+
+    /// Why request (or expectation) `id` failed, for callers that watch a
+    /// flag: kept for the last 1024 failures. `None` if it has not failed
+    /// (still running, or ended `Ok`) or is older than that.
+    pub fn request_error(&self, id: RequestId) -> Option<Error> {
+        self.errors.get(id.0)
     }
 
     pub fn id(&self) -> u64 {

@@ -92,12 +92,42 @@ pub struct Notifier {
     /// once per worker pass rather than once each (one shared cache line
     /// less per request).
     released: std::cell::Cell<usize>,
+    /// Why the last failed requests failed, for callers that watch flags.
+    pub(crate) errors: Arc<ErrorLog>,
+}
+
+/// The errors of the last `ERROR_LOG` requests (and expectations) that
+/// failed, by request id: flag-mode callers read the details here
+/// (`TransferEngine::request_error`). Written only when a request fails.
+#[derive(Default)]
+pub struct ErrorLog(std::sync::Mutex<std::collections::VecDeque<(u64, crate::error::Error)>>);
+
+/// How many failed requests' errors are kept.
+pub(crate) const ERROR_LOG: usize = 1024;
+
+impl ErrorLog {
+    pub fn record(&self, id: u64, e: &crate::error::Error) {
+        let mut q = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if q.len() == ERROR_LOG {
+            q.pop_front();
+        }
+        q.push_back((id, e.clone()));
+    }
+
+    pub fn get(&self, id: u64) -> Option<crate::error::Error> {
+        let q = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        q.iter().rev().find(|(i, _)| *i == id).map(|(_, e)| e.clone())
+    }
 }
 
 impl Notifier {
-    /// Reports the end of a submitted request and, once its callback has
+    /// Reports the end of submitted request `id` and, once its callback has
     /// returned (or its flag is stored), takes it off the in-flight count.
-    pub fn fire_request(&self, done: OnDone, res: Result<()>) {
+    /// An error is logged first, so a flag watcher that sees it can read it.
+    pub fn fire_request(&self, id: u64, done: OnDone, res: Result<()>) {
+        if let Err(e) = &res {
+            self.errors.record(id, e);
+        }
         match done {
             OnDone::Callback(cb) => {
                 let inflight = self.inflight.clone();
@@ -187,7 +217,8 @@ pub fn spawn_callback_thread() -> std::io::Result<(Notifier, std::thread::JoinHa
             }
         }
     })?;
-    Ok((Notifier { tx, fired: Default::default(), inflight: Default::default(), released: Default::default() }, handle))
+    let (fired, inflight, released, errors) = Default::default();
+    Ok((Notifier { tx, fired, inflight, released, errors }, handle))
 }
 
 pub fn shutdown_error() -> crate::error::Error {

@@ -89,7 +89,7 @@ impl<D: Domain> Worker<D> {
     pub(super) fn shutdown(mut self) {
         let err = shutdown_error();
         while let Some(r) = self.shared.data.pop() {
-            self.notifier.fire_request(r.done, Err(err.clone()));
+            self.notifier.fire_request(r.id, r.done, Err(err.clone()));
         }
         // Nothing new is posted; requests with work on the wire end once the NIC
         // is done with their buffers (or after SHUTDOWN_DRAIN).

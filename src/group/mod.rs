@@ -356,7 +356,7 @@ impl<D: Domain> Worker<D> {
     fn accept(&mut self, req: Request) {
         let (peer, unit_peers) = match self.request_peers(&req) {
             Ok(p) => p,
-            Err(e) => return self.notifier.fire_request(req.done, Err(e)),
+            Err(e) => return self.notifier.fire_request(req.id, req.done, Err(e)),
         };
         let slot = match self.free.pop() {
             Some(s) => s,
@@ -601,6 +601,6 @@ impl<D: Domain> Worker<D> {
         if let Some(st) = a.stage {
             self.stage_free.push(st);
         }
-        self.notifier.fire_request(a.req.done, a.error.map_or(Ok(()), Err));
+        self.notifier.fire_request(a.req.id, a.req.done, a.error.map_or(Ok(()), Err));
     }
 }

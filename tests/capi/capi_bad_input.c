@@ -242,6 +242,19 @@ int main(void) {
     EXPECT(fabriclib_flag_wait((const uint32_t *)((const char *)&never + 1), 0, &v), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_flag_wait(&never, 0, &v), FABRICLIB_STATUS_AGAIN);
     EXPECT(fabriclib_flag_wait(&never, 2000, NULL), FABRICLIB_STATUS_AGAIN);
+    /* Error details: the canceled expectation above has them, an unknown id none. */
+    fabriclib_status why = 0;
+    char msg[64];
+    size_t msg_len = 0;
+    EXPECT(fabriclib_request_error(e, 0, &why, msg, sizeof msg, &msg_len), FABRICLIB_STATUS_NOT_FOUND);
+    EXPECT(fabriclib_request_error(e, id, &why, msg, sizeof msg, &msg_len), FABRICLIB_STATUS_OK);
+    checks++;
+    if (why != FABRICLIB_STATUS_CANCELED) {
+        fprintf(stderr, "FAIL: the canceled expectation's error says %d\n", why);
+        failures++;
+    }
+    EXPECT(fabriclib_request_error(e, id, NULL, msg, sizeof msg, &msg_len), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_request_error(NULL, id, &why, msg, sizeof msg, &msg_len), FABRICLIB_STATUS_INVALID_ARGUMENT);
     /* Immediate counters: nothing arrived, nothing counted; NULL where a count is needed. */
     uint64_t count = 99;
     EXPECT(fabriclib_imm_count_get(e, 3, &count), FABRICLIB_STATUS_OK);

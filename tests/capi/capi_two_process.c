@@ -179,6 +179,20 @@ static int initiator(const char *prov, int fd) {
     wait_ended(&late, FABRICLIB_STATUS_TIMED_OUT, "expectation with a 1 ms deadline");
     wait_ended(&gone, FABRICLIB_STATUS_CANCELED, "canceled expectation");
     if (fabriclib_cancel(e, id) != FABRICLIB_STATUS_NOT_FOUND) DIE("a second cancel was not NOT_FOUND");
+    /* A flag user reads why its request failed. */
+    _Atomic uint32_t late_flag = 0;
+    fabriclib_submit_opts flag_1ms = {.struct_size = sizeof(fabriclib_submit_opts), .flag = (uint32_t *)&late_flag, .timeout_us = 1000};
+    CHECK(fabriclib_expect_imm_count(e, 902, 1, &flag_1ms, &id));
+    uint32_t word = 0;
+    CHECK(fabriclib_flag_wait((const uint32_t *)&late_flag, 10 * 1000000, &word));
+    fabriclib_status why = 0;
+    char msg[256];
+    size_t msg_len = 0;
+    CHECK(fabriclib_request_error(e, id, &why, msg, sizeof msg, &msg_len));
+    if ((word & FABRICLIB_FLAG_STATUS_MASK) != FABRICLIB_STATUS_TIMED_OUT || why != FABRICLIB_STATUS_TIMED_OUT ||
+        msg_len < 2 || strlen(msg) + 1 != msg_len)
+        DIE("request_error: flag %#x, status %d, message '%s'", word, why, msg);
+    if (fabriclib_request_error(e, id, &why, msg, 1, &msg_len) != FABRICLIB_STATUS_BUFFER_TOO_SMALL) DIE("small buffer");
     CHECK(fabriclib_engine_address(e, addr, sizeof addr, &n));
     put_blob(fd, addr, n);
     size_t peer_len = get_blob(fd, peer, sizeof peer);

@@ -661,8 +661,9 @@ pub fn connect_reports_readiness(prov: &str, domains: usize) -> TestResult {
     mute.signal("STOP");
     let ends = Ends::new(5);
     let t = Instant::now();
-    l.engine.connect(&addr(&live), ends.on(0)).map_err(e2s)?;
-    l.engine.connect(&dead_addr, ends.on(1).deadline(Deadline::After(Duration::from_secs(10)))).map_err(e2s)?;
+    let live_id = l.engine.connect(&addr(&live), ends.on(0)).map_err(e2s)?;
+    let dead_id =
+        l.engine.connect(&dead_addr, ends.on(1).deadline(Deadline::After(Duration::from_secs(10)))).map_err(e2s)?;
     l.engine.connect(&mute_addr, ends.on(2).deadline(Deadline::After(Duration::from_millis(300)))).map_err(e2s)?;
     let id = l.engine.connect(&mute_addr, ends.on(3)).map_err(e2s)?;
     let t0 = Instant::now();
@@ -685,6 +686,11 @@ pub fn connect_reports_readiness(prov: &str, domains: usize) -> TestResult {
     }
     if l.engine.peer_state(&addr(&live)).map_err(e2s)? != Some(PeerState::Up) {
         return Err("connect said OK, but the peer is not up".into());
+    }
+    // The details of a failure can be read by id (flag users have no callback).
+    match (l.engine.request_error(live_id), l.engine.request_error(dead_id)) {
+        (None, Some(e)) if e.status == Status::PeerDown && !e.message.is_empty() => {}
+        other => return Err(format!("request_error: {other:?}")),
     }
     mute.signal("CONT");
     Ok(())
