@@ -156,6 +156,61 @@ typedef struct fabriclib_remote_mr *const *fabriclib_remote_mr_list;
 // `fabriclib_submit_opts.timeout_us` for a request with no deadline.
 #define FABRICLIB_NO_TIMEOUT UINT64_MAX
 
+// Why an operation failed (or could not be started).
+enum fabriclib_status
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : int32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // Success.
+  FABRICLIB_STATUS_OK = 0,
+  // Not an error: a queue is full right now; try again later.
+  FABRICLIB_STATUS_AGAIN = 1,
+  // A required pointer was NULL, a length or count was zero, or an argument is out of its range.
+  FABRICLIB_STATUS_INVALID_ARGUMENT = 2,
+  // An offset, length or page index falls outside a registered region (local or remote).
+  FABRICLIB_STATUS_OUT_OF_BOUNDS = 3,
+  // A handle was destroyed, belongs to another engine, or is not a fabriclib handle.
+  FABRICLIB_STATUS_BAD_HANDLE = 4,
+  // A serialized address or descriptor is truncated, corrupt or of an unknown version.
+  FABRICLIB_STATUS_MALFORMED = 5,
+  // The thing already exists (for example a second expectation on one immediate).
+  FABRICLIB_STATUS_ALREADY_EXISTS = 6,
+  // The provider (libfabric, the NIC) reported an error; the error message has the details.
+  FABRICLIB_STATUS_PROVIDER = 7,
+  // The configuration or the provider does not support this.
+  FABRICLIB_STATUS_UNSUPPORTED = 8,
+  // The engine is shutting down or has shut down; the request did not complete.
+  FABRICLIB_STATUS_SHUTDOWN = 9,
+  // A Rust panic was caught at the C boundary (a bug in fabriclib: please report it).
+  FABRICLIB_STATUS_PANIC = 10,
+  // An output buffer is too small; the required size was written to the length out-pointer.
+  FABRICLIB_STATUS_BUFFER_TOO_SMALL = 11,
+  // A received message did not fit the receive buffer.
+  FABRICLIB_STATUS_TRUNCATED = 12,
+  // The request was canceled (`fabriclib_cancel`, `fabriclib_cancel_peer`); its buffers are free again.
+  FABRICLIB_STATUS_CANCELED = 13,
+  // The request's deadline passed before it completed; its buffers are free again.
+  FABRICLIB_STATUS_TIMED_OUT = 14,
+  // The peer is dead or unreachable (provider error, missed keepalives, or it shut down).
+  FABRICLIB_STATUS_PEER_DOWN = 15,
+  // A descriptor or address from an engine that has since restarted (another epoch).
+  FABRICLIB_STATUS_STALE = 16,
+  // The peer refused the access (bad key, protection or bounds error on the remote side).
+  FABRICLIB_STATUS_REMOTE_ACCESS = 17,
+  // The provider refused a local buffer or descriptor (local protection or length error).
+  FABRICLIB_STATUS_LOCAL_ACCESS = 18,
+  // No such request, or it has already ended (`fabriclib_cancel`); no such peer, or not failed.
+  FABRICLIB_STATUS_NOT_FOUND = 19,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum fabriclib_status fabriclib_status;
+#else
+typedef int32_t fabriclib_status;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
 // Engine settings. Create with `fabriclib_config_new`, free with
 // `fabriclib_config_free`. Not thread-safe: one thread at a time.
 typedef struct fabriclib_config fabriclib_config;
@@ -172,9 +227,6 @@ typedef struct fabriclib_mr fabriclib_mr;
 // A peer's registered region, as parsed from its descriptor. Immutable:
 // may be used from any thread at once.
 typedef struct fabriclib_remote_mr fabriclib_remote_mr;
-
-// A status code: `FABRICLIB_STATUS_OK` (0) or one of the `FABRICLIB_STATUS_*` values.
-typedef int32_t fabriclib_status;
 
 // Told when a peer comes up (`FABRICLIB_PEER_UP`, `why` 0) or goes down
 // (`FABRICLIB_PEER_DOWN`, `why` `FABRICLIB_STATUS_PEER_DOWN` or
@@ -259,67 +311,8 @@ typedef struct fabriclib_scatter_dst {
   uint64_t dst_offset;
 } fabriclib_scatter_dst;
 
-// Success.
-#define FABRICLIB_STATUS_OK 0
-
-// Not an error: the submission queue is full; retry later.
-#define FABRICLIB_STATUS_AGAIN 1
-
-// A NULL pointer, a zero length or count, or a value out of range.
-#define FABRICLIB_STATUS_INVALID_ARGUMENT 2
-
-// An offset, length or page index outside a registered region (local or remote).
-#define FABRICLIB_STATUS_OUT_OF_BOUNDS 3
-
-// A destroyed, foreign (another engine's) or non-fabriclib handle.
-#define FABRICLIB_STATUS_BAD_HANDLE 4
-
-// A truncated, corrupt or unknown-version address or descriptor blob.
-#define FABRICLIB_STATUS_MALFORMED 5
-
-// Already exists (e.g. a second expectation on one immediate).
-#define FABRICLIB_STATUS_ALREADY_EXISTS 6
-
-// libfabric reported an error (see the last-error message).
-#define FABRICLIB_STATUS_PROVIDER 7
-
-// Not supported by this build, configuration or provider.
-#define FABRICLIB_STATUS_UNSUPPORTED 8
-
-// The engine shut down before the request completed.
-#define FABRICLIB_STATUS_SHUTDOWN 9
-
-// A panic inside fabriclib was caught at the boundary (a bug: please report it).
-#define FABRICLIB_STATUS_PANIC 10
-
-// An output buffer is too small; the needed size was written to the length out-pointer.
-#define FABRICLIB_STATUS_BUFFER_TOO_SMALL 11
-
-// A received message was larger than the receive buffer.
-#define FABRICLIB_STATUS_TRUNCATED 12
-
-// The request was canceled; its buffers may be reused.
-#define FABRICLIB_STATUS_CANCELED 13
-
-// The request's deadline passed; its buffers may be reused.
-#define FABRICLIB_STATUS_TIMED_OUT 14
-
-// The peer is dead or unreachable (error completions, missed keepalives, or it shut down).
-#define FABRICLIB_STATUS_PEER_DOWN 15
-
-// A descriptor or address of an engine that has restarted since (another epoch).
-#define FABRICLIB_STATUS_STALE 16
-
-// The peer refused the access (remote key, protection or bounds error).
-#define FABRICLIB_STATUS_REMOTE_ACCESS 17
-
-// The provider refused a local buffer or descriptor.
-#define FABRICLIB_STATUS_LOCAL_ACCESS 18
-
-// No such request, or it has already ended (`fabriclib_cancel`).
-#define FABRICLIB_STATUS_NOT_FOUND 19
-
-
+// Every status, in code order (codes are 0..N without gaps).
+#define fabriclib_status_ALL { fabriclib_status_Ok, fabriclib_status_Again, fabriclib_status_InvalidArgument, fabriclib_status_OutOfBounds, fabriclib_status_BadHandle, fabriclib_status_Malformed, fabriclib_status_AlreadyExists, fabriclib_status_Provider, fabriclib_status_Unsupported, fabriclib_status_Shutdown, fabriclib_status_Panic, fabriclib_status_BufferTooSmall, fabriclib_status_Truncated, fabriclib_status_Canceled, fabriclib_status_TimedOut, fabriclib_status_PeerDown, fabriclib_status_Stale, fabriclib_status_RemoteAccess, fabriclib_status_LocalAccess, fabriclib_status_NotFound, }
 
 #ifdef __cplusplus
 extern "C" {
@@ -334,8 +327,10 @@ const char *fabriclib_version(void);
 uint32_t fabriclib_version_number(void);
 
 // A static, human-readable description of a status code (never NULL;
-// unknown codes give "unknown status").
-const char *fabriclib_status_str(fabriclib_status status);
+// unknown codes give "unknown status"). Takes a plain `int32_t`, so that a
+// status taken from a flag word (`flag & FABRICLIB_FLAG_STATUS_MASK`) needs
+// no cast in C++.
+const char *fabriclib_status_str(int32_t status);
 
 // The message of the last call that failed on the calling thread (empty if
 // none). Successful calls do not clear it. The pointer stays valid until the
@@ -415,7 +410,9 @@ fabriclib_status fabriclib_config_set_drain_timeout(struct fabriclib_config *con
                                                     uint64_t drain_us);
 
 // Sets how many requests may be in flight at once (default 65536): submitted
-// and not yet reported (a callback counts until it has returned). Beyond
+// and not yet reported (a callback counts until it has returned; a flag
+// request until the end of the worker pass that stored its flag, a few
+// microseconds at most after the flag turned done). Beyond
 // it submits return `FABRICLIB_STATUS_AGAIN`, so that a slow callback
 // cannot make the engine queue completions without bound.
 fabriclib_status fabriclib_config_set_max_inflight(struct fabriclib_config *config,

@@ -1,5 +1,8 @@
-//! Errors and status codes. The numeric codes are the C ABI's
-//! `fabriclib_status` values; keep them stable.
+//! Errors and status codes. `Status` is declared here once: the C header's
+//! `enum fabriclib_status` (`FABRICLIB_STATUS_*`, with these doc comments) is
+//! generated from it, `as_str` is an exhaustive match, and tests/header.rs
+//! checks that `Status::ALL` lists exactly the header's enumerators, in code
+//! order. The numeric codes are ABI: keep them stable, add new ones at the end.
 use std::fmt;
 
 /// Why an operation failed (or could not be started).
@@ -20,7 +23,7 @@ pub enum Status {
     Malformed = 5,
     /// The thing already exists (for example a second expectation on one immediate).
     AlreadyExists = 6,
-    /// libfabric (or the NIC) reported an error; the last-error message has the details.
+    /// The provider (libfabric, the NIC) reported an error; the error message has the details.
     Provider = 7,
     /// The configuration or the provider does not support this.
     Unsupported = 8,
@@ -32,7 +35,7 @@ pub enum Status {
     BufferTooSmall = 11,
     /// A received message did not fit the receive buffer.
     Truncated = 12,
-    /// The request was canceled (`cancel`, `cancel_peer`); its buffers are free again.
+    /// The request was canceled (`fabriclib_cancel`, `fabriclib_cancel_peer`); its buffers are free again.
     Canceled = 13,
     /// The request's deadline passed before it completed; its buffers are free again.
     TimedOut = 14,
@@ -44,11 +47,12 @@ pub enum Status {
     RemoteAccess = 17,
     /// The provider refused a local buffer or descriptor (local protection or length error).
     LocalAccess = 18,
-    /// No such request, or it has already ended.
+    /// No such request, or it has already ended (`fabriclib_cancel`); no such peer, or not failed.
     NotFound = 19,
 }
 
 impl Status {
+    /// Every status, in code order (codes are 0..N without gaps).
     pub const ALL: [Status; 20] = [
         Status::Ok,
         Status::Again,

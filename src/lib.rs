@@ -1,11 +1,13 @@
 //! fabriclib: an RDMA point-to-point transfer engine for LLM systems.
 //!
 //! Layers, top to bottom (one direction of dependency):
-//! `capi` (C ABI) → `engine` (TransferEngine, validation, ImmCounter,
-//! callbacks) → `group` (the DomainGroup worker: sharding, posting,
-//! completion aggregation) → `domain` (one NIC: the `Domain` trait and its
-//! libfabric implementation) → `sys` (libfabric bindings).
+//! `capi` (C ABI) → `engine` (TransferEngine, validation) → `group` (the
+//! DomainGroup worker: sharding, posting, completion aggregation) → `domain`
+//! (one NIC: the `Domain` trait and its libfabric implementation) → `sys`
+//! (libfabric bindings). `completion` (callbacks, flag words, the ImmCounter)
+//! is used by `engine` and `group` and uses neither.
 pub mod capi;
+pub mod completion;
 pub mod config;
 pub mod domain;
 pub mod engine;
@@ -14,9 +16,9 @@ pub mod group;
 pub mod sys;
 pub mod wire;
 
+pub use completion::flag::wait as wait_flag;
+pub use completion::notify::{Deadline, FLAG_DONE, OnDone, RequestId, RequestOpts};
 pub use config::{EngineConfig, PeerState};
-pub use engine::flag::wait as wait_flag;
-pub use engine::notify::{Deadline, FLAG_DONE, OnDone, RequestId, RequestOpts};
 pub use engine::{MrHandle, Pages, PeerGroup, ScatterDst, TransferEngine};
 pub use error::{Error, Result, Status};
 pub use wire::{MrDesc, NetAddr};

@@ -152,3 +152,39 @@ fn the_scan_catches_an_unprefixed_macro() {
     assert_eq!(t[2], "MAX_RECV_BUFFERS");
     assert!(!prefixed(&t[2]));
 }
+
+/// `BufferTooSmall` -> `BUFFER_TOO_SMALL`.
+fn screaming(camel: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in camel.chars().enumerate() {
+        if c.is_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.push(c.to_ascii_uppercase());
+    }
+    out
+}
+
+/// The statuses are declared once (`Status` in src/error.rs); the header's
+/// enum is generated from it. `Status::ALL` (what `fabriclib_status_str` and
+/// `from_code` use) must list exactly those enumerators, in code order, and
+/// the codes must run 0..N without a gap.
+#[test]
+fn the_status_enum_is_status_all_in_code_order() {
+    let header: Vec<(String, i32)> = code()
+        .lines()
+        .filter_map(|l| {
+            let (name, value) = l.trim().strip_suffix(',')?.split_once(" = ")?;
+            name.starts_with("FABRICLIB_STATUS_").then(|| (name.to_string(), value.parse().unwrap()))
+        })
+        .collect();
+    let rust: Vec<(String, i32)> = fabriclib::Status::ALL
+        .iter()
+        .map(|s| (format!("FABRICLIB_STATUS_{}", screaming(&format!("{s:?}"))), *s as i32))
+        .collect();
+    assert_eq!(header, rust);
+    assert!(header.iter().enumerate().all(|(i, (_, code))| *code == i as i32), "codes with a gap: {header:?}");
+    for s in fabriclib::Status::ALL {
+        assert_eq!(fabriclib::Status::from_code(s as i32), Some(s));
+    }
+}

@@ -5,7 +5,7 @@
 use crate::ctl::{Ctl, R, field_str, field_u64, fill, hash_pages, hex, permutation, unhex};
 use crate::raw::{RawEp, RawWrite};
 use crate::server::{MSG, Region};
-use fabriclib::engine::notify::flag_value;
+use fabriclib::completion::notify::flag_value;
 use fabriclib::wire::RemoteKey;
 use fabriclib::{
     EngineConfig, FLAG_DONE, MrDesc, NetAddr, OnDone, Pages, PeerGroup, ScatterDst, Status, TransferEngine,

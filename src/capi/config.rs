@@ -204,7 +204,9 @@ pub extern "C" fn fabriclib_config_set_drain_timeout(config: *mut fabriclib_conf
 }
 
 /// Sets how many requests may be in flight at once (default 65536): submitted
-/// and not yet reported (a callback counts until it has returned). Beyond
+/// and not yet reported (a callback counts until it has returned; a flag
+/// request until the end of the worker pass that stored its flag, a few
+/// microseconds at most after the flag turned done). Beyond
 /// it submits return `FABRICLIB_STATUS_AGAIN`, so that a slow callback
 /// cannot make the engine queue completions without bound.
 #[unsafe(no_mangle)]

@@ -3,7 +3,7 @@
 use super::{
     address, bytes, fabriclib_engine, fabriclib_mr, fabriclib_remote_mr, fabriclib_status, ffi, handle, non_null, put,
 };
-use crate::engine::notify::{Deadline, OnDone, RawFlag, RequestId, RequestOpts};
+use crate::completion::notify::{Deadline, OnDone, RawFlag, RequestId, RequestOpts};
 use crate::engine::{Pages, PeerGroup, ScatterDst};
 use crate::error::{Error, Result, Status};
 use std::ffi::{c_char, c_void};
@@ -110,7 +110,7 @@ pub extern "C" fn fabriclib_flag_wait(flag: *const u32, timeout_us: u64, value: 
         // and only the worker's atomic store writes it meanwhile.
         let f = unsafe { &*(flag as *const std::sync::atomic::AtomicU32) };
         let timeout = (timeout_us != FABRICLIB_NO_TIMEOUT).then(|| std::time::Duration::from_micros(timeout_us));
-        match crate::engine::flag::wait(f, timeout) {
+        match crate::completion::flag::wait(f, timeout) {
             Some(v) => {
                 if !value.is_null() {
                     put(value, v)?;

@@ -13,6 +13,7 @@
 // (the Domain contract), so these methods stay safe to call from it.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+use super::ctx::{CtxPool, NO_PEER};
 use super::{Chan, Completion, Domain, LocalMr, PeerId, Post, WriteWr};
 use crate::config::EngineConfig;
 use crate::error::{Error, Result, Status};
@@ -41,136 +42,6 @@ fn fi_err(what: &str, ret: i64) -> Error {
 
 fn check(what: &str, ret: i64) -> Result<()> {
     if ret < 0 { Err(fi_err(what, ret)) } else { Ok(()) }
-}
-
-/// An op context as libfabric sees it: the provider may use `fi` while the
-/// op is in flight (FI_CONTEXT modes); the rest is ours.
-#[repr(C)]
-struct CtxSlot {
-    fi: fi_context2,
-    token: u64,
-    /// The op's peer (`NO_PEER` for receives), for `abandon`.
-    peer: PeerId,
-    state: SlotState,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum SlotState {
-    Free,
-    Busy,
-    /// Abandoned (its peer is down): a late completion frees it silently.
-    Abandoned,
-}
-
-const NO_PEER: PeerId = u64::MAX;
-
-/// Op contexts with stable addresses, in chunks of `depth` slots: one at
-/// first, so that finding a completion's slot is a subtraction. `depth` ops
-/// may be in flight (a full pool reads as `Post::Again`); abandoned slots do
-/// not count, and the pool grows a chunk when only they block it.
-struct CtxPool {
-    chunks: Vec<Box<[CtxSlot]>>,
-    free: Vec<u32>,
-    busy: usize,
-    depth: usize,
-    /// Ops in flight per peer (indexed by `fi_addr_t`, dense with FI_AV_TABLE)
-    /// and the most one peer may have: a dead or stalled peer must not hold
-    /// all of the endpoint's (and the provider's) transmit resources.
-    per_peer: Vec<u32>,
-    peer_window: u32,
-}
-
-impl CtxPool {
-    fn new(depth: usize, peer_window: usize) -> CtxPool {
-        let peer_window = peer_window.clamp(1, u32::MAX as usize) as u32;
-        let mut p = CtxPool { chunks: Vec::new(), free: Vec::new(), busy: 0, depth, per_peer: Vec::new(), peer_window };
-        p.grow();
-        p
-    }
-    fn grow(&mut self) {
-        let base = (self.chunks.len() * self.depth) as u32;
-        let chunk = (0..self.depth).map(|_| CtxSlot {
-            fi: fi_context2::default(),
-            token: 0,
-            peer: NO_PEER,
-            state: SlotState::Free,
-        });
-        self.chunks.push(chunk.collect());
-        self.free.extend((base..base + self.depth as u32).rev());
-    }
-    fn slot(&mut self, i: usize) -> &mut CtxSlot {
-        &mut self.chunks[i / self.depth][i % self.depth]
-    }
-    /// A context for an op to `peer`, or why not: `Again` (the pool is full)
-    /// or `Busy` (this peer has its window full).
-    fn take(&mut self, token: u64, peer: PeerId) -> std::result::Result<*mut c_void, Post> {
-        if self.busy >= self.depth {
-            return Err(Post::Again);
-        }
-        if peer != NO_PEER {
-            let p = peer as usize;
-            if p >= self.per_peer.len() {
-                self.per_peer.resize(p + 1, 0);
-            }
-            if self.per_peer[p] >= self.peer_window {
-                return Err(Post::Busy);
-            }
-            self.per_peer[p] += 1;
-        }
-        if self.free.is_empty() {
-            self.grow();
-        }
-        let i = self.free.pop().expect("grown") as usize;
-        self.busy += 1;
-        let s = self.slot(i);
-        (s.token, s.peer, s.state) = (token, peer, SlotState::Busy);
-        Ok(s as *mut CtxSlot as *mut c_void)
-    }
-    fn unpeer(&mut self, peer: PeerId) {
-        if peer != NO_PEER {
-            self.per_peer[peer as usize] -= 1;
-        }
-    }
-    fn index(&self, ctx: *mut c_void) -> Option<usize> {
-        self.chunks.iter().enumerate().find_map(|(c, chunk)| {
-            let off = (ctx as usize).checked_sub(chunk.as_ptr() as usize)?;
-            let i = off / size_of::<CtxSlot>();
-            (off % size_of::<CtxSlot>() == 0 && i < self.depth).then_some(c * self.depth + i)
-        })
-    }
-    /// Frees the slot of a completed op; its token and peer unless it was abandoned.
-    fn release(&mut self, ctx: *mut c_void) -> Option<(u64, PeerId)> {
-        let i = self.index(ctx)?;
-        let s = self.slot(i);
-        let (state, token, peer) = (s.state, s.token, s.peer);
-        if state == SlotState::Free {
-            return None;
-        }
-        s.state = SlotState::Free;
-        self.free.push(i as u32);
-        if state == SlotState::Busy {
-            self.busy -= 1;
-            self.unpeer(peer);
-            Some((token, peer))
-        } else {
-            None
-        }
-    }
-    fn abandon(&mut self, peer: PeerId, out: &mut Vec<u64>) {
-        for chunk in self.chunks.iter_mut() {
-            for s in chunk.iter_mut().filter(|s| s.state == SlotState::Busy && s.peer == peer) {
-                s.state = SlotState::Abandoned;
-                self.busy -= 1;
-                out.push(s.token);
-            }
-        }
-        if let Some(n) = self.per_peer.get_mut(peer as usize) {
-            *n = 0;
-        }
-    }
-    fn in_use(&self) -> usize {
-        self.busy
-    }
 }
 
 /// The libfabric objects of one `FI_EP_RDM` endpoint (fabric, domain,
@@ -576,7 +447,7 @@ impl Domain for FabricDomain {
             if r == 1 {
                 // A failed remote-side event has no context of ours: nothing to fail locally.
                 if let Some((token, peer)) = self.ctx.release(err.op_context) {
-                    out.push(Completion::Failed { token, peer, errno: err.err });
+                    out.push(Completion::Failed { token, peer, error: failure(err.err) });
                 }
             }
             return Ok(1);
@@ -620,6 +491,44 @@ impl Drop for FabricEndpoint {
             fi_freeinfo(self.info);
         }
     }
+}
+
+/// The status a failed work request reports, from its libfabric error number.
+fn classify(errno: i32) -> Status {
+    const EPIPE: u32 = 32; // libfabric passes some socket errors through as plain errno
+    // FI_ECANCELED too: fabriclib never cancels a write or send itself, so a
+    // canceled one is the provider flushing a dead connection (tcp;ofi_rxm
+    // reports most of a killed peer's work requests so, before ENOTCONN).
+    const PEER: [u32; 11] = [
+        FI_ENOTCONN,
+        FI_ECONNRESET,
+        FI_ECONNREFUSED,
+        FI_ECONNABORTED,
+        FI_EHOSTUNREACH,
+        FI_ENETUNREACH,
+        FI_ENETDOWN,
+        FI_ETIMEDOUT,
+        EPIPE,
+        FI_ESHUTDOWN,
+        FI_ECANCELED,
+    ];
+    let e = errno.unsigned_abs();
+    if e == FI_ETRUNC {
+        Status::Truncated
+    } else if PEER.contains(&e) {
+        Status::PeerDown
+    } else if [FI_EACCES, FI_EKEYREJECTED, FI_EPERM, FI_EREMOTEIO].contains(&e) {
+        Status::RemoteAccess
+    } else if [FI_EFAULT, FI_EMSGSIZE, FI_EINVAL, FI_ETOOSMALL, FI_ENOMEM, FI_EMFILE].contains(&e) {
+        Status::LocalAccess
+    } else {
+        Status::Provider
+    }
+}
+
+/// A failed work request's error: its class and libfabric's words for it.
+fn failure(errno: i32) -> Error {
+    Error::new(classify(errno), format!("{} (libfabric error {})", strerror(errno), errno.abs()))
 }
 
 /// Human-readable text for a libfabric error number (positive errno).

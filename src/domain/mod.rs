@@ -4,11 +4,12 @@
 //! path). Implementations: libfabric (`fabric.rs`), `null` (`null.rs`: completes
 //! every work request at once; for measuring the engine's host cost); verbs
 //! comes later.
+mod ctx;
 pub mod fabric;
 pub mod null;
 
 use crate::config::EngineConfig;
-use crate::error::{Result, Status};
+use crate::error::{Error, Result};
 use crate::wire::RemoteKey;
 use std::ffi::c_void;
 
@@ -64,14 +65,17 @@ pub enum Post {
     Busy,
 }
 
-/// A completion, already classified.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A completion, already classified by the domain: the worker never sees a
+/// backend's error numbers.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Completion {
     /// A write or send posted with `token` finished (its source buffer is free again).
     Done { token: u64 },
     /// A write, send or receive posted with `token` (to `peer`; `u64::MAX`
-    /// for a receive) failed with libfabric error number `errno`.
-    Failed { token: u64, peer: PeerId, errno: i32 },
+    /// for a receive) failed. The domain classifies its backend's error into
+    /// `error.status` (`PeerDown`, `RemoteAccess`, `LocalAccess`, `Truncated`,
+    /// else `Provider`) and says what the backend reported in `error.message`.
+    Failed { token: u64, peer: PeerId, error: Error },
     /// A receive posted with `token` got `len` bytes (and the sender's immediate, if any).
     Recv { token: u64, len: usize, imm: Option<u32> },
     /// A remote write carrying `imm` landed in our memory.
@@ -145,37 +149,4 @@ pub fn random_u64() -> u64 {
     h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
     h.write_u32(std::process::id());
     h.finish()
-}
-
-/// The status a failed work request reports, from its libfabric error number
-/// (`Completion::Failed`; other backends map their errors to these numbers).
-pub fn classify(errno: i32) -> Status {
-    use crate::sys::*;
-    const EPIPE: u32 = 32; // libfabric passes some socket errors through as plain errno
-    // FI_ECANCELED too: fabriclib never cancels a write or send itself, so a
-    // canceled one is the provider flushing a dead connection (tcp;ofi_rxm
-    // reports most of a killed peer's work requests so, before ENOTCONN).
-    const PEER: [u32; 11] = [
-        FI_ENOTCONN,
-        FI_ECONNRESET,
-        FI_ECONNREFUSED,
-        FI_ECONNABORTED,
-        FI_EHOSTUNREACH,
-        FI_ENETUNREACH,
-        FI_ENETDOWN,
-        FI_ETIMEDOUT,
-        EPIPE,
-        FI_ESHUTDOWN,
-        FI_ECANCELED,
-    ];
-    let e = errno.unsigned_abs();
-    if PEER.contains(&e) {
-        Status::PeerDown
-    } else if [FI_EACCES, FI_EKEYREJECTED, FI_EPERM, FI_EREMOTEIO].contains(&e) {
-        Status::RemoteAccess
-    } else if [FI_EFAULT, FI_EMSGSIZE, FI_EINVAL, FI_ETOOSMALL, FI_ENOMEM, FI_EMFILE].contains(&e) {
-        Status::LocalAccess
-    } else {
-        Status::Provider
-    }
 }

@@ -9,18 +9,14 @@
 //! - `submit_scatter` with an immediate: **1 per destination** (on that peer).
 //! - `submit_barrier`: **1 per destination**.
 //! - Writes without an immediate deliver none; sends never count.
-pub mod flag;
-pub mod imm;
-pub mod notify;
-
 use crate::bail;
+use crate::completion::notify::{self, Deadline, RequestId, RequestOpts};
 use crate::config::EngineConfig;
 use crate::domain::{fabric::FabricDomain, null::NullDomain};
 use crate::error::{Error, Result, Status};
 use crate::group::request::{Ctrl, MrInner, Request, ScatterItem, Shape};
 use crate::group::{self, GroupInfo, MAX_SEND, Shared};
 use crate::wire::{MrDesc, NetAddr, RemoteKey};
-use notify::{Deadline, RequestId, RequestOpts};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};

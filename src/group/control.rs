@@ -58,10 +58,9 @@ impl<D: Domain> Worker<D> {
             Ctrl::Cancel { id, reply } => {
                 self.accept_queued();
                 let canceled = || Error::new(Status::Canceled, "canceled by the application");
-                let found =
-                    self.actives.iter().position(|a| a.as_ref().is_some_and(|a| a.req.id == id && a.error.is_none()));
-                let r = if let Some(s) = found {
-                    self.end(s as u32, canceled());
+                let found = self.slots.find(|a| a.req.id == id && a.error.is_none());
+                let r = if let Some(&s) = found.first() {
+                    self.end(s, canceled());
                     Ok(())
                 } else if let Some(imm) = self.imm.find(id) {
                     self.imm.expire(imm, id, canceled(), &self.notifier);

@@ -5,8 +5,8 @@
 use super::request::Ctrl;
 use super::timers::Timer;
 use super::{Worker, release};
+use crate::completion::notify::shutdown_error;
 use crate::domain::Domain;
-use crate::engine::notify::shutdown_error;
 use crate::error::{Error, Status};
 use std::time::Instant;
 
@@ -16,7 +16,7 @@ impl<D: Domain> Worker<D> {
     /// provider has given back its work requests on the wire, or after the
     /// drain timeout. Keeps an earlier error.
     pub(super) fn end(&mut self, slot: u32, err: Error) {
-        let Some(a) = self.actives[slot as usize].as_mut() else {
+        let Some(a) = self.slots.get(slot) else {
             return;
         };
         if a.error.is_none() {
@@ -31,9 +31,7 @@ impl<D: Domain> Worker<D> {
 
     /// Ends every request to peer `p` with `err()`; returns how many.
     pub(super) fn end_all(&mut self, p: u32, err: impl Fn() -> Error) -> usize {
-        let hit: Vec<u32> = (0..self.actives.len() as u32)
-            .filter(|&s| self.actives[s as usize].as_ref().is_some_and(|a| a.error.is_none() && a.involves(p)))
-            .collect();
+        let hit = self.slots.find(|a| a.error.is_none() && a.involves(p));
         for &s in &hit {
             self.end(s, err());
         }
@@ -47,7 +45,7 @@ impl<D: Domain> Worker<D> {
             busy = true;
             match t {
                 Timer::Request { slot, epoch } => {
-                    let Some(a) = self.actives[slot as usize].as_mut().filter(|a| a.epoch == epoch) else {
+                    let Some(a) = self.slots.current(slot, epoch) else {
                         continue;
                     };
                     if a.error.is_none() {
@@ -72,10 +70,10 @@ impl<D: Domain> Worker<D> {
                 }
             }
         }
-        if self.timers.len() > 2 * (self.live + self.imm.armed()) + 1024 {
-            let (actives, imm) = (&self.actives, &self.imm);
+        if self.timers.len() > 2 * (self.slots.live() + self.imm.armed()) + 1024 {
+            let (slots, imm) = (&self.slots, &self.imm);
             self.timers.compact(|t| match *t {
-                Timer::Request { slot, epoch } => actives[slot as usize].as_ref().is_some_and(|a| a.epoch == epoch),
+                Timer::Request { slot, epoch } => slots.is_current(slot, epoch),
                 Timer::Expect { imm: v, id } => imm.is_armed(v, id),
             });
         }
@@ -93,24 +91,22 @@ impl<D: Domain> Worker<D> {
         }
         // Nothing new is posted; requests with work on the wire end once the NIC
         // is done with their buffers (or after SHUTDOWN_DRAIN).
-        for a in self.actives.iter_mut().flatten() {
+        for s in self.slots.all() {
+            let a = self.slots.get(s).unwrap();
             if a.posted < a.units {
                 a.error = Some(err.clone());
             }
-        }
-        for s in 0..self.actives.len() {
-            self.maybe_finish(s as u32);
+            self.maybe_finish(s);
         }
         let deadline = Instant::now() + self.cfg.drain_timeout;
-        while self.live > 0 && Instant::now() < deadline {
+        while self.slots.live() > 0 && Instant::now() < deadline {
             self.poll_all();
         }
-        for s in 0..self.actives.len() {
-            if let Some(a) = self.actives[s].as_mut() {
-                a.outstanding = 0;
-                a.error = Some(err.clone());
-                self.maybe_finish(s as u32);
-            }
+        for s in self.slots.all() {
+            let a = self.slots.get(s).unwrap();
+            a.outstanding = 0;
+            a.error = Some(err.clone());
+            self.maybe_finish(s);
         }
         self.imm.fail_all(&err, &self.notifier);
         for pool in &self.pools {
@@ -141,7 +137,7 @@ impl<D: Domain> Worker<D> {
         }
         self.peers.close(&mut self.domains[0]);
         release(&mut self.domains, &self.scratch_mr);
-        self.domains[0].deregister(&self.stage_mr);
+        self.stage.close(&mut self.domains[0]);
         self.notifier.release_inflight();
     }
 }

@@ -8,26 +8,32 @@ mod ending;
 mod peers;
 mod recv;
 pub mod request;
+mod slots;
 mod split;
+mod stage;
 mod timers;
+mod token;
 
+use crate::completion::imm::ImmCounter;
+use crate::completion::notify::Notifier;
 use crate::config::EngineConfig;
-use crate::domain::{Chan, Completion, Domain, LocalMr, Post, classify};
-use crate::engine::imm::ImmCounter;
-use crate::engine::notify::Notifier;
+use crate::domain::{Chan, Completion, Domain, LocalMr, Post};
 use crate::error::{Error, Result, Status};
 use crate::wire::{MAX_DOMAINS, NetAddr};
 use crossbeam_queue::{ArrayQueue, SegQueue};
 use peers::Peers;
 use recv::{OwnedMem, RecvPool};
 use request::{Ctrl, Request, Shape};
+use slots::Slots;
 use split::Splits;
+use stage::Staging;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
 use timers::{Timer, Timers};
+use token::Token;
 
 /// State shared between the API (any thread) and the worker.
 pub struct Shared {
@@ -60,18 +66,7 @@ pub struct GroupInfo {
     pub max_send: usize,
 }
 
-/// Size of one send staging slot (the largest message `submit_send` takes).
-pub const MAX_SEND: usize = 64 * 1024;
-const SEND_SLOTS: usize = 64;
-/// Token bits: a user receive-pool buffer; the engine channel (handshake,
-/// keepalive); within it, a send (else a receive buffer). Request tokens are
-/// `epoch << 32 | slot` with a 28-bit epoch, so they never carry these bits.
-const RECV_BIT: u64 = 1 << 63;
-const ENGINE_BIT: u64 = 1 << 62;
-const ENGINE_SEND_BIT: u64 = 1 << 61;
-/// A split write's bytes (see split.rs): the low bits index the split table.
-const SPLIT_BIT: u64 = 1 << 60;
-const EPOCH_MASK: u32 = (1 << 28) - 1;
+pub use stage::MAX_SEND;
 /// Work requests posted per domain before the worker polls again.
 const POST_BURST: usize = 256;
 /// Empty polling passes between two `sched_yield`s.
@@ -124,35 +119,6 @@ pub fn spawn<D: Domain>(cfg: &EngineConfig, notifier: Notifier) -> Result<(Arc<S
     }
 }
 
-struct Active {
-    req: Request,
-    epoch: u32,
-    units: usize,
-    posted: usize,
-    outstanding: usize,
-    /// Next unit each domain posts (steps by N).
-    next: [usize; MAX_DOMAINS],
-    /// The destination peer (index into the peer table) of a
-    /// single-destination request or a send.
-    peer: u32,
-    /// The peer of each unit of a scatter or barrier.
-    unit_peers: Option<Arc<[u32]>>,
-    /// Waiting for a peer's handshake; nothing queued yet.
-    parked: bool,
-    error: Option<Error>,
-    /// The staging slot of a send.
-    stage: Option<u32>,
-}
-
-impl Active {
-    fn involves(&self, peer: u32) -> bool {
-        match &self.unit_peers {
-            Some(u) => u.contains(&peer),
-            None => self.peer == peer,
-        }
-    }
-}
-
 struct Worker<D: Domain> {
     domains: Vec<D>,
     shared: Arc<Shared>,
@@ -160,10 +126,7 @@ struct Worker<D: Domain> {
     cfg: EngineConfig,
     /// This engine's address (with its epoch), as peers know it.
     address: NetAddr,
-    actives: Vec<Option<Active>>,
-    gens: Vec<u32>,
-    free: Vec<u32>,
-    live: usize,
+    slots: Slots,
     pending: Vec<VecDeque<(u32, u32)>>,
     rr: usize,
     mrs: HashMap<u64, Vec<LocalMr>>,
@@ -177,9 +140,7 @@ struct Worker<D: Domain> {
     next_tick: Instant,
     scratch: Arc<OwnedMem>,
     scratch_mr: Vec<LocalMr>,
-    stage: Arc<OwnedMem>,
-    stage_mr: LocalMr,
-    stage_free: Vec<u32>,
+    stage: Staging,
     comps: Vec<Completion>,
     abandoned: Vec<u64>,
     splits: Splits,
@@ -190,10 +151,6 @@ fn release<D: Domain>(domains: &mut [D], locals: &[LocalMr]) {
     for (d, m) in domains.iter_mut().zip(locals) {
         d.deregister(m);
     }
-}
-
-fn token(slot: u32, epoch: u32) -> u64 {
-    (epoch as u64) << 32 | slot as u64
 }
 
 /// A new engine epoch: random enough that a restarted engine never reuses it.
@@ -208,12 +165,11 @@ impl<D: Domain> Worker<D> {
             domains.push(D::open(&cfg, i)?);
         }
         let scratch = OwnedMem::new(64);
-        let stage = OwnedMem::new(MAX_SEND * SEND_SLOTS);
         let mut scratch_mr = Vec::new();
         for d in domains.iter_mut() {
             scratch_mr.push(d.register(scratch.ptr, scratch.len)?);
         }
-        let stage_mr = domains[0].register(stage.ptr, stage.len)?;
+        let stage = Staging::new(&mut domains[0])?;
         let address = NetAddr { epoch: new_epoch(), domains: domains.iter().map(|d| d.address().into()).collect() };
         let peers = Peers::new(&mut domains, &address, cfg.keepalive_interval)?;
         let now = Instant::now();
@@ -225,10 +181,7 @@ impl<D: Domain> Worker<D> {
             notifier,
             cfg,
             address,
-            actives: Vec::new(),
-            gens: Vec::new(),
-            free: Vec::new(),
-            live: 0,
+            slots: Slots::default(),
             rr: 0,
             mrs: HashMap::new(),
             imm: ImmCounter::default(),
@@ -242,8 +195,6 @@ impl<D: Domain> Worker<D> {
             scratch,
             scratch_mr,
             stage,
-            stage_mr,
-            stage_free: (0..SEND_SLOTS as u32).rev().collect(),
             comps: Vec::with_capacity(64),
             abandoned: Vec::new(),
         })
@@ -288,7 +239,7 @@ impl<D: Domain> Worker<D> {
                 std::thread::yield_now();
             }
             // Work in flight or an armed expectation: something will arrive, keep polling.
-            if self.live > 0 || self.imm.armed() > 0 {
+            if self.slots.live() > 0 || self.imm.armed() > 0 {
                 idle_since = None;
                 continue;
             }
@@ -358,41 +309,19 @@ impl<D: Domain> Worker<D> {
             Ok(p) => p,
             Err(e) => return self.notifier.fire_request(req.id, req.done, Err(e)),
         };
-        let slot = match self.free.pop() {
-            Some(s) => s,
-            None => {
-                self.actives.push(None);
-                self.gens.push(0);
-                (self.actives.len() - 1) as u32
-            }
-        };
-        let epoch = self.gens[slot as usize];
-        if let Some(t) = req.timeout {
-            let in_order = req.timeout == self.cfg.request_timeout;
+        let timeout = req.timeout;
+        let (slot, epoch) = self.slots.insert(req, peer, unit_peers);
+        if let Some(t) = timeout {
+            let in_order = timeout == self.cfg.request_timeout;
             self.timers.add(self.now + t, Timer::Request { slot, epoch }, in_order);
         }
-        let units = req.units();
-        self.actives[slot as usize] = Some(Active {
-            req,
-            epoch,
-            units,
-            posted: 0,
-            outstanding: 0,
-            next: [usize::MAX; MAX_DOMAINS],
-            peer,
-            unit_peers,
-            parked: true,
-            error: None,
-            stage: None,
-        });
-        self.live += 1;
         self.admit(slot);
     }
 
     /// Queues a parked request's units once all its peers are up; fails it
     /// if one is down. Leaves it parked otherwise.
     fn admit(&mut self, slot: u32) {
-        let Some(a) = self.actives[slot as usize].as_ref().filter(|a| a.parked) else {
+        let Some(a) = self.slots.get(slot).filter(|a| a.parked) else {
             return;
         };
         let (one, many) = (a.peer, a.unit_peers.clone());
@@ -406,20 +335,18 @@ impl<D: Domain> Worker<D> {
                 }
             }
         }
-        if let Some(e) = down {
-            self.actives[slot as usize].as_mut().unwrap().parked = false;
-            return self.end(slot, e);
-        }
-        if !ready {
+        if !ready && down.is_none() {
             return;
         }
-        if self.actives[slot as usize].as_ref().is_some_and(|a| a.units == 0) {
-            self.actives[slot as usize].as_mut().unwrap().parked = false;
+        let n = self.domains.len();
+        let a = self.slots.get(slot).unwrap();
+        a.parked = false;
+        if let Some(e) = down {
+            return self.end(slot, e);
+        }
+        if a.units == 0 {
             return self.maybe_finish(slot); // a connect: its peer is up
         }
-        let n = self.domains.len();
-        let a = self.actives[slot as usize].as_mut().unwrap();
-        a.parked = false;
         // Sends always go through domain 0; everything else rotates the first domain.
         let rr = if matches!(a.req.shape, Shape::Send { .. }) { 0 } else { self.rr };
         self.rr = (self.rr + a.units) % n;
@@ -450,44 +377,35 @@ impl<D: Domain> Worker<D> {
             let Some(&(slot, epoch)) = self.pending[d].front() else {
                 break;
             };
-            let a = match self.actives[slot as usize].as_mut() {
-                Some(a) if a.epoch == epoch && a.error.is_none() && a.next[d] < a.units => a,
+            let a = match self.slots.current(slot, epoch) {
+                Some(a) if a.error.is_none() && a.next[d] < a.units => a,
                 _ => {
                     self.pending[d].pop_front();
                     continue;
                 }
             };
             let k = a.next[d];
-            let tok = token(slot, epoch);
+            let tok = Token::Request { slot, epoch }.encode();
             let peer = match &a.unit_peers {
                 Some(u) => self.peers.id(u[k], d),
                 None => self.peers.id(a.peer, d),
             };
             let res = if let Shape::Send { msg, .. } = &a.req.shape {
                 if a.stage.is_none() {
-                    let Some(s) = self.stage_free.pop() else {
+                    let Some(s) = self.stage.stage(msg) else {
                         break;
-                    };
-                    // SAFETY: staging slot s is ours until the send completes; msg fits (checked at submit).
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            msg.as_ptr(),
-                            self.stage.ptr.add(s as usize * MAX_SEND),
-                            msg.len(),
-                        )
                     };
                     a.stage = Some(s);
                 }
-                // SAFETY: as above.
-                let buf = unsafe { self.stage.ptr.add(a.stage.unwrap() as usize * MAX_SEND) };
-                self.domains[d].post_send(Chan::User, peer, buf, msg.len(), self.stage_mr.desc, tok)
+                let buf = self.stage.buf(a.stage.unwrap());
+                self.domains[d].post_send(Chan::User, peer, buf, msg.len(), self.stage.desc(), tok)
             } else {
                 let wr = a.req.write_wr(k, d, peer, scratch);
                 if wr.imm.is_some() && wr.len > self.domains[d].answer_free_limit() {
-                    let (bytes, t) = self.splits.start(&wr, tok);
-                    let r = self.domains[d].post_write(&bytes, t);
+                    let (bytes, i) = self.splits.start(&wr, Token::Request { slot, epoch });
+                    let r = self.domains[d].post_write(&bytes, Token::Split(i).encode());
                     if !matches!(r, Ok(Post::Posted)) {
-                        self.splits.take(t);
+                        self.splits.take(i);
                     }
                     r
                 } else {
@@ -536,30 +454,26 @@ impl<D: Domain> Worker<D> {
     }
 
     fn complete(&mut self, d: usize, c: Completion) {
-        match c {
-            Completion::RemoteWrite { imm } => self.imm.arrived(imm, &self.notifier),
-            Completion::Recv { token, len, .. } if token & ENGINE_BIT != 0 => self.engine_recv(token, Ok(len)),
-            Completion::Recv { token, len, .. } => self.deliver(token, Ok(len)),
-            Completion::Failed { token, errno, .. } if token & ENGINE_BIT != 0 && token & ENGINE_SEND_BIT == 0 => {
-                self.engine_recv(token, Err(errno))
+        let (token, res) = match c {
+            Completion::RemoteWrite { imm } => return self.imm.arrived(imm, &self.notifier),
+            Completion::Done { token } => (token, Ok(0)),
+            Completion::Recv { token, len, .. } => (token, Ok(len)),
+            Completion::Failed { token, peer, error } => (token, Err((peer, error))),
+        };
+        match (Token::decode(token), res) {
+            (Token::EngineRecv(i), res) => self.engine_recv(i, res.ok()),
+            (Token::EngineSend { peer, slot }, res) => self.engine_sent(peer, slot, res.err().map(|(_, e)| e)),
+            (Token::Recv { pool, index }, res) => {
+                let res = res.map_err(|(_, e)| Error::new(e.status, format!("receive failed: {}", e.message)));
+                self.deliver(pool, index, res)
             }
-            Completion::Done { token } | Completion::Failed { token, .. } if token & ENGINE_BIT != 0 => {
-                let errno = if let Completion::Failed { errno, .. } = c { errno } else { 0 };
-                self.engine_sent(token, errno);
-            }
-            Completion::Done { token } | Completion::Failed { token, .. } if token & RECV_BIT != 0 => {
-                let errno = if let Completion::Failed { errno, .. } = c { errno } else { 0 };
-                self.deliver(token, Err(recv::failure(errno)));
-            }
-            Completion::Done { token } if token & SPLIT_BIT != 0 => self.split_done(d, token),
-            Completion::Done { token } => self.wr_done(token, None),
-            Completion::Failed { token, peer, errno } => {
-                let status = classify(errno);
-                let what = crate::domain::fabric::strerror(errno);
-                let err = Error::new(status, format!("work request failed: {what} (libfabric error {errno})"));
-                self.wr_done(token, Some(err.clone()));
+            (Token::Split(i), Ok(_)) => self.split_done(d, i),
+            (t, Ok(_)) => self.wr_done(t, None),
+            (t, Err((peer, e))) => {
+                let err = Error::new(e.status, format!("work request failed: {}", e.message));
+                self.wr_done(t, Some(err.clone()));
                 // An unreachable peer fails everything else sent to it too.
-                if status == Status::PeerDown {
+                if err.status == Status::PeerDown {
                     if let Some(p) = self.peers.by_id(d, peer) {
                         self.peer_down(p, err);
                     }
@@ -568,13 +482,16 @@ impl<D: Domain> Worker<D> {
         }
     }
 
-    /// One work request of a request came back from the provider (or was
-    /// abandoned), failed with `err` if given.
-    fn wr_done(&mut self, token: u64, err: Option<Error>) {
+    /// One work request of a request (`Token::Request`, or the bytes of a
+    /// `Token::Split`) came back from the provider (or was abandoned),
+    /// failed with `err` if given.
+    fn wr_done(&mut self, token: Token, err: Option<Error>) {
         // A split's bytes failed or were abandoned: its request's unit did.
-        let token = if token & SPLIT_BIT != 0 { self.splits.take(token) } else { token };
-        let (slot, epoch) = (token as u32, (token >> 32) as u32);
-        let Some(a) = self.actives.get_mut(slot as usize).and_then(|a| a.as_mut()).filter(|a| a.epoch == epoch) else {
+        let token = if let Token::Split(i) = token { self.splits.take(i) } else { token };
+        let Token::Request { slot, epoch } = token else {
+            unreachable!("wr_done on {token:?}");
+        };
+        let Some(a) = self.slots.current(slot, epoch) else {
             return;
         };
         a.outstanding -= 1;
@@ -584,22 +501,13 @@ impl<D: Domain> Worker<D> {
         }
     }
 
-    /// Reports request `slot` if it has nothing left on the wire and either
-    /// posted everything or ended early.
+    /// Reports request `slot` if it has finished (`Slots::finish`).
     fn maybe_finish(&mut self, slot: u32) {
-        let s = slot as usize;
-        let Some(a) = self.actives[s].as_ref() else {
+        let Some(a) = self.slots.finish(slot) else {
             return;
         };
-        if a.outstanding > 0 || (a.error.is_none() && a.posted < a.units) {
-            return;
-        }
-        let a = self.actives[s].take().unwrap();
-        self.gens[s] = (self.gens[s] + 1) & EPOCH_MASK;
-        self.free.push(slot);
-        self.live -= 1;
-        if let Some(st) = a.stage {
-            self.stage_free.push(st);
+        if let Some(s) = a.stage {
+            self.stage.release(s);
         }
         self.notifier.fire_request(a.req.id, a.req.done, a.error.map_or(Ok(()), Err));
     }

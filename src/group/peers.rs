@@ -25,10 +25,11 @@
 //! Messages travel on `Chan::Engine` (tagged, apart from the application's
 //! sends), from domain 0 to domain 0:
 //! `"FLK" kind:u8 sender-address` (the address as `NetAddr::to_bytes`).
+use super::Worker;
 use super::recv::OwnedMem;
-use super::{ENGINE_BIT, ENGINE_SEND_BIT, Worker};
+use super::token::Token;
 use crate::config::PeerState;
-use crate::domain::{Chan, Domain, LocalMr, PeerId, Post, classify};
+use crate::domain::{Chan, Domain, LocalMr, PeerId, Post};
 use crate::error::{Error, Result, Status};
 use crate::wire::{MAX_DOMAINS, NetAddr};
 use std::collections::HashMap;
@@ -273,7 +274,7 @@ impl<D: Domain> Worker<D> {
             std::ptr::copy_nonoverlapping(self.peers.me.as_ptr(), b.add(4), len - 4);
             b
         };
-        let token = ENGINE_BIT | ENGINE_SEND_BIT | (p as u64) << 16 | slot as u64;
+        let token = Token::EngineSend { peer: p, slot: slot as u16 }.encode();
         match self.domains[0].post_send(Chan::Engine, id, buf, len, self.peers.send_mr.desc, token) {
             Ok(Post::Posted) => true,
             _ => {
@@ -283,22 +284,19 @@ impl<D: Domain> Worker<D> {
         }
     }
 
-    /// An engine message went out (or failed with `errno`).
-    pub(super) fn engine_sent(&mut self, token: u64, errno: i32) {
-        self.peers.send_free.push(token as u16 as u32);
-        let p = (token >> 16) as u32;
-        if p == NO_ENTRY {
+    /// Engine message slot `slot` to peer `p` went out (or failed with `err`).
+    pub(super) fn engine_sent(&mut self, p: u32, slot: u16, err: Option<Error>) {
+        self.peers.send_free.push(slot as u32);
+        let Some(e) = err.filter(|_| p != NO_ENTRY) else {
             return;
+        };
+        let f = &mut self.peers.list[p as usize].farewell;
+        if *f != Farewell::None {
+            *f = Farewell::Over;
         }
-        if errno != 0 {
-            let f = &mut self.peers.list[p as usize].farewell;
-            if *f != Farewell::None {
-                *f = Farewell::Over;
-            }
-        }
-        if errno != 0 && classify(errno) == Status::PeerDown {
-            let what = crate::domain::fabric::strerror(errno);
-            self.peer_down(p, Error::new(Status::PeerDown, format!("keepalive to the peer failed: {what}")));
+        if e.status == Status::PeerDown {
+            let err = Error::new(Status::PeerDown, format!("keepalive to the peer failed: {}", e.message));
+            self.peer_down(p, err);
         }
     }
 
@@ -308,7 +306,13 @@ impl<D: Domain> Worker<D> {
         while let Some(&i) = self.peers.repost.last() {
             // SAFETY: slot i lies inside the receive buffer.
             let buf = unsafe { self.peers.recv.ptr.add(i as usize * MSG) };
-            match self.domains[0].post_recv(Chan::Engine, buf, MSG, self.peers.recv_mr.desc, ENGINE_BIT | i as u64) {
+            match self.domains[0].post_recv(
+                Chan::Engine,
+                buf,
+                MSG,
+                self.peers.recv_mr.desc,
+                Token::EngineRecv(i).encode(),
+            ) {
                 Ok(Post::Posted) => {
                     self.peers.repost.pop();
                     busy = true;
@@ -319,10 +323,9 @@ impl<D: Domain> Worker<D> {
         busy
     }
 
-    /// An engine message arrived in receive buffer `token` (or the receive failed).
-    pub(super) fn engine_recv(&mut self, token: u64, res: std::result::Result<usize, i32>) {
-        let i = token as u32;
-        let msg = res.ok().filter(|&len| len > 4 && len <= MSG).map(|len| {
+    /// An engine message of `len` bytes arrived in receive buffer `i` (`None`: the receive failed).
+    pub(super) fn engine_recv(&mut self, i: u32, len: Option<usize>) {
+        let msg = len.filter(|&len| len > 4 && len <= MSG).map(|len| {
             // SAFETY: the provider wrote len bytes into slot i, ours until reposted below.
             unsafe { std::slice::from_raw_parts(self.peers.recv.ptr.add(i as usize * MSG), len) }.to_vec()
         });
@@ -436,9 +439,7 @@ impl<D: Domain> Worker<D> {
                 self.report(p, PeerState::Up, None);
             }
             self.peers.list[p as usize].state = State::Up;
-            let waiting: Vec<u32> = (0..self.actives.len() as u32)
-                .filter(|&s| self.actives[s as usize].as_ref().is_some_and(|a| a.parked && a.involves(p)))
-                .collect();
+            let waiting = self.slots.find(|a| a.parked && a.involves(p));
             for s in waiting {
                 self.admit(s);
             }
@@ -466,10 +467,9 @@ impl<D: Domain> Worker<D> {
             self.domains[d].abandon(id, &mut tokens);
         }
         for t in tokens.drain(..) {
-            if t & ENGINE_BIT != 0 {
-                self.peers.send_free.push(t as u16 as u32);
-            } else {
-                self.wr_done(t, Some(err.clone()));
+            match Token::decode(t) {
+                Token::EngineSend { slot, .. } => self.peers.send_free.push(slot as u32),
+                t => self.wr_done(t, Some(err.clone())),
             }
         }
         self.abandoned = tokens;

@@ -2,7 +2,8 @@
 //! domain 0, each message handed to the callback thread and the buffer
 //! reposted when the callback returns.
 use super::request::{Ctrl, RecvCallback};
-use super::{MAX_SEND, RECV_BIT, Shared, Worker};
+use super::token::Token;
+use super::{MAX_SEND, Shared, Worker};
 use crate::domain::{Chan, Domain, LocalMr, Post};
 use crate::error::{Error, Result, Status};
 use std::sync::Arc;
@@ -41,12 +42,6 @@ pub(super) struct RecvPool {
     pub(super) cb: RecvCallback,
 }
 
-/// The error a failed receive completion (`errno`) is reported with.
-pub(super) fn failure(errno: i32) -> Error {
-    let status = if errno == crate::sys::FI_ETRUNC as i32 { Status::Truncated } else { Status::Provider };
-    Error::new(status, format!("receive failed: {}", crate::domain::fabric::strerror(errno)))
-}
-
 impl<D: Domain> Worker<D> {
     /// Registers a pool of `count` buffers on domain 0 and queues them all for posting.
     pub(super) fn add_pool(&mut self, len: usize, count: usize, cb: RecvCallback) -> Result<()> {
@@ -70,7 +65,7 @@ impl<D: Domain> Worker<D> {
                 buf,
                 MAX_SEND,
                 pool.mr.desc,
-                RECV_BIT | (p as u64) << 32 | i as u64,
+                Token::Recv { pool: p, index: i }.encode(),
             ) {
                 Ok(Post::Posted) => busy = true,
                 Ok(Post::Again | Post::Busy) => {
@@ -88,8 +83,7 @@ impl<D: Domain> Worker<D> {
 
     /// Hands a received message to the callback thread; the buffer is
     /// reposted after the callback returns.
-    pub(super) fn deliver(&mut self, token: u64, res: Result<usize>) {
-        let (p, i) = (((token & !RECV_BIT) >> 32) as u32, token as u32);
+    pub(super) fn deliver(&mut self, p: u32, i: u32, res: Result<usize>) {
         let pool = &self.pools[p as usize];
         let (mem, cb, max, shared) = (pool.mem.clone(), pool.cb.clone(), pool.len, self.shared.clone());
         let res = res.and_then(|len| match len {

@@ -4,8 +4,8 @@
 //! unit `k` goes to domain `(k + rr) % N`. Units are generated on the fly
 //! from the request's shape, so posting allocates nothing per page.
 use super::Shared;
+use crate::completion::notify::OnDone;
 use crate::domain::{LocalMr, PeerId, WriteWr};
-use crate::engine::notify::OnDone;
 use crate::wire::{MrDesc, NetAddr};
 use std::sync::Arc;
 use std::sync::mpsc::Sender;
@@ -212,4 +212,101 @@ pub enum Ctrl {
         addr: NetAddr,
         reply: Sender<crate::error::Result<Option<crate::config::PeerState>>>,
     },
+}
+
+#[cfg(test)]
+impl Request {
+    /// A request with no source region and nobody to tell (unit tests).
+    pub(crate) fn test(shape: Shape) -> Request {
+        Request { id: 1, timeout: None, shape, imm: None, done: OnDone::Nothing, src_mr: None }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::RemoteKey;
+
+    /// A remote region whose domain `d` has base `0x1000 * (d + 1)` and key `d + 7`.
+    fn dst(domains: usize) -> Arc<MrDesc> {
+        let keys = (0..domains as u64).map(|d| RemoteKey { remote_base: 0x1000 * (d + 1), key: d + 7 }).collect();
+        let owner = NetAddr { epoch: 1, domains: vec![vec![0u8].into(); domains] };
+        Arc::new(MrDesc { base: 0, len: 1 << 20, owner, keys })
+    }
+
+    fn scratch() -> LocalMr {
+        LocalMr { raw: std::ptr::null_mut(), desc: 0x5c as *mut _, remote: RemoteKey { remote_base: 0, key: 0 } }
+    }
+
+    fn wrs(r: &Request, d: usize) -> Vec<(u64, usize, u64, u64)> {
+        let s = scratch();
+        (0..r.units())
+            .map(|k| {
+                let w = r.write_wr(k, d, 3, (0x99 as *const u8, &s));
+                assert_eq!((w.peer, w.imm), (3, r.imm));
+                (w.local as u64, w.len, w.remote_addr, w.key)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_single_write_is_cut_into_chunks_with_a_short_tail() {
+        let r = Request::test(Shape::Single { src: 0x10_0000, dst: dst(2), dst_off: 64, len: 250, chunk: 100 });
+        assert_eq!(r.units(), 3);
+        assert_eq!(
+            wrs(&r, 1),
+            [
+                (0x10_0000, 100, 0x2000 + 64, 8),
+                (0x10_0000 + 100, 100, 0x2000 + 164, 8),
+                (0x10_0000 + 200, 50, 0x2000 + 264, 8),
+            ]
+        );
+        let empty = Request::test(Shape::Single { src: 0, dst: dst(1), dst_off: 0, len: 0, chunk: 100 });
+        assert_eq!(empty.units(), 1, "a zero-byte write is one unit (it may carry an immediate)");
+        assert_eq!(wrs(&empty, 0), [(0, 0, 0x1000, 7)]);
+    }
+
+    #[test]
+    fn pages_follow_their_indices_and_strides() {
+        let r = Request {
+            imm: Some(9),
+            ..Request::test(Shape::Paged {
+                page_len: 16,
+                src: 0x4000,
+                src_stride: 32,
+                src_idx: vec![2, 0, 5].into(),
+                dst: dst(1),
+                dst_off: 8,
+                dst_stride: 64,
+                dst_idx: vec![1, 3, 0].into(),
+            })
+        };
+        assert_eq!(
+            wrs(&r, 0),
+            [
+                (0x4000 + 64, 16, 0x1000 + 8 + 64, 7),
+                (0x4000, 16, 0x1000 + 8 + 192, 7),
+                (0x4000 + 160, 16, 0x1000 + 8, 7)
+            ]
+        );
+    }
+
+    #[test]
+    fn scatter_and_barrier_units_go_to_their_own_destinations() {
+        let items: Box<[ScatterItem]> = vec![
+            ScatterItem { len: 10, src_offset: 0, dst: dst(2), dst_offset: 5 },
+            ScatterItem { len: 20, src_offset: 10, dst: dst(2), dst_offset: 0 },
+        ]
+        .into();
+        let r = Request::test(Shape::Scatter { src: 0x8000, items, group: None });
+        assert_eq!(wrs(&r, 0), [(0x8000, 10, 0x1005, 7), (0x800a, 20, 0x1000, 7)]);
+        let b = Request {
+            imm: Some(1),
+            ..Request::test(Shape::Barrier { dsts: vec![dst(2), dst(2)].into(), group: None })
+        };
+        // A barrier reads nothing: zero bytes from the scratch buffer, with its descriptor.
+        assert_eq!(wrs(&b, 1), [(0x99, 0, 0x2000, 8), (0x99, 0, 0x2000, 8)]);
+        let s = scratch();
+        assert_eq!(b.write_wr(0, 1, 3, (0x99 as *const u8, &s)).desc, s.desc);
+    }
 }

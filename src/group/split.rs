@@ -5,9 +5,10 @@
 //! immediate follows as a zero-byte write once the bytes are complete — so
 //! the immediate still means "landed", and nothing ever waits on a peer's
 //! answer. The unit counts as one work request of its request throughout.
-use super::{SPLIT_BIT, Worker};
+use super::Worker;
+use super::token::Token;
+use crate::completion::notify::shutdown_error;
 use crate::domain::{Domain, Post, WriteWr};
-use crate::engine::notify::shutdown_error;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
@@ -15,10 +16,10 @@ use std::sync::atomic::Ordering;
 pub(super) struct Splits {
     /// Per split whose bytes are on the wire: the immediate's work request
     /// and the token of the request it belongs to.
-    table: Vec<Option<(WriteWr, u64)>>,
+    table: Vec<Option<(WriteWr, Token)>>,
     free: Vec<u32>,
     /// Per domain: immediates whose bytes are complete, to be posted.
-    ready: Vec<VecDeque<(WriteWr, u64)>>,
+    ready: Vec<VecDeque<(WriteWr, Token)>>,
 }
 
 impl Splits {
@@ -27,32 +28,30 @@ impl Splits {
     }
 
     /// Splits `wr` (of the request with token `token`): returns the bytes'
-    /// work request and the token to post it with.
-    pub(super) fn start(&mut self, wr: &WriteWr, token: u64) -> (WriteWr, u64) {
+    /// work request and the split's index (post it with `Token::Split`).
+    pub(super) fn start(&mut self, wr: &WriteWr, token: Token) -> (WriteWr, u32) {
         let i = self.free.pop().unwrap_or_else(|| {
             self.table.push(None);
             (self.table.len() - 1) as u32
         });
         self.table[i as usize] = Some((WriteWr { len: 0, ..*wr }, token));
-        (WriteWr { imm: None, ..*wr }, SPLIT_BIT | i as u64)
+        (WriteWr { imm: None, ..*wr }, i)
     }
 
-    /// Forgets split `t` (its bytes failed, were abandoned or never posted);
+    /// Forgets split `i` (its bytes failed, were abandoned or never posted);
     /// returns the request token it belonged to.
-    pub(super) fn take(&mut self, t: u64) -> u64 {
-        let i = (t & !SPLIT_BIT) as usize;
-        let (_, token) = self.table[i].take().expect("a split in flight");
-        self.free.push(i as u32);
+    pub(super) fn take(&mut self, i: u32) -> Token {
+        let (_, token) = self.table[i as usize].take().expect("a split in flight");
+        self.free.push(i);
         token
     }
 }
 
 impl<D: Domain> Worker<D> {
     /// Split `t`'s bytes are complete on domain `d`: its immediate goes next.
-    pub(super) fn split_done(&mut self, d: usize, t: u64) {
-        let i = (t & !SPLIT_BIT) as usize;
-        let (wr, token) = self.splits.table[i].take().expect("a split in flight");
-        self.splits.free.push(i as u32);
+    pub(super) fn split_done(&mut self, d: usize, i: u32) {
+        let (wr, token) = self.splits.table[i as usize].take().expect("a split in flight");
+        self.splits.free.push(i);
         if self.shared.stop.load(Ordering::Acquire) {
             // Shutting down: nothing new is posted, and the immediate never went.
             return self.wr_done(token, Some(shutdown_error()));
@@ -65,9 +64,9 @@ impl<D: Domain> Worker<D> {
     pub(super) fn post_split_imms(&mut self, d: usize) -> bool {
         let mut busy = false;
         while let Some(&(wr, token)) = self.splits.ready[d].front() {
-            let (slot, epoch) = (token as u32, (token >> 32) as u32);
-            let live = self.actives[slot as usize].as_ref().is_some_and(|a| a.epoch == epoch && a.error.is_none());
-            let res = if live { self.domains[d].post_write(&wr, token) } else { Ok(Post::Posted) };
+            let Token::Request { slot, epoch } = token else { unreachable!("split of {token:?}") };
+            let live = self.slots.current(slot, epoch).is_some_and(|a| a.error.is_none());
+            let res = if live { self.domains[d].post_write(&wr, token.encode()) } else { Ok(Post::Posted) };
             match res {
                 Ok(Post::Posted) if live => busy = true,
                 Ok(Post::Posted) => self.wr_done(token, None),

@@ -29,3 +29,13 @@ fabriclib_status opts_from_cpp(const fabriclib_engine *e, std::atomic<uint32_t> 
     if (s == FABRICLIB_STATUS_OK) s = fabriclib_flag_wait(reinterpret_cast<const uint32_t *>(&flag), 0, nullptr);
     return s;
 }
+
+// In C++ fabriclib_status is the enum (underlying type int32_t): the same
+// ABI as C's int32_t, statuses convert to int, and the status in a flag word
+// goes to fabriclib_status_str without a cast.
+static_assert(sizeof(fabriclib_status) == sizeof(int32_t), "fabriclib_status is 32 bits");
+const char *flag_status_text(uint32_t flag) {
+    int32_t code = FABRICLIB_STATUS_TIMED_OUT;
+    if (flag & FABRICLIB_FLAG_DONE) code = static_cast<int32_t>(flag & FABRICLIB_FLAG_STATUS_MASK);
+    return fabriclib_status_str(code);
+}

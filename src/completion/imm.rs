@@ -152,7 +152,7 @@ impl ImmCounter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::notify::spawn_callback_thread;
+    use crate::completion::notify::spawn_callback_thread;
     use crate::error::Status;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU32, Ordering};

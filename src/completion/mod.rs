@@ -1,0 +1,8 @@
+//! How the engine tells the application that something finished, shared by
+//! the API (`engine`) and the worker (`group`), and depending on neither:
+//! request notification (a callback on the callback thread, or a store into
+//! a flag word, with the error kept by id: `notify`), the futex flag words
+//! themselves (`flag`), and the immediate counters (`imm`).
+pub mod flag;
+pub mod imm;
+pub mod notify;

@@ -1,0 +1,199 @@
+//! The op-context pool of a libfabric endpoint: every posted operation
+//! carries a context the provider hands back with its completion; ours maps
+//! it back to the worker's token and peer, bounds the operations in flight
+//! (per endpoint and per peer), and lets a dead peer's operations be
+//! abandoned so that their late completions are swallowed.
+use super::{PeerId, Post};
+use crate::sys::fi_context2;
+use std::ffi::c_void;
+
+/// An op context as libfabric sees it: the provider may use `fi` while the
+/// op is in flight (FI_CONTEXT modes); the rest is ours.
+#[repr(C)]
+struct CtxSlot {
+    fi: fi_context2,
+    token: u64,
+    /// The op's peer (`NO_PEER` for receives), for `abandon`.
+    peer: PeerId,
+    state: SlotState,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SlotState {
+    Free,
+    Busy,
+    /// Abandoned (its peer is down): a late completion frees it silently.
+    Abandoned,
+}
+
+pub(super) const NO_PEER: PeerId = u64::MAX;
+
+/// Op contexts with stable addresses, in chunks of `depth` slots: one at
+/// first, so that finding a completion's slot is a subtraction. `depth` ops
+/// may be in flight (a full pool reads as `Post::Again`); abandoned slots do
+/// not count, and the pool grows a chunk when only they block it.
+pub(super) struct CtxPool {
+    chunks: Vec<Box<[CtxSlot]>>,
+    free: Vec<u32>,
+    busy: usize,
+    depth: usize,
+    /// Ops in flight per peer (indexed by `fi_addr_t`, dense with FI_AV_TABLE)
+    /// and the most one peer may have: a dead or stalled peer must not hold
+    /// all of the endpoint's (and the provider's) transmit resources.
+    per_peer: Vec<u32>,
+    peer_window: u32,
+}
+
+impl CtxPool {
+    pub(super) fn new(depth: usize, peer_window: usize) -> CtxPool {
+        let peer_window = peer_window.clamp(1, u32::MAX as usize) as u32;
+        let mut p = CtxPool { chunks: Vec::new(), free: Vec::new(), busy: 0, depth, per_peer: Vec::new(), peer_window };
+        p.grow();
+        p
+    }
+    fn grow(&mut self) {
+        let base = (self.chunks.len() * self.depth) as u32;
+        let chunk = (0..self.depth).map(|_| CtxSlot {
+            fi: fi_context2::default(),
+            token: 0,
+            peer: NO_PEER,
+            state: SlotState::Free,
+        });
+        self.chunks.push(chunk.collect());
+        self.free.extend((base..base + self.depth as u32).rev());
+    }
+    fn slot(&mut self, i: usize) -> &mut CtxSlot {
+        &mut self.chunks[i / self.depth][i % self.depth]
+    }
+    /// A context for an op to `peer`, or why not: `Again` (the pool is full)
+    /// or `Busy` (this peer has its window full).
+    pub(super) fn take(&mut self, token: u64, peer: PeerId) -> std::result::Result<*mut c_void, Post> {
+        if self.busy >= self.depth {
+            return Err(Post::Again);
+        }
+        if peer != NO_PEER {
+            let p = peer as usize;
+            if p >= self.per_peer.len() {
+                self.per_peer.resize(p + 1, 0);
+            }
+            if self.per_peer[p] >= self.peer_window {
+                return Err(Post::Busy);
+            }
+            self.per_peer[p] += 1;
+        }
+        if self.free.is_empty() {
+            self.grow();
+        }
+        let i = self.free.pop().expect("grown") as usize;
+        self.busy += 1;
+        let s = self.slot(i);
+        (s.token, s.peer, s.state) = (token, peer, SlotState::Busy);
+        Ok(s as *mut CtxSlot as *mut c_void)
+    }
+    fn unpeer(&mut self, peer: PeerId) {
+        if peer != NO_PEER {
+            self.per_peer[peer as usize] -= 1;
+        }
+    }
+    fn index(&self, ctx: *mut c_void) -> Option<usize> {
+        self.chunks.iter().enumerate().find_map(|(c, chunk)| {
+            let off = (ctx as usize).checked_sub(chunk.as_ptr() as usize)?;
+            let i = off / size_of::<CtxSlot>();
+            (off % size_of::<CtxSlot>() == 0 && i < self.depth).then_some(c * self.depth + i)
+        })
+    }
+    /// Frees the slot of a completed op; its token and peer unless it was abandoned.
+    pub(super) fn release(&mut self, ctx: *mut c_void) -> Option<(u64, PeerId)> {
+        let i = self.index(ctx)?;
+        let s = self.slot(i);
+        let (state, token, peer) = (s.state, s.token, s.peer);
+        if state == SlotState::Free {
+            return None;
+        }
+        s.state = SlotState::Free;
+        self.free.push(i as u32);
+        if state == SlotState::Busy {
+            self.busy -= 1;
+            self.unpeer(peer);
+            Some((token, peer))
+        } else {
+            None
+        }
+    }
+    pub(super) fn abandon(&mut self, peer: PeerId, out: &mut Vec<u64>) {
+        for chunk in self.chunks.iter_mut() {
+            for s in chunk.iter_mut().filter(|s| s.state == SlotState::Busy && s.peer == peer) {
+                s.state = SlotState::Abandoned;
+                self.busy -= 1;
+                out.push(s.token);
+            }
+        }
+        if let Some(n) = self.per_peer.get_mut(peer as usize) {
+            *n = 0;
+        }
+    }
+    pub(super) fn in_use(&self) -> usize {
+        self.busy
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_context_maps_back_to_its_token_and_peer_once() {
+        let mut p = CtxPool::new(4, 4);
+        let a = p.take(11, 0).unwrap();
+        let b = p.take(22, 1).unwrap();
+        assert_ne!(a, b);
+        assert_eq!(p.in_use(), 2);
+        assert_eq!(p.release(b), Some((22, 1)));
+        assert_eq!(p.release(a), Some((11, 0)));
+        assert_eq!(p.release(a), None, "a context is released once");
+        assert_eq!(p.in_use(), 0);
+        assert_eq!(p.release(std::ptr::null_mut()), None, "not one of ours");
+        let inside = (a as usize + 1) as *mut c_void;
+        assert_eq!(p.release(inside), None, "not a slot's address");
+    }
+
+    #[test]
+    fn depth_bounds_the_pool_and_the_window_bounds_a_peer() {
+        let mut p = CtxPool::new(3, 2);
+        p.take(1, 5).unwrap();
+        let c = p.take(2, 5).unwrap();
+        assert_eq!(p.take(3, 5), Err(Post::Busy), "peer 5 has its window full");
+        let r = p.take(4, NO_PEER).unwrap();
+        assert_eq!(p.take(5, 6), Err(Post::Again), "the pool is full");
+        p.release(c);
+        assert!(p.take(6, 5).is_ok(), "a completion reopens the peer's window");
+        p.release(r);
+        assert!(p.take(7, NO_PEER).is_ok(), "receives count against depth only");
+    }
+
+    #[test]
+    fn abandoned_contexts_free_their_room_and_are_swallowed_later() {
+        let mut p = CtxPool::new(2, 2);
+        let a = p.take(1, 3).unwrap();
+        let b = p.take(2, 3).unwrap();
+        assert_eq!(p.take(9, 4), Err(Post::Again));
+        let mut out = Vec::new();
+        p.abandon(3, &mut out);
+        out.sort();
+        assert_eq!(out, [1, 2]);
+        assert_eq!(p.in_use(), 0);
+        // Both slots are still the provider's: the pool grows a chunk rather than reuse them.
+        let c = p.take(3, 4).unwrap();
+        let d = p.take(4, 3).unwrap();
+        assert!(![a, b].contains(&c) && ![a, b].contains(&d));
+        assert_eq!(p.release(a), None, "a late completion of an abandoned op is swallowed");
+        assert_eq!(p.release(b), None);
+        assert_eq!(p.release(d), Some((4, 3)));
+        assert_eq!(p.release(c), Some((3, 4)));
+        // Both chunks' slots are reused, and map back across chunks.
+        let e = p.take(5, NO_PEER).unwrap();
+        let f = p.take(6, NO_PEER).unwrap();
+        assert_ne!(e, f);
+        assert_eq!((p.release(f), p.release(e)), (Some((6, NO_PEER)), Some((5, NO_PEER))));
+    }
+}

@@ -1,0 +1,191 @@
+//! The request table: one slot per request the worker holds, reused with a
+//! new generation (`epoch`) each time, so that a late completion or timer of
+//! an earlier request in a slot never touches the current one. A request
+//! leaves the table through `finish` only, and only once it has nothing left
+//! on the wire and either posted every unit or ended early.
+use super::request::Request;
+use super::token::EPOCH_MASK;
+use crate::error::Error;
+use crate::wire::MAX_DOMAINS;
+use std::sync::Arc;
+
+/// A request in the table.
+pub(super) struct Active {
+    pub(super) req: Request,
+    pub(super) epoch: u32,
+    pub(super) units: usize,
+    pub(super) posted: usize,
+    pub(super) outstanding: usize,
+    /// Next unit each domain posts (steps by N).
+    pub(super) next: [usize; MAX_DOMAINS],
+    /// The destination peer (index into the peer table) of a
+    /// single-destination request or a send.
+    pub(super) peer: u32,
+    /// The peer of each unit of a scatter or barrier.
+    pub(super) unit_peers: Option<Arc<[u32]>>,
+    /// Waiting for a peer's handshake; nothing queued yet.
+    pub(super) parked: bool,
+    /// Why it ended early; nothing more is posted once set.
+    pub(super) error: Option<Error>,
+    /// The staging slot of a send (stage.rs).
+    pub(super) stage: Option<u32>,
+}
+
+impl Active {
+    pub(super) fn involves(&self, peer: u32) -> bool {
+        match &self.unit_peers {
+            Some(u) => u.contains(&peer),
+            None => self.peer == peer,
+        }
+    }
+
+    /// Nothing on the wire, and everything posted or ended early.
+    fn finished(&self) -> bool {
+        self.outstanding == 0 && (self.error.is_some() || self.posted >= self.units)
+    }
+}
+
+#[derive(Default)]
+pub(super) struct Slots {
+    list: Vec<Option<Active>>,
+    gens: Vec<u32>,
+    free: Vec<u32>,
+    live: usize,
+}
+
+impl Slots {
+    /// Takes a free slot for `req` (parked, nothing posted); returns the
+    /// slot and its epoch.
+    pub(super) fn insert(&mut self, req: Request, peer: u32, unit_peers: Option<Arc<[u32]>>) -> (u32, u32) {
+        let slot = self.free.pop().unwrap_or_else(|| {
+            self.list.push(None);
+            self.gens.push(0);
+            (self.list.len() - 1) as u32
+        });
+        let epoch = self.gens[slot as usize];
+        let units = req.units();
+        self.list[slot as usize] = Some(Active {
+            req,
+            epoch,
+            units,
+            posted: 0,
+            outstanding: 0,
+            next: [usize::MAX; MAX_DOMAINS],
+            peer,
+            unit_peers,
+            parked: true,
+            error: None,
+            stage: None,
+        });
+        self.live += 1;
+        (slot, epoch)
+    }
+
+    /// The request in `slot`, whatever its epoch.
+    pub(super) fn get(&mut self, slot: u32) -> Option<&mut Active> {
+        self.list.get_mut(slot as usize)?.as_mut()
+    }
+
+    /// The request in `slot` if it is still the one of `epoch`.
+    pub(super) fn current(&mut self, slot: u32, epoch: u32) -> Option<&mut Active> {
+        self.get(slot).filter(|a| a.epoch == epoch)
+    }
+
+    pub(super) fn is_current(&self, slot: u32, epoch: u32) -> bool {
+        self.list.get(slot as usize).and_then(|a| a.as_ref()).is_some_and(|a| a.epoch == epoch)
+    }
+
+    /// The slots whose request satisfies `f`.
+    pub(super) fn find(&self, f: impl Fn(&Active) -> bool) -> Vec<u32> {
+        (0..self.list.len() as u32).filter(|&s| self.list[s as usize].as_ref().is_some_and(&f)).collect()
+    }
+
+    /// Every slot that holds a request.
+    pub(super) fn all(&self) -> Vec<u32> {
+        self.find(|_| true)
+    }
+
+    /// Requests in the table.
+    pub(super) fn live(&self) -> usize {
+        self.live
+    }
+
+    /// Removes and returns the request in `slot` if it has finished (see
+    /// the module doc); the slot is then free with the next epoch.
+    pub(super) fn finish(&mut self, slot: u32) -> Option<Active> {
+        let s = slot as usize;
+        if !self.list.get(s)?.as_ref()?.finished() {
+            return None;
+        }
+        let a = self.list[s].take();
+        self.gens[s] = (self.gens[s] + 1) & EPOCH_MASK;
+        self.free.push(slot);
+        self.live -= 1;
+        a
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::group::request::{Request, Shape};
+
+    fn connect() -> Request {
+        let to = crate::wire::NetAddr { epoch: 1, domains: vec![vec![1u8, 2, 3].into()] };
+        Request::test(Shape::Connect { to })
+    }
+
+    #[test]
+    fn a_reused_slot_gets_a_new_epoch() {
+        let mut t = Slots::default();
+        let (s, e) = t.insert(connect(), 0, None);
+        assert!(t.is_current(s, e));
+        assert!(t.finish(s).is_some(), "a request with no units and nothing out is finished");
+        assert!(!t.is_current(s, e));
+        let (s2, e2) = t.insert(connect(), 0, None);
+        assert_eq!((s2, e2), (s, e + 1));
+        assert!(t.current(s, e).is_none(), "the old epoch finds nothing");
+        assert!(t.current(s, e2).is_some());
+    }
+
+    #[test]
+    fn finish_waits_for_the_wire_and_the_units() {
+        let mut t = Slots::default();
+        let (s, _) = t.insert(connect(), 0, None);
+        let a = t.get(s).unwrap();
+        (a.units, a.posted, a.outstanding) = (3, 2, 1);
+        assert!(t.finish(s).is_none(), "a unit on the wire");
+        t.get(s).unwrap().outstanding = 0;
+        assert!(t.finish(s).is_none(), "a unit not posted");
+        t.get(s).unwrap().error = Some(Error::new(crate::Status::Canceled, "x"));
+        t.get(s).unwrap().outstanding = 1;
+        assert!(t.finish(s).is_none(), "ended early, but a unit is still on the wire");
+        t.get(s).unwrap().outstanding = 0;
+        assert_eq!(t.live(), 1);
+        assert!(t.finish(s).is_some());
+        assert_eq!(t.live(), 0);
+        assert!(t.finish(s).is_none(), "finished once");
+    }
+
+    #[test]
+    fn epochs_wrap_within_the_token_bits() {
+        let mut t = Slots::default();
+        t.insert(connect(), 0, None);
+        t.gens[0] = EPOCH_MASK;
+        t.list[0].as_mut().unwrap().epoch = EPOCH_MASK;
+        t.finish(0).unwrap();
+        assert_eq!(t.insert(connect(), 0, None), (0, 0));
+    }
+
+    #[test]
+    fn find_sees_only_live_requests() {
+        let mut t = Slots::default();
+        let (a, _) = t.insert(connect(), 1, None);
+        let (b, _) = t.insert(connect(), 2, Some(vec![2, 3].into()));
+        t.insert(connect(), 4, None);
+        t.finish(a).unwrap();
+        assert_eq!(t.find(|a| a.involves(2)), vec![b]);
+        assert_eq!(t.find(|a| a.involves(3)), vec![b]);
+        assert_eq!(t.all().len(), 2);
+    }
+}
