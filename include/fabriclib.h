@@ -153,6 +153,17 @@ typedef struct fabriclib_remote_mr *const *fabriclib_remote_mr_list;
 // A peer was greeted and has not answered yet (`fabriclib_peer_state` only).
 #define FABRICLIB_PEER_CONNECTING 0
 
+// `memory`: CUDA-mapped host memory if a CUDA driver and the device are
+// present, else plain host memory.
+#define FABRICLIB_MEMORY_AUTO 0
+
+// `memory`: plain host memory (no kernel can reach it).
+#define FABRICLIB_MEMORY_HOST 1
+
+// `memory`: pinned host memory mapped into the GPU's address space
+// (`cuMemHostAlloc` with `PORTABLE | DEVICEMAP`); `UNSUPPORTED` without CUDA.
+#define FABRICLIB_MEMORY_CUDA_MAPPED 2
+
 // `fabriclib_submit_opts.timeout_us` for a request with no deadline.
 #define FABRICLIB_NO_TIMEOUT UINT64_MAX
 
@@ -228,6 +239,9 @@ typedef struct fabriclib_mr fabriclib_mr;
 // may be used from any thread at once.
 typedef struct fabriclib_remote_mr fabriclib_remote_mr;
 
+// A watched 64-bit word and its callback.
+typedef struct fabriclib_watcher fabriclib_watcher;
+
 // Told when a peer comes up (`FABRICLIB_PEER_UP`, `why` 0) or goes down
 // (`FABRICLIB_PEER_DOWN`, `why` `FABRICLIB_STATUS_PEER_DOWN` or
 // `FABRICLIB_STATUS_STALE`). `addr` (`addr_len` bytes) is the peer's
@@ -282,6 +296,27 @@ typedef struct fabriclib_submit_opts {
   uint32_t *flag;
   uint64_t timeout_us;
 } fabriclib_submit_opts;
+
+// Called on the engine's watcher thread when it sees a watched word change:
+// `old_value` is the value the previous call reported (0 at first),
+// `new_value` the word's value now. Values may be skipped (two changes
+// between two looks give one call), never reordered. Must not throw; keep
+// it short (one thread calls every watcher of the engine); any fabriclib
+// call may be made from it, including destroying this watcher.
+typedef void (*fabriclib_watcher_cb)(void *user_data, uint64_t old_value, uint64_t new_value);
+
+// Options of a watcher. Zero-initialise, set `struct_size =
+// sizeof(fabriclib_watcher_opts)` and `callback`. `memory` is one of
+// `FABRICLIB_MEMORY_*` (0: auto); `device` the CUDA device whose context
+// allocates it when the calling thread has none (the memory is portable:
+// every context can use it).
+typedef struct fabriclib_watcher_opts {
+  size_t struct_size;
+  fabriclib_watcher_cb callback;
+  void *user_data;
+  uint32_t memory;
+  int32_t device;
+} fabriclib_watcher_opts;
 
 // Called for every received message with its bytes (`data`, `len`), valid
 // only during the call: the buffer returns to the pool when the callback
@@ -379,6 +414,16 @@ fabriclib_status fabriclib_config_set_submit_queue(struct fabriclib_config *conf
 fabriclib_status fabriclib_config_set_idle(struct fabriclib_config *config,
                                            uint64_t spin_us,
                                            uint64_t nap_us);
+
+// Sets how the watcher thread polls (`fabriclib_watcher_create`): it spins
+// while watched words change and for `spin_us` microseconds after the last
+// change (default 10000; `UINT64_MAX`: always, the lowest latency, a whole
+// core), then looks every `nap_us` microseconds (default 50, at least 1)
+// until one changes again. A change seen during a nap is reported up to
+// `nap_us` late.
+fabriclib_status fabriclib_config_set_watcher_idle(struct fabriclib_config *config,
+                                                   uint64_t spin_us,
+                                                   uint64_t nap_us);
 
 // Sets the engine's default request deadline in microseconds (default 30 s;
 // 0: no deadline). Requests and immediate expectations that have not ended
@@ -499,6 +544,87 @@ fabriclib_status fabriclib_peer_state(const struct fabriclib_engine *engine,
                                       const uint8_t *addr,
                                       size_t addr_len,
                                       int32_t *state);
+
+// Creates a watcher: a 64-bit word, zero at first, that the engine's
+// watcher thread (started with the first watcher) polls, calling
+// `opts->callback(opts->user_data, old, new)` when it changes. Get the word
+// with `fabriclib_watcher_host_ptr` / `fabriclib_watcher_device_ptr`. A kernel
+// bumps it with a volatile store followed by `__threadfence_system()`; that
+// works inside a CUDA graph too:
+//
+// ```c
+// __global__ void layer_done(volatile uint64_t *w, uint64_t layer) {
+//     // ... the layer's outputs are written above ...
+//     __threadfence_system();       // outputs visible to the CPU first
+//     *w = layer + 1;               // then the signal
+//     __threadfence_system();
+// }
+// ```
+//
+// `user_data` must stay valid until `fabriclib_watcher_destroy` returns.
+// Any thread.
+fabriclib_status fabriclib_watcher_create(const struct fabriclib_engine *engine,
+                                          const struct fabriclib_watcher_opts *opts,
+                                          struct fabriclib_watcher **out);
+
+// Writes the word's address for the CPU to `*out`. Any thread.
+fabriclib_status fabriclib_watcher_host_ptr(const struct fabriclib_watcher *w, uint64_t **out);
+
+// Writes the word's address for a kernel to `*out`;
+// `FABRICLIB_STATUS_UNSUPPORTED` if it is plain host memory (no CUDA, or
+// `FABRICLIB_MEMORY_HOST`). Any thread.
+fabriclib_status fabriclib_watcher_device_ptr(const struct fabriclib_watcher *w, uint64_t *out);
+
+// Stops the watcher and frees its word (NULL is a no-op). No callback of it
+// runs after this returns, except the one it is called from (allowed).
+// It waits for a callback of the engine's watcher thread that is running.
+void fabriclib_watcher_destroy(struct fabriclib_watcher *w);
+
+// Allocates `len` bytes, zeroed and 64-byte aligned, of `memory`
+// (`FABRICLIB_MEMORY_*`) that the CPU reaches at `*host` and a kernel at
+// `*device_ptr` (0 for plain host memory; `device_ptr` may be NULL): the
+// place for completion flags and mirrored immediate counters that a kernel
+// polls. Free with `fabriclib_mapped_free`. Needs no engine. Any thread.
+fabriclib_status fabriclib_mapped_alloc(size_t len,
+                                        uint32_t memory,
+                                        int32_t device,
+                                        void **host,
+                                        uint64_t *device_ptr);
+
+// Frees what `fabriclib_mapped_alloc` returned (NULL is a no-op; another
+// pointer is refused with `FABRICLIB_STATUS_INVALID_ARGUMENT`).
+fabriclib_status fabriclib_mapped_free(void *host);
+
+// Writes the CUDA driver's version (e.g. 13000) to `*version`;
+// `FABRICLIB_STATUS_UNSUPPORTED` (with why in the last error message) if
+// there is no usable driver. Loads the driver on first use.
+fabriclib_status fabriclib_cuda_driver_version(int32_t *version);
+
+// Mirrors immediate `imm` into `*word` (NULL: stops mirroring): the worker
+// sets the word at once to what `fabriclib_imm_count_get` would report, then
+// adds one, with a release store, for every later arrival of `imm`.
+// Expectations and resets do not lower it, so a kernel (or a thread) waits
+// for "at least n" with a volatile load, then `__threadfence_system()`
+// before it reads the data. Put the word in `fabriclib_mapped_alloc` memory
+// for a kernel. The word must be 8-byte aligned and stay valid until this
+// is called again for `imm` (another word, or NULL) and has returned, or
+// the engine is destroyed. Any thread.
+fabriclib_status fabriclib_imm_mirror(const struct fabriclib_engine *engine,
+                                      uint32_t imm,
+                                      uint64_t *word);
+
+// Registers `len` bytes of CUDA device memory of GPU `device` at `ptr`
+// (`fabriclib_mr_register` detects device memory by itself when the process
+// uses CUDA; this says it explicitly). The region is exported as a dma-buf
+// where the driver can and handed to the provider as GPU memory; a provider
+// without `FI_HMEM` (tcp and shm of the distributions' libfabric) refuses with
+// `FABRICLIB_STATUS_UNSUPPORTED`, naming itself. `UNSUPPORTED` too without a
+// CUDA driver; `INVALID_ARGUMENT` if `ptr` is not device memory of `device`.
+fabriclib_status fabriclib_mr_register_device(const struct fabriclib_engine *engine,
+                                              void *ptr,
+                                              size_t len,
+                                              int32_t device,
+                                              struct fabriclib_mr **out);
 
 // Registers `len` bytes of host memory at `ptr` with every domain of the
 // engine. The memory must stay valid until `fabriclib_mr_deregister` and

@@ -60,6 +60,12 @@ pub struct EngineConfig {
     pub idle_spin_us: u64,
     /// How long one nap lasts at most, in microseconds (a submit wakes it at once).
     pub idle_nap_us: u64,
+    /// How long the watcher thread busy-polls its words after the last
+    /// change it saw, in microseconds (`u64::MAX`: always, the lowest
+    /// latency, one core); then it looks every `watcher_nap_us`.
+    pub watcher_spin_us: u64,
+    /// The watcher thread's look interval once idle, in microseconds.
+    pub watcher_nap_us: u64,
     /// How long a request (or an immediate expectation) may take before it
     /// ends with `TimedOut`, unless it gives its own; `None`: no deadline.
     pub request_timeout: Option<Duration>,
@@ -96,6 +102,8 @@ impl Default for EngineConfig {
             max_msg_size: None,
             idle_spin_us: 2000,
             idle_nap_us: 500,
+            watcher_spin_us: 10_000,
+            watcher_nap_us: 50,
             request_timeout: Some(Duration::from_secs(30)),
             keepalive_interval: Duration::from_millis(500),
             peer_timeout: Duration::from_secs(3),

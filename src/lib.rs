@@ -12,8 +12,10 @@ pub mod config;
 pub mod domain;
 pub mod engine;
 pub mod error;
+pub mod gpu;
 pub mod group;
 pub mod sys;
+pub mod watcher;
 pub mod wire;
 
 pub use completion::flag::wait as wait_flag;

@@ -77,7 +77,7 @@ impl RawEp {
 
     /// Registers `len` bytes at `ptr`; the memory must outlive the region's `deregister`.
     pub fn register(&mut self, ptr: *mut u8, len: usize) -> R<RawMr> {
-        self.fe.register(ptr, len).map_err(|e| e.message)
+        self.fe.register(ptr, len, fabriclib::domain::Memory::Host).map_err(|e| e.message)
     }
 
     pub fn deregister(&mut self, mr: RawMr) {

@@ -146,6 +146,29 @@ pub extern "C" fn fabriclib_config_set_idle(
     })
 }
 
+/// Sets how the watcher thread polls (`fabriclib_watcher_create`): it spins
+/// while watched words change and for `spin_us` microseconds after the last
+/// change (default 10000; `UINT64_MAX`: always, the lowest latency, a whole
+/// core), then looks every `nap_us` microseconds (default 50, at least 1)
+/// until one changes again. A change seen during a nap is reported up to
+/// `nap_us` late.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_config_set_watcher_idle(
+    config: *mut fabriclib_config,
+    spin_us: u64,
+    nap_us: u64,
+) -> fabriclib_status {
+    ffi(|| {
+        let c = config_mut(config)?;
+        if nap_us == 0 {
+            return Err(Error::new(Status::InvalidArgument, "nap_us must be at least 1 microsecond"));
+        }
+        c.cfg.watcher_spin_us = spin_us;
+        c.cfg.watcher_nap_us = nap_us;
+        Ok(())
+    })
+}
+
 /// Sets the engine's default request deadline in microseconds (default 30 s;
 /// 0: no deadline). Requests and immediate expectations that have not ended
 /// by then end with `FABRICLIB_STATUS_TIMED_OUT`; one request may set its own

@@ -16,6 +16,12 @@ pub struct fabriclib_mr {
 
 super::impl_handle!(fabriclib_mr, 0xfab1_0e90_0000_0003, "memory region");
 
+impl fabriclib_mr {
+    pub(crate) fn new(mr: MrHandle) -> fabriclib_mr {
+        fabriclib_mr { magic: AtomicU64::new(0), mr }
+    }
+}
+
 /// A peer's registered region, as parsed from its descriptor. Immutable:
 /// may be used from any thread at once.
 pub struct fabriclib_remote_mr {
@@ -41,7 +47,7 @@ pub extern "C" fn fabriclib_mr_register(
         non_null(out, "out")?;
         // SAFETY: the caller guarantees ptr..ptr+len is valid memory (API contract).
         let mr = unsafe { e.engine.register(ptr.cast(), len)? };
-        give(out, fabriclib_mr { magic: AtomicU64::new(0), mr })
+        give(out, fabriclib_mr::new(mr))
     })
 }
 

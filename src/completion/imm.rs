@@ -44,10 +44,18 @@ struct Entry {
     expect: Option<Expectation>,
 }
 
+/// A word that mirrors an immediate's arrivals (`ImmCounter::mirror`).
+pub struct MirrorWord(pub *const std::sync::atomic::AtomicU64);
+// SAFETY: the application keeps the word valid until the mirror is stopped
+// (API contract); only the worker stores to it.
+unsafe impl Send for MirrorWord {}
+
 #[derive(Default)]
 pub struct ImmCounter {
     map: HashMap<u32, Entry, BuildHasherDefault<ImmHasher>>,
     armed: usize,
+    /// Per mirrored immediate: the word and the value last stored to it.
+    mirrors: HashMap<u32, (MirrorWord, u64), BuildHasherDefault<ImmHasher>>,
 }
 
 impl ImmCounter {
@@ -69,6 +77,13 @@ impl ImmCounter {
     /// Counts one arrived immediate.
     pub fn arrived(&mut self, imm: u32, n: &Notifier) {
         self.map.entry(imm).or_insert(Entry { arrived: 0, expect: None }).arrived += 1;
+        if !self.mirrors.is_empty() {
+            if let Some((w, v)) = self.mirrors.get_mut(&imm) {
+                *v += 1;
+                // SAFETY: valid until the mirror is stopped (MirrorWord).
+                unsafe { &*w.0 }.store(*v, std::sync::atomic::Ordering::Release);
+            }
+        }
         self.check(imm, n);
     }
 
@@ -127,6 +142,25 @@ impl ImmCounter {
         n
     }
 
+    /// Mirrors immediate `imm` into `word` (`None`: stops): the word is set
+    /// at once to the count `read` would return, and grows by one, with a
+    /// release store, on every later arrival of `imm`, whatever expectations
+    /// take or `reset` clears (a kernel waits for "at least n"). A new word
+    /// replaces the previous one.
+    pub fn mirror(&mut self, imm: u32, word: Option<MirrorWord>) {
+        match word {
+            None => {
+                self.mirrors.remove(&imm);
+            }
+            Some(w) => {
+                let v = self.map.get(&imm).map_or(0, |e| e.arrived);
+                // SAFETY: as in `arrived`.
+                unsafe { &*w.0 }.store(v, std::sync::atomic::Ordering::Release);
+                self.mirrors.insert(imm, (w, v));
+            }
+        }
+    }
+
     /// Whether the expectation on `imm` is request `id` and still armed.
     pub fn is_armed(&self, imm: u32, id: u64) -> bool {
         self.map.get(&imm).and_then(|e| e.expect.as_ref()).is_some_and(|x| x.id == id)
@@ -137,9 +171,10 @@ impl ImmCounter {
         self.map.iter().find(|(_, e)| e.expect.as_ref().is_some_and(|x| x.id == id)).map(|(imm, _)| *imm)
     }
 
-    /// Ends every armed expectation with `err` (shutdown).
+    /// Ends every armed expectation with `err` (shutdown); mirrors stop.
     pub fn fail_all(&mut self, err: &Error, n: &Notifier) {
         self.armed = 0;
+        self.mirrors.clear();
         for (_, e) in self.map.drain() {
             if let Some(x) = e.expect {
                 n.errors.record(x.id, err);
@@ -185,6 +220,32 @@ mod tests {
         assert_eq!(ended(&f), Some(Status::Ok as u32));
         assert_eq!(c.read(7, false), 0);
         assert!(c.map.is_empty(), "a settled immediate leaves no entry behind");
+    }
+
+    #[test]
+    fn a_mirror_counts_every_arrival_whatever_expectations_take() {
+        use std::sync::atomic::AtomicU64;
+        let (n, _t) = spawn_callback_thread().unwrap();
+        let mut c = ImmCounter::default();
+        c.arrived(5, &n);
+        c.arrived(5, &n);
+        let (w, other) = (AtomicU64::new(99), AtomicU64::new(0));
+        c.mirror(5, Some(MirrorWord(&w)));
+        assert_eq!(w.load(Ordering::Acquire), 2, "starts at the count not yet taken");
+        let (_, done) = flag();
+        c.expect(5, 3, done, 1, &n).unwrap();
+        c.arrived(5, &n);
+        c.arrived(6, &n);
+        assert_eq!(w.load(Ordering::Acquire), 3, "the expectation took 3; the mirror does not go down");
+        c.read(5, true);
+        c.arrived(5, &n);
+        assert_eq!(w.load(Ordering::Acquire), 4);
+        c.mirror(5, Some(MirrorWord(&other)));
+        c.arrived(5, &n);
+        assert_eq!((w.load(Ordering::Acquire), other.load(Ordering::Acquire)), (4, 2), "replaced: 1 counted + 1");
+        c.mirror(5, None);
+        c.arrived(5, &n);
+        assert_eq!(other.load(Ordering::Acquire), 2, "stopped");
     }
 
     #[test]

@@ -14,7 +14,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use super::ctx::{CtxPool, NO_PEER};
-use super::{Chan, Completion, Domain, LocalMr, PeerId, Post, WriteWr};
+use super::{Chan, Completion, Domain, LocalMr, Memory, PeerId, Post, WriteWr};
 use crate::config::EngineConfig;
 use crate::error::{Error, Result, Status};
 use crate::sys::*;
@@ -194,8 +194,19 @@ impl FabricEndpoint {
         }
     }
 
-    /// Registers `len` bytes at `ptr` for local use and remote writes.
-    pub fn register(&mut self, ptr: *mut u8, len: usize) -> Result<LocalMr> {
+    /// Whether the provider reaches device memory (`FI_HMEM` in its caps).
+    pub fn hmem(&self) -> bool {
+        // SAFETY: info is valid for the endpoint's life.
+        unsafe { (*self.info).caps & FI_HMEM != 0 }
+    }
+
+    /// Registers `len` bytes at `ptr` of `mem` memory for local use and remote writes.
+    pub fn register(&mut self, ptr: *mut u8, len: usize, mem: Memory) -> Result<LocalMr> {
+        if let Memory::Cuda { device, .. } = mem {
+            if !self.hmem() {
+                return Err(super::no_device_memory(&self.provider, device));
+            }
+        }
         let access = (FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | FI_SEND | FI_RECV) as u64;
         // Requested keys must be unique per domain on providers without FI_MR_PROV_KEY.
         let key = self.next_key;
@@ -204,8 +215,15 @@ impl FabricEndpoint {
         // SAFETY: domain is open; ptr/len describe memory the caller keeps alive
         // until deregister; mr is closed on every error path.
         unsafe {
-            let ret = fi_mr_reg(self.domain, ptr as *const c_void, len, access, 0, key, 0, &mut mr, null_mut());
-            check("fi_mr_reg", ret as i64)?;
+            match mem {
+                Memory::Host => {
+                    let ret = fi_mr_reg(self.domain, ptr as *const c_void, len, access, 0, key, 0, &mut mr, null_mut());
+                    check("fi_mr_reg", ret as i64)?;
+                }
+                Memory::Cuda { device, dmabuf } => {
+                    self.register_cuda(ptr, len, access, key, device, dmabuf, &mut mr)?
+                }
+            }
             if self.mr_mode & FI_MR_ENDPOINT as u64 != 0 {
                 let r = fi_mr_bind(mr, &mut (*self.ep).fid, 0);
                 let r = if r == 0 { fi_mr_enable(mr) } else { r };
@@ -225,6 +243,69 @@ impl FabricEndpoint {
             let remote_base = if self.mr_mode & FI_MR_VIRT_ADDR as u64 != 0 { ptr as u64 } else { 0 };
             Ok(LocalMr { raw: mr.cast(), desc: fi_mr_desc(mr), remote: RemoteKey { remote_base, key: rkey } })
         }
+    }
+
+    /// `fi_mr_regattr` of CUDA device memory: from its dma-buf
+    /// (`FI_MR_DMABUF`) where this libfabric has it (1.20 and later, checked
+    /// at run time), else the device pointer itself (`FI_HMEM_CUDA`).
+    /// Not run here: no provider of this machine's libfabric has `FI_HMEM`.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn register_cuda(
+        &mut self,
+        ptr: *mut u8,
+        len: usize,
+        access: u64,
+        key: u64,
+        device: i32,
+        dmabuf: Option<(i32, u64)>,
+        mr: &mut *mut fid_mr,
+    ) -> Result<()> {
+        /// `struct fi_mr_dmabuf` (libfabric 1.20).
+        #[repr(C)]
+        struct FiMrDmabuf {
+            fd: i32,
+            offset: u64,
+            len: usize,
+            base_addr: *mut c_void,
+        }
+        /// `struct fi_mr_attr` as of 1.20: 1.17's, then fields that stay zero.
+        #[repr(C)]
+        struct MrAttr {
+            base: fi_mr_attr,
+            hmem_data: *mut c_void,
+            page_size: usize,
+            base_mr: *const c_void,
+            sub_mr_cnt: usize,
+        }
+        const FI_MR_DMABUF: u64 = 1 << 40;
+        let iov = iovec { iov_base: ptr.cast(), iov_len: len };
+        let mut attr = MrAttr {
+            base: fi_mr_attr {
+                mr_iov: &iov,
+                iov_count: 1,
+                access,
+                requested_key: key,
+                iface: fi_hmem_iface_FI_HMEM_CUDA,
+                ..Default::default()
+            },
+            hmem_data: null_mut(),
+            page_size: 0,
+            base_mr: std::ptr::null(),
+            sub_mr_cnt: 0,
+        };
+        attr.base.device.cuda = device;
+        let mut flags = 0;
+        // SAFETY: fi_version only reads a constant.
+        let dmabuf_ok = unsafe { fi_version() } >= (1 << 16 | 20);
+        let buf;
+        if let (Some((fd, offset)), true) = (dmabuf, dmabuf_ok) {
+            buf = FiMrDmabuf { fd, offset, len, base_addr: ptr.cast() };
+            attr.base.mr_iov = (&buf as *const FiMrDmabuf).cast();
+            flags = FI_MR_DMABUF;
+        }
+        // SAFETY: domain is open; attr (and what it points at) lives across the call.
+        let ret = unsafe { fi_mr_regattr(self.domain, &attr.base, flags, mr) };
+        check(if flags != 0 { "fi_mr_regattr(FI_MR_DMABUF)" } else { "fi_mr_regattr(FI_HMEM_CUDA)" }, ret as i64)
     }
 
     pub fn deregister(&mut self, mr: &LocalMr) {
@@ -331,8 +412,12 @@ impl Domain for FabricDomain {
         self.ip
     }
 
-    fn register(&mut self, ptr: *mut u8, len: usize) -> Result<LocalMr> {
-        self.fe.register(ptr, len)
+    fn register(&mut self, ptr: *mut u8, len: usize, mem: Memory) -> Result<LocalMr> {
+        self.fe.register(ptr, len, mem)
+    }
+
+    fn device_memory(&self) -> bool {
+        self.fe.hmem()
     }
 
     fn deregister(&mut self, mr: &LocalMr) {

@@ -29,6 +29,19 @@ pub struct LocalMr {
 unsafe impl Send for LocalMr {}
 unsafe impl Sync for LocalMr {}
 
+/// What memory a registration covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Memory {
+    /// Host memory (pageable or pinned; CUDA-mapped host memory too).
+    Host,
+    /// CUDA device memory of GPU `device`. `dmabuf`: the region exported as
+    /// a dma-buf (`fd`, and the offset of the region's first byte in it),
+    /// when the driver could; the backend imports it (libfabric
+    /// `FI_MR_DMABUF`, verbs `ibv_reg_dmabuf_mr`) or registers the device
+    /// pointer itself (`FI_HMEM_CUDA`). The fd stays the caller's.
+    Cuda { device: i32, dmabuf: Option<(i32, u64)> },
+}
+
 /// A peer resolved in one domain (libfabric: an `fi_addr_t`).
 pub type PeerId = u64;
 
@@ -92,7 +105,14 @@ pub trait Domain: Sized + Send + 'static {
     fn address(&self) -> &[u8];
     /// Largest single work request; bigger writes are split.
     fn max_msg_size(&self) -> usize;
-    fn register(&mut self, ptr: *mut u8, len: usize) -> Result<LocalMr>;
+    /// Registers `len` bytes at `ptr` of `mem` memory. A backend that cannot
+    /// reach device memory (`device_memory()` false) refuses `Memory::Cuda`
+    /// with `Unsupported`; it never registers it as host memory.
+    fn register(&mut self, ptr: *mut u8, len: usize, mem: Memory) -> Result<LocalMr>;
+    /// Whether `register` takes `Memory::Cuda` (libfabric: the provider has `FI_HMEM`).
+    fn device_memory(&self) -> bool {
+        false
+    }
     fn deregister(&mut self, mr: &LocalMr);
     /// Turns a peer's domain address into a `PeerId` (idempotent).
     fn resolve(&mut self, addr: &[u8]) -> Result<PeerId>;
@@ -139,6 +159,17 @@ pub trait Domain: Sized + Send + 'static {
     fn addresses_come_back(&self) -> bool {
         false
     }
+}
+
+/// How a provider without device-memory support refuses GPU memory.
+pub fn no_device_memory(provider: &str, device: i32) -> Error {
+    Error::new(
+        crate::Status::Unsupported,
+        format!(
+            "the {provider} provider cannot register GPU memory (CUDA device {device}): it lacks FI_HMEM \
+             (this libfabric was built without CUDA support, or the provider has none; EFA has it)"
+        ),
+    )
 }
 
 /// A random 64-bit number (std's per-process hash keys, the clock and the

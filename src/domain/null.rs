@@ -47,7 +47,8 @@ impl Domain for NullDomain {
     fn max_msg_size(&self) -> usize {
         1 << 30
     }
-    fn register(&mut self, ptr: *mut u8, _len: usize) -> Result<LocalMr> {
+    /// Any memory: nothing is ever read or written.
+    fn register(&mut self, ptr: *mut u8, _len: usize, _mem: super::Memory) -> Result<LocalMr> {
         self.next_key += 1;
         Ok(LocalMr {
             raw: std::ptr::null_mut(),
@@ -56,6 +57,9 @@ impl Domain for NullDomain {
         })
     }
     fn deregister(&mut self, _mr: &LocalMr) {}
+    fn device_memory(&self) -> bool {
+        true
+    }
     fn resolve(&mut self, addr: &[u8]) -> Result<PeerId> {
         let n = self.peers.len() as PeerId;
         Ok(*self.peers.entry(addr.into()).or_insert(n))

@@ -12,7 +12,7 @@
 use crate::bail;
 use crate::completion::notify::{self, Deadline, RequestId, RequestOpts};
 use crate::config::EngineConfig;
-use crate::domain::{fabric::FabricDomain, null::NullDomain};
+use crate::domain::{Memory, fabric::FabricDomain, null::NullDomain};
 use crate::error::{Error, Result, Status};
 use crate::group::request::{Ctrl, MrInner, Request, ScatterItem, Shape};
 use crate::group::{self, GroupInfo, MAX_SEND, Shared};
@@ -21,6 +21,10 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
+
+unsafe extern "C" {
+    fn close(fd: i32) -> i32;
+}
 
 /// How long a control call polls for the worker's reply before sleeping on it.
 const RPC_POLL: std::time::Duration = std::time::Duration::from_micros(50);
@@ -92,6 +96,7 @@ pub struct TransferEngine {
     request_timeout: Option<std::time::Duration>,
     max_inflight: usize,
     errors: Arc<notify::ErrorLog>,
+    watchers: crate::watcher::Watchers,
 }
 
 /// Checks `[off, off+len)` against a region of `region` bytes; `what` names
@@ -128,6 +133,10 @@ impl TransferEngine {
             request_timeout: cfg.request_timeout,
             max_inflight: cfg.max_inflight.max(1),
             errors,
+            watchers: crate::watcher::Watchers::new(
+                std::time::Duration::from_micros(cfg.watcher_spin_us),
+                std::time::Duration::from_micros(cfg.watcher_nap_us),
+            ),
         })
     }
 
@@ -190,6 +199,25 @@ impl TransferEngine {
     /// # Safety
     /// `ptr..ptr+len` must be readable and writable memory that outlives the registration.
     pub unsafe fn register(&self, ptr: *mut u8, len: usize) -> Result<MrHandle> {
+        // Only a process that uses CUDA can hold device pointers: never load the driver to ask.
+        let device = if crate::gpu::cuda::loaded_by_process() {
+            crate::gpu::cuda::cuda().ok().and_then(|c| c.device_of(ptr))
+        } else {
+            None
+        };
+        // SAFETY: the caller's contract.
+        unsafe { self.register_memory(ptr, len, device) }
+    }
+
+    /// Registers `len` bytes at `ptr` that the caller says are host memory
+    /// (`device` `None`) or CUDA device memory of GPU `device` (the paper's
+    /// `reg_mr(ptr, len, device)`). Device memory goes to the provider as
+    /// such (a dma-buf where the driver exports one): a provider without
+    /// `FI_HMEM` refuses it with `Unsupported`, naming itself.
+    ///
+    /// # Safety
+    /// As `register`.
+    pub unsafe fn register_memory(&self, ptr: *mut u8, len: usize, device: Option<i32>) -> Result<MrHandle> {
         if ptr.is_null() {
             bail!(InvalidArgument, "register: NULL pointer");
         }
@@ -199,8 +227,26 @@ impl TransferEngine {
         if (ptr as usize).checked_add(len).is_none() {
             bail!(InvalidArgument, "register: region wraps the address space");
         }
+        let mem = match device {
+            None => Memory::Host,
+            Some(d) => {
+                let cuda = crate::gpu::cuda::cuda()?;
+                if cuda.device_of(ptr) != Some(d) {
+                    bail!(InvalidArgument, "register: {ptr:p} is not device memory of CUDA device {d}");
+                }
+                if !self.info.device_memory {
+                    return Err(crate::domain::no_device_memory(&self.info.provider, d));
+                }
+                Memory::Cuda { device: d, dmabuf: cuda.export_dmabuf(d, ptr, len).ok() }
+            }
+        };
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        let locals = self.rpc(|reply| Ctrl::Register { id, ptr: ptr as usize, len, reply })?;
+        let locals = self.rpc(|reply| Ctrl::Register { id, ptr: ptr as usize, len, mem, reply });
+        if let Memory::Cuda { dmabuf: Some((fd, _)), .. } = mem {
+            // SAFETY: our fd from the export; the provider holds its own reference now.
+            unsafe { close(fd) };
+        }
+        let locals = locals?;
         let desc = Arc::new(MrDesc {
             base: ptr as u64,
             len: len as u64,
@@ -379,6 +425,23 @@ impl TransferEngine {
     /// is known to be done (or down), then reset, before reusing the value.
     pub fn imm_count(&self, imm: u32, reset: bool) -> Result<u64> {
         self.rpc(|reply| Ctrl::ImmCount { imm, reset, reply })
+    }
+
+    /// Mirrors immediate `imm`'s arrivals into `word` (NULL: stops), for a
+    /// kernel or thread that polls it: set at once to `imm_count(imm)`, then
+    /// one more, stored with release ordering, on each arrival of `imm`
+    /// (expectations and resets do not lower it). Put the word in mapped
+    /// memory (`gpu::Mapped`) and a kernel can wait for "layer k landed".
+    ///
+    /// # Safety
+    /// `word` stays valid and 8-byte aligned until this is called again for
+    /// `imm` with another word or NULL and has returned, or the engine is destroyed.
+    pub unsafe fn mirror_imm_count(&self, imm: u32, word: *const std::sync::atomic::AtomicU64) -> Result<()> {
+        if !word.is_null() && (word as usize) % 8 != 0 {
+            bail!(InvalidArgument, "mirror_imm_count: the word must be 8-byte aligned");
+        }
+        let word = (!word.is_null()).then_some(crate::completion::imm::MirrorWord(word));
+        self.rpc(|reply| Ctrl::MirrorImm { imm, word, reply })
     }
 
     /// Writes `len` bytes from `src_offset` of `src` to `dst_offset` of `dst`.
@@ -570,7 +633,22 @@ impl TransferEngine {
 
     /// Stops the engine: every pending request ends (`Shutdown` unless it had
     /// already finished on the wire), then both threads are joined. Called by Drop.
+    /// Watches a new 64-bit word (zero at first) of `kind` memory (for GPU
+    /// `device` when CUDA-mapped): the engine's watcher thread calls
+    /// `cb(old, new)` whenever it sees the word change (see `watcher`).
+    pub fn watch(
+        &self,
+        kind: crate::gpu::MemoryKind,
+        device: i32,
+        cb: crate::watcher::WatchCallback,
+    ) -> Result<crate::watcher::Watcher> {
+        self.alive()?;
+        self.watchers.watch(kind, device, cb)
+    }
+
     pub fn shutdown(&mut self) {
+        // Watcher callbacks submit: they stop first.
+        self.watchers.stop();
         self.shared.stop.store(true, Ordering::Release);
         if let Some(t) = self.worker.take() {
             t.thread().unpark();

@@ -17,10 +17,10 @@ impl<D: Domain> Worker<D> {
 
     pub(super) fn control(&mut self, c: Ctrl) {
         match c {
-            Ctrl::Register { id, ptr, len, reply } => {
+            Ctrl::Register { id, ptr, len, mem, reply } => {
                 let mut locals = Vec::new();
                 for d in self.domains.iter_mut() {
-                    match d.register(ptr as *mut u8, len) {
+                    match d.register(ptr as *mut u8, len, mem) {
                         Ok(m) => locals.push(m),
                         Err(e) => {
                             release(&mut self.domains, &locals);
@@ -82,6 +82,10 @@ impl<D: Domain> Worker<D> {
             }
             Ctrl::AddPeer { addr, reply } => {
                 let _ = reply.send(self.add_peer(&addr));
+            }
+            Ctrl::MirrorImm { imm, word, reply } => {
+                self.imm.mirror(imm, word);
+                let _ = reply.send(Ok(()));
             }
             Ctrl::ImmCount { imm, reset, reply } => {
                 let _ = reply.send(Ok(self.imm.read(imm, reset)));

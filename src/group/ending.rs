@@ -122,6 +122,7 @@ impl<D: Domain> Worker<D> {
                 Ctrl::Cancel { reply, .. } | Ctrl::AddPeer { reply, .. } => drop(reply.send(Err(err.clone()))),
                 Ctrl::CancelPeer { reply, .. } => drop(reply.send(Err(err.clone()))),
                 Ctrl::ImmCount { reply, .. } => drop(reply.send(Err(err.clone()))),
+                Ctrl::MirrorImm { reply, .. } => drop(reply.send(Err(err.clone()))),
                 Ctrl::PeerState { reply, .. } => drop(reply.send(Err(err.clone()))),
                 Ctrl::Deregister { .. } | Ctrl::Repost { .. } => {}
             }

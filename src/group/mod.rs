@@ -17,7 +17,7 @@ mod token;
 use crate::completion::imm::ImmCounter;
 use crate::completion::notify::Notifier;
 use crate::config::EngineConfig;
-use crate::domain::{Chan, Completion, Domain, LocalMr, Post};
+use crate::domain::{Chan, Completion, Domain, LocalMr, Memory, Post};
 use crate::error::{Error, Result, Status};
 use crate::wire::{MAX_DOMAINS, NetAddr};
 use crossbeam_queue::{ArrayQueue, SegQueue};
@@ -64,6 +64,8 @@ pub struct GroupInfo {
     pub max_msg: usize,
     /// The largest message `submit_send` takes on this engine.
     pub max_send: usize,
+    /// Whether every domain registers CUDA device memory (`Domain::device_memory`).
+    pub device_memory: bool,
 }
 
 pub use stage::MAX_SEND;
@@ -167,7 +169,7 @@ impl<D: Domain> Worker<D> {
         let scratch = OwnedMem::new(64);
         let mut scratch_mr = Vec::new();
         for d in domains.iter_mut() {
-            scratch_mr.push(d.register(scratch.ptr, scratch.len)?);
+            scratch_mr.push(d.register(scratch.ptr, scratch.len, Memory::Host)?);
         }
         let stage = Staging::new(&mut domains[0])?;
         let address = NetAddr { epoch: new_epoch(), domains: domains.iter().map(|d| d.address().into()).collect() };
@@ -213,6 +215,7 @@ impl<D: Domain> Worker<D> {
                 .unwrap_or(usize::MAX),
             // Sends go through domain 0; one larger than its answer-free limit cannot be split.
             max_send: MAX_SEND.min(self.domains[0].answer_free_limit()),
+            device_memory: self.domains.iter().all(|d| d.device_memory()),
         }
     }
 

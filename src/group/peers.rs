@@ -29,7 +29,7 @@ use super::Worker;
 use super::recv::OwnedMem;
 use super::token::Token;
 use crate::config::PeerState;
-use crate::domain::{Chan, Domain, LocalMr, PeerId, Post};
+use crate::domain::{Chan, Domain, LocalMr, Memory, PeerId, Post};
 use crate::error::{Error, Result, Status};
 use crate::wire::{MAX_DOMAINS, NetAddr};
 use std::collections::HashMap;
@@ -112,8 +112,8 @@ impl Peers {
     pub(super) fn new<D: Domain>(domains: &mut [D], me: &NetAddr, keepalive: Duration) -> Result<Peers> {
         let recv = OwnedMem::new(MSG * SLOTS);
         let send = OwnedMem::new(MSG * SLOTS);
-        let recv_mr = domains[0].register(recv.ptr, recv.len)?;
-        let send_mr = match domains[0].register(send.ptr, send.len) {
+        let recv_mr = domains[0].register(recv.ptr, recv.len, Memory::Host)?;
+        let send_mr = match domains[0].register(send.ptr, send.len, Memory::Host) {
             Ok(m) => m,
             Err(e) => {
                 domains[0].deregister(&recv_mr);

@@ -4,7 +4,7 @@
 use super::request::{Ctrl, RecvCallback};
 use super::token::Token;
 use super::{MAX_SEND, Shared, Worker};
-use crate::domain::{Chan, Domain, LocalMr, Post};
+use crate::domain::{Chan, Domain, LocalMr, Memory, Post};
 use crate::error::{Error, Result, Status};
 use std::sync::Arc;
 
@@ -46,7 +46,7 @@ impl<D: Domain> Worker<D> {
     /// Registers a pool of `count` buffers on domain 0 and queues them all for posting.
     pub(super) fn add_pool(&mut self, len: usize, count: usize, cb: RecvCallback) -> Result<()> {
         let mem = OwnedMem::new(MAX_SEND * count);
-        let mr = self.domains[0].register(mem.ptr, mem.len)?;
+        let mr = self.domains[0].register(mem.ptr, mem.len, Memory::Host)?;
         let p = self.pools.len() as u32;
         self.pools.push(RecvPool { mem, len, mr, cb });
         self.repost.extend((0..count as u32).map(|i| (p, i)));

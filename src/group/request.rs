@@ -158,6 +158,7 @@ pub enum Ctrl {
         id: u64,
         ptr: usize,
         len: usize,
+        mem: crate::domain::Memory,
         reply: Sender<crate::error::Result<Vec<LocalMr>>>,
     },
     Deregister {
@@ -206,6 +207,12 @@ pub enum Ctrl {
         imm: u32,
         reset: bool,
         reply: Sender<crate::error::Result<u64>>,
+    },
+    /// Mirrors immediate `imm` into a word (`None`: stops); see `ImmCounter::mirror`.
+    MirrorImm {
+        imm: u32,
+        word: Option<crate::completion::imm::MirrorWord>,
+        reply: Sender<crate::error::Result<()>>,
     },
     /// The state of `addr`, if the engine knows it.
     PeerState {

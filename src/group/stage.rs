@@ -3,7 +3,7 @@
 //! `SEND_SLOTS` registered slots of `MAX_SEND` bytes when it posts the send;
 //! the slot is free again when the request ends.
 use super::recv::OwnedMem;
-use crate::domain::{Domain, LocalMr};
+use crate::domain::{Domain, LocalMr, Memory};
 use crate::error::Result;
 use std::sync::Arc;
 
@@ -21,7 +21,7 @@ impl Staging {
     /// Registers the slots in `domain` (sends all go through domain 0).
     pub(super) fn new<D: Domain>(domain: &mut D) -> Result<Staging> {
         let mem = OwnedMem::new(MAX_SEND * SEND_SLOTS);
-        let mr = domain.register(mem.ptr, mem.len)?;
+        let mr = domain.register(mem.ptr, mem.len, Memory::Host)?;
         Ok(Staging { mem, mr, free: (0..SEND_SLOTS as u32).rev().collect() })
     }
 

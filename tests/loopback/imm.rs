@@ -101,3 +101,102 @@ pub fn no_stale_immediate_counts(prov: &str, domains: usize) -> TestResult {
     }
     Ok(())
 }
+
+/// The paper's host-proxy flow without a GPU: a thread stands in for the
+/// prefill kernel and bumps a watcher once per layer (the layer's bytes
+/// written first); the watcher callback submits that layer's paged write
+/// with `imm = layer`; the receiver mirrors each layer's counter into a word
+/// and a thread standing in for the decode kernel waits for the word, then
+/// checks the layer's bytes. Every byte verified, every layer counted once.
+pub fn watcher_drives_layer_writes(prov: &str, domains: usize) -> TestResult {
+    use fabriclib::gpu::MemoryKind;
+    use std::sync::atomic::AtomicU64;
+    const LAYERS: u32 = 8;
+    const PAGES: usize = 16;
+    const PAGE: usize = 4096;
+    let layer_bytes = PAGES * PAGE;
+    let (w, r) = (
+        local(prov, domains, LAYERS as usize * layer_bytes, 0)?,
+        local(prov, domains, LAYERS as usize * layer_bytes, 0)?,
+    );
+    // Receiver: one mirrored word per layer (mapped memory: host memory without CUDA).
+    let words = fabriclib::gpu::Mapped::new(MemoryKind::Auto, 0, 8 * LAYERS as usize).map_err(e2s)?;
+    let word = |l: u32| unsafe { &*(words.host().add(8 * l as usize) as *const AtomicU64) };
+    for l in 0..LAYERS {
+        // SAFETY: `words` outlives the engine's use of it (mirrors stop before it drops, below).
+        unsafe { r.engine.mirror_imm_count(0x100 + l, word(l)) }.map_err(e2s)?;
+    }
+    // Writer: the watcher callback submits the layer whose signal it sees.
+    let ends = Arc::new(Ends::new(LAYERS as usize));
+    let (eng, mr, e2) = (Arc::new(w), r.mr.descriptor().clone(), ends.clone());
+    let weng = eng.clone();
+    let indices: Vec<u32> = (0..PAGES as u32).collect();
+    let watcher = eng
+        .engine
+        .watch(
+            MemoryKind::Auto,
+            0,
+            Box::new(move |old, new| {
+                // Values may be skipped: submit every layer from old to new.
+                for l in old as u32..new as u32 {
+                    let off = (l as usize * layer_bytes) as u64;
+                    let pages = fabriclib::Pages { indices: &indices, stride: PAGE as u64, offset: off };
+                    let r = weng.engine.submit_paged_writes(
+                        PAGE as u64,
+                        Some(0x100 + l),
+                        &weng.mr,
+                        pages,
+                        &mr,
+                        pages,
+                        e2.on(l as usize),
+                    );
+                    assert!(r.is_ok(), "submit layer {l}: {r:?}");
+                }
+            }),
+        )
+        .map_err(e2s)?;
+    // SAFETY: the watcher's word; the "kernel" stores to it after writing the layer.
+    let signal = unsafe { &*(watcher.host_ptr() as *const AtomicU64) };
+    let src = eng.mem.as_ptr() as *mut u8;
+    let decode = std::thread::scope(|s| {
+        let decoder = s.spawn(|| -> TestResult {
+            for l in 0..LAYERS {
+                let t = Instant::now();
+                while word(l).load(Ordering::Acquire) < PAGES as u64 {
+                    if t.elapsed() > WAIT {
+                        return Err(format!("layer {l}: {} of {PAGES} pages counted", word(l).load(Ordering::Acquire)));
+                    }
+                    std::hint::spin_loop();
+                }
+                let range = l as usize * layer_bytes..(l as usize + 1) * layer_bytes;
+                let want = (0..layer_bytes).map(|i| (i as u32 ^ l.wrapping_mul(0x9e37)) as u8);
+                if !r.mem[range].iter().copied().eq(want) {
+                    return Err(format!("layer {l}: bytes differ once its counter said landed"));
+                }
+            }
+            Ok(())
+        });
+        for l in 0..LAYERS {
+            let base = l as usize * layer_bytes;
+            for i in 0..layer_bytes {
+                // SAFETY: the writer's registered region; nothing reads this layer before the signal.
+                unsafe { *src.add(base + i) = (i as u32 ^ l.wrapping_mul(0x9e37)) as u8 };
+            }
+            signal.store(l as u64 + 1, Ordering::Release);
+            std::thread::sleep(Duration::from_micros(300)); // compute of the next layer
+        }
+        decoder.join().unwrap()
+    });
+    ends.wait_all(WAIT)?;
+    ends.only(&[Status::Ok])?;
+    decode?;
+    for l in 0..LAYERS {
+        if word(l).load(Ordering::Acquire) != PAGES as u64 {
+            return Err(format!("layer {l}: {} immediates counted, {PAGES} sent", word(l).load(Ordering::Acquire)));
+        }
+        // SAFETY: stopping the mirror before `words` goes.
+        unsafe { r.engine.mirror_imm_count(0x100 + l, std::ptr::null()) }.map_err(e2s)?;
+    }
+    drop(watcher);
+    Ok(())
+}

@@ -545,6 +545,7 @@ const TESTS: &[(&str, Test)] = &[
     ("restart_on_the_same_address", faults::restart_on_the_same_address),
     ("netns_link_down_mid_transfer", netns::link_down_mid_transfer),
     ("no_stale_immediate_counts", imm::no_stale_immediate_counts),
+    ("watcher_drives_layer_writes", imm::watcher_drives_layer_writes),
     ("calls_from_callbacks", faults::calls_from_callbacks),
     ("connect_reports_readiness", faults::connect_reports_readiness),
 ];

@@ -1,0 +1,221 @@
+//! GPUs from C: watchers (a word a kernel bumps, a callback on the watcher
+//! thread), memory that both a kernel and the CPU reach (for flags and
+//! mirrored immediate counters), device-memory registration. CUDA is loaded
+//! at run time; without a driver these calls say `FABRICLIB_STATUS_UNSUPPORTED`
+//! (watchers and mapped memory fall back to host memory when asked for
+//! `FABRICLIB_MEMORY_AUTO`).
+use super::memory::fabriclib_mr;
+use super::submit::{UserData, read_sized};
+use super::{fabriclib_engine, fabriclib_status, ffi, give, handle, non_null, put, release};
+use crate::gpu::{Mapped, MemoryKind};
+use crate::watcher::Watcher;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::atomic::AtomicU64;
+use std::sync::{LazyLock, Mutex};
+
+/// `memory`: CUDA-mapped host memory if a CUDA driver and the device are
+/// present, else plain host memory.
+pub const FABRICLIB_MEMORY_AUTO: u32 = 0;
+/// `memory`: plain host memory (no kernel can reach it).
+pub const FABRICLIB_MEMORY_HOST: u32 = 1;
+/// `memory`: pinned host memory mapped into the GPU's address space
+/// (`cuMemHostAlloc` with `PORTABLE | DEVICEMAP`); `UNSUPPORTED` without CUDA.
+pub const FABRICLIB_MEMORY_CUDA_MAPPED: u32 = 2;
+
+/// Called on the engine's watcher thread when it sees a watched word change:
+/// `old_value` is the value the previous call reported (0 at first),
+/// `new_value` the word's value now. Values may be skipped (two changes
+/// between two looks give one call), never reordered. Must not throw; keep
+/// it short (one thread calls every watcher of the engine); any fabriclib
+/// call may be made from it, including destroying this watcher.
+pub type fabriclib_watcher_cb = Option<unsafe extern "C" fn(user_data: *mut c_void, old_value: u64, new_value: u64)>;
+
+/// Options of a watcher. Zero-initialise, set `struct_size =
+/// sizeof(fabriclib_watcher_opts)` and `callback`. `memory` is one of
+/// `FABRICLIB_MEMORY_*` (0: auto); `device` the CUDA device whose context
+/// allocates it when the calling thread has none (the memory is portable:
+/// every context can use it).
+#[repr(C)]
+pub struct fabriclib_watcher_opts {
+    pub struct_size: usize,
+    pub callback: fabriclib_watcher_cb,
+    pub user_data: *mut c_void,
+    pub memory: u32,
+    pub device: i32,
+}
+
+/// The smallest `struct_size` accepted (0.2's layout). Never grows.
+const WATCHER_OPTS_V1: usize = size_of::<fabriclib_watcher_opts>();
+
+/// A watched 64-bit word and its callback.
+pub struct fabriclib_watcher {
+    magic: AtomicU64,
+    w: Watcher,
+}
+
+super::impl_handle!(fabriclib_watcher, 0xfab1_3a7c_0000_0007, "watcher");
+
+/// Creates a watcher: a 64-bit word, zero at first, that the engine's
+/// watcher thread (started with the first watcher) polls, calling
+/// `opts->callback(opts->user_data, old, new)` when it changes. Get the word
+/// with `fabriclib_watcher_host_ptr` / `fabriclib_watcher_device_ptr`. A kernel
+/// bumps it with a volatile store followed by `__threadfence_system()`; that
+/// works inside a CUDA graph too:
+///
+/// ```c
+/// __global__ void layer_done(volatile uint64_t *w, uint64_t layer) {
+///     // ... the layer's outputs are written above ...
+///     __threadfence_system();       // outputs visible to the CPU first
+///     *w = layer + 1;               // then the signal
+///     __threadfence_system();
+/// }
+/// ```
+///
+/// `user_data` must stay valid until `fabriclib_watcher_destroy` returns.
+/// Any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_watcher_create(
+    engine: *const fabriclib_engine,
+    opts: *const fabriclib_watcher_opts,
+    out: *mut *mut fabriclib_watcher,
+) -> fabriclib_status {
+    ffi(|| {
+        let e = handle(engine)?;
+        non_null(opts, "opts")?;
+        non_null(out, "out")?;
+        let o = read_sized(opts, WATCHER_OPTS_V1, "fabriclib_watcher_opts")?;
+        let Some(cb) = o.callback else {
+            crate::bail!(InvalidArgument, "fabriclib_watcher_opts.callback is NULL");
+        };
+        let kind = MemoryKind::from_code(o.memory)?;
+        let ud = UserData(o.user_data);
+        let w = e.engine.watch(
+            kind,
+            o.device,
+            Box::new(move |old, new| {
+                let ud = &ud;
+                // SAFETY: the caller's callback and user_data (valid until destroy).
+                unsafe { cb(ud.0, old, new) }
+            }),
+        )?;
+        give(out, fabriclib_watcher { magic: AtomicU64::new(0), w })
+    })
+}
+
+/// Writes the word's address for the CPU to `*out`. Any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_watcher_host_ptr(w: *const fabriclib_watcher, out: *mut *mut u64) -> fabriclib_status {
+    ffi(|| put(out, handle(w)?.w.host_ptr()))
+}
+
+/// Writes the word's address for a kernel to `*out`;
+/// `FABRICLIB_STATUS_UNSUPPORTED` if it is plain host memory (no CUDA, or
+/// `FABRICLIB_MEMORY_HOST`). Any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_watcher_device_ptr(w: *const fabriclib_watcher, out: *mut u64) -> fabriclib_status {
+    ffi(|| {
+        let Some(d) = handle(w)?.w.device_ptr() else {
+            crate::bail!(Unsupported, "this watcher's word is plain host memory: no kernel can reach it");
+        };
+        put(out, d)
+    })
+}
+
+/// Stops the watcher and frees its word (NULL is a no-op). No callback of it
+/// runs after this returns, except the one it is called from (allowed).
+/// It waits for a callback of the engine's watcher thread that is running.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_watcher_destroy(w: *mut fabriclib_watcher) {
+    release(w);
+}
+
+/// Mapped allocations by host address (for `fabriclib_mapped_free`).
+static MAPPED: LazyLock<Mutex<HashMap<usize, Mapped>>> = LazyLock::new(Default::default);
+
+/// Allocates `len` bytes, zeroed and 64-byte aligned, of `memory`
+/// (`FABRICLIB_MEMORY_*`) that the CPU reaches at `*host` and a kernel at
+/// `*device_ptr` (0 for plain host memory; `device_ptr` may be NULL): the
+/// place for completion flags and mirrored immediate counters that a kernel
+/// polls. Free with `fabriclib_mapped_free`. Needs no engine. Any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_mapped_alloc(
+    len: usize,
+    memory: u32,
+    device: i32,
+    host: *mut *mut c_void,
+    device_ptr: *mut u64,
+) -> fabriclib_status {
+    ffi(|| {
+        non_null(host, "host")?;
+        let m = Mapped::new(MemoryKind::from_code(memory)?, device, len)?;
+        let (h, d) = (m.host(), m.device().unwrap_or(0));
+        MAPPED.lock().unwrap_or_else(|e| e.into_inner()).insert(h as usize, m);
+        if !device_ptr.is_null() {
+            put(device_ptr, d)?;
+        }
+        put(host, h.cast())
+    })
+}
+
+/// Frees what `fabriclib_mapped_alloc` returned (NULL is a no-op; another
+/// pointer is refused with `FABRICLIB_STATUS_INVALID_ARGUMENT`).
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_mapped_free(host: *mut c_void) -> fabriclib_status {
+    ffi(|| {
+        if host.is_null() {
+            return Ok(());
+        }
+        match MAPPED.lock().unwrap_or_else(|e| e.into_inner()).remove(&(host as usize)) {
+            Some(_) => Ok(()),
+            None => crate::bail!(InvalidArgument, "fabriclib_mapped_free: {host:p} is not from fabriclib_mapped_alloc"),
+        }
+    })
+}
+
+/// Writes the CUDA driver's version (e.g. 13000) to `*version`;
+/// `FABRICLIB_STATUS_UNSUPPORTED` (with why in the last error message) if
+/// there is no usable driver. Loads the driver on first use.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_cuda_driver_version(version: *mut i32) -> fabriclib_status {
+    ffi(|| put(version, crate::gpu::cuda::cuda()?.version))
+}
+
+/// Mirrors immediate `imm` into `*word` (NULL: stops mirroring): the worker
+/// sets the word at once to what `fabriclib_imm_count_get` would report, then
+/// adds one, with a release store, for every later arrival of `imm`.
+/// Expectations and resets do not lower it, so a kernel (or a thread) waits
+/// for "at least n" with a volatile load, then `__threadfence_system()`
+/// before it reads the data. Put the word in `fabriclib_mapped_alloc` memory
+/// for a kernel. The word must be 8-byte aligned and stay valid until this
+/// is called again for `imm` (another word, or NULL) and has returned, or
+/// the engine is destroyed. Any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_imm_mirror(engine: *const fabriclib_engine, imm: u32, word: *mut u64) -> fabriclib_status {
+    // SAFETY: the caller's contract above.
+    ffi(|| unsafe { handle(engine)?.engine.mirror_imm_count(imm, word as *const AtomicU64) })
+}
+
+/// Registers `len` bytes of CUDA device memory of GPU `device` at `ptr`
+/// (`fabriclib_mr_register` detects device memory by itself when the process
+/// uses CUDA; this says it explicitly). The region is exported as a dma-buf
+/// where the driver can and handed to the provider as GPU memory; a provider
+/// without `FI_HMEM` (tcp and shm of the distributions' libfabric) refuses with
+/// `FABRICLIB_STATUS_UNSUPPORTED`, naming itself. `UNSUPPORTED` too without a
+/// CUDA driver; `INVALID_ARGUMENT` if `ptr` is not device memory of `device`.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_mr_register_device(
+    engine: *const fabriclib_engine,
+    ptr: *mut c_void,
+    len: usize,
+    device: i32,
+    out: *mut *mut fabriclib_mr,
+) -> fabriclib_status {
+    ffi(|| {
+        let e = handle(engine)?;
+        non_null(out, "out")?;
+        // SAFETY: the caller guarantees ptr..ptr+len is its device memory (API contract).
+        let mr = unsafe { e.engine.register_memory(ptr.cast(), len, Some(device))? };
+        give(out, fabriclib_mr::new(mr))
+    })
+}

@@ -1,0 +1,359 @@
+//! Watchers: a 64-bit word that a GPU kernel (or any thread) writes, and a
+//! callback `cb(old, new)` that the engine's watcher thread calls when it
+//! sees the word change (the paper's UVA watcher: a kernel signals the CPU
+//! with a store, even from inside a CUDA graph, and the callback submits the
+//! transfer that the kernel's output is ready for).
+//!
+//! One thread per engine polls every watcher of that engine, in creation
+//! order, starting with the first watcher. It sees values, not writes: if
+//! the word changes twice between two looks, one callback reports the
+//! latest value (`old` is the value the previous callback reported), so
+//! values may be skipped, but a callback never reports an older value after
+//! a newer one, and `old != new` always.
+//!
+//! The thread spins while watchers change and for `spin` after the last
+//! change, then looks every `nap` (configurable; `spin = Duration::MAX`
+//! spins always, the lowest latency, one core).
+use crate::error::Result;
+use crate::gpu::{Mapped, MemoryKind};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{JoinHandle, ThreadId};
+use std::time::{Duration, Instant};
+
+/// Called with the previous and the new value of a watched word.
+pub type WatchCallback = Box<dyn FnMut(u64, u64) + Send>;
+
+struct Entry {
+    mem: Arc<Mapped>,
+    last: u64,
+    dead: Arc<AtomicBool>,
+    cb: WatchCallback,
+}
+
+impl Entry {
+    fn word(&self) -> &AtomicU64 {
+        // SAFETY: the memory is at least 8 bytes, 64-byte aligned, and lives as long as `mem`.
+        unsafe { &*(self.mem.host() as *const AtomicU64) }
+    }
+}
+
+#[derive(Default)]
+struct Shared {
+    /// Every live watcher; the thread holds this lock during a pass.
+    list: Mutex<Vec<Entry>>,
+    /// Watchers created since the last pass (so that creating one from a
+    /// callback, which runs inside a pass, cannot deadlock).
+    added: Mutex<Vec<Entry>>,
+    stop: AtomicBool,
+    thread: Mutex<Option<(ThreadId, std::thread::Thread)>>,
+}
+
+/// The watcher thread of an engine, started with its first watcher.
+pub struct Watchers {
+    shared: Arc<Shared>,
+    handle: Mutex<Option<JoinHandle<()>>>,
+    spin: Duration,
+    nap: Duration,
+}
+
+/// A watched word. Dropping it (or `fabriclib_watcher_destroy`) stops the
+/// callbacks: none runs after the drop returns, except the one the drop is
+/// made from.
+pub struct Watcher {
+    mem: Arc<Mapped>,
+    dead: Arc<AtomicBool>,
+    shared: Arc<Shared>,
+}
+
+impl Watchers {
+    pub fn new(spin: Duration, nap: Duration) -> Watchers {
+        Watchers { shared: Default::default(), handle: Mutex::new(None), spin, nap: nap.max(Duration::from_micros(1)) }
+    }
+
+    /// Allocates a word of `kind` memory (zero at first) and watches it.
+    pub fn watch(&self, kind: MemoryKind, device: i32, cb: WatchCallback) -> Result<Watcher> {
+        if self.shared.stop.load(Ordering::Acquire) {
+            return Err(crate::completion::notify::shutdown_error());
+        }
+        let mem = Arc::new(Mapped::new(kind, device, 64)?);
+        let dead = Arc::new(AtomicBool::new(false));
+        let entry = Entry { mem: mem.clone(), last: 0, dead: dead.clone(), cb };
+        self.shared.added.lock().unwrap_or_else(|e| e.into_inner()).push(entry);
+        self.start()?;
+        if let Some((_, t)) = self.shared.thread.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            t.unpark();
+        }
+        Ok(Watcher { mem, dead, shared: self.shared.clone() })
+    }
+
+    fn start(&self) -> Result<()> {
+        let mut h = self.handle.lock().unwrap_or_else(|e| e.into_inner());
+        if self.shared.stop.load(Ordering::Acquire) {
+            self.shared.added.lock().unwrap_or_else(|e| e.into_inner()).clear();
+            return Err(crate::completion::notify::shutdown_error());
+        }
+        if h.is_some() {
+            return Ok(());
+        }
+        let (shared, spin, nap) = (self.shared.clone(), self.spin, self.nap);
+        let t =
+            std::thread::Builder::new().name("fabriclib-watch".into()).spawn(move || run(&shared, spin, nap)).map_err(
+                |e| crate::error::Error::new(crate::Status::Provider, format!("cannot start the watcher thread: {e}")),
+            )?;
+        *self.shared.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some((t.thread().id(), t.thread().clone()));
+        *h = Some(t);
+        Ok(())
+    }
+
+    /// Stops the thread (engine destroy). Watchers still held are inert.
+    pub fn stop(&self) {
+        let t = {
+            let mut h = self.handle.lock().unwrap_or_else(|e| e.into_inner());
+            self.shared.stop.store(true, Ordering::Release);
+            h.take()
+        };
+        match t {
+            // From one of its own callbacks: the thread ends after this pass.
+            Some(t) if t.thread().id() == std::thread::current().id() => {}
+            Some(t) => {
+                t.thread().unpark();
+                let _ = t.join();
+            }
+            // Never started: drop what was queued.
+            None => self.shared.added.lock().unwrap_or_else(|e| e.into_inner()).clear(),
+        }
+    }
+}
+
+impl Drop for Watchers {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn run(shared: &Shared, spin: Duration, nap: Duration) {
+    let mut last_change = Instant::now();
+    while !shared.stop.load(Ordering::Acquire) {
+        let mut changed = false;
+        let empty;
+        {
+            let mut list = shared.list.lock().unwrap_or_else(|e| e.into_inner());
+            list.append(&mut shared.added.lock().unwrap_or_else(|e| e.into_inner()));
+            for e in list.iter_mut() {
+                if e.dead.load(Ordering::Acquire) {
+                    continue;
+                }
+                let v = e.word().load(Ordering::Acquire);
+                if v != e.last {
+                    let old = std::mem::replace(&mut e.last, v);
+                    changed = true;
+                    if catch_unwind(AssertUnwindSafe(|| (e.cb)(old, v))).is_err() {
+                        eprintln!("fabriclib: a watcher callback panicked; the watcher goes on");
+                    }
+                }
+            }
+            list.retain(|e| !e.dead.load(Ordering::Acquire));
+            empty = list.is_empty();
+        }
+        let now = Instant::now();
+        if changed {
+            last_change = now;
+        } else if empty {
+            std::thread::park_timeout(Duration::from_millis(100));
+        } else if now.duration_since(last_change) >= spin {
+            std::thread::park_timeout(nap);
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+    // The callbacks (and what they captured) go with the thread.
+    shared.list.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    shared.added.lock().unwrap_or_else(|e| e.into_inner()).clear();
+}
+
+impl Watcher {
+    /// The word, for the CPU (a thread may store to it too).
+    pub fn host_ptr(&self) -> *mut u64 {
+        self.mem.host().cast()
+    }
+
+    /// The word's address for a kernel; `None` if it is plain host memory.
+    pub fn device_ptr(&self) -> Option<u64> {
+        self.mem.device()
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.dead.store(true, Ordering::Release);
+        let on_thread = self.shared.thread.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|(id, _)| *id)
+            == Some(std::thread::current().id());
+        if !on_thread {
+            // Waits for a pass in progress (a callback of it may be running).
+            let mut list = self.shared.list.lock().unwrap_or_else(|e| e.into_inner());
+            list.retain(|e| !Arc::ptr_eq(&e.dead, &self.dead));
+            drop(list);
+            let mut added = self.shared.added.lock().unwrap_or_else(|e| e.into_inner());
+            added.retain(|e| !Arc::ptr_eq(&e.dead, &self.dead));
+        }
+        // On the watcher thread (from a callback): the pass removes it when it ends.
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc::channel;
+
+    fn watchers() -> Watchers {
+        Watchers::new(Duration::from_millis(5), Duration::from_micros(50))
+    }
+
+    #[test]
+    fn every_change_is_seen_in_order_with_its_old_value() {
+        let w = watchers();
+        let (tx, rx) = channel();
+        let h = w.watch(MemoryKind::Host, 0, Box::new(move |old, new| tx.send((old, new)).unwrap())).unwrap();
+        assert_eq!(h.device_ptr(), None);
+        // SAFETY: the watcher's word, written as an atomic.
+        let word = unsafe { &*(h.host_ptr() as *const AtomicU64) };
+        let mut seen = Vec::new();
+        for v in 1..=200u64 {
+            word.store(v, Ordering::Release);
+            // One at a time: wait until the thread has reported v.
+            loop {
+                let (old, new) = rx.recv_timeout(Duration::from_secs(5)).expect("a callback");
+                seen.push((old, new));
+                if new == v {
+                    break;
+                }
+            }
+        }
+        let want: Vec<(u64, u64)> = (1..=200).map(|v| (v - 1, v)).collect();
+        assert_eq!(seen, want);
+    }
+
+    #[test]
+    fn values_may_be_skipped_but_never_reordered() {
+        let w = watchers();
+        let (tx, rx) = channel();
+        let h = w.watch(MemoryKind::Host, 0, Box::new(move |old, new| tx.send((old, new)).unwrap())).unwrap();
+        // SAFETY: as above.
+        let word = unsafe { &*(h.host_ptr() as *const AtomicU64) };
+        for v in 1..=100_000u64 {
+            word.store(v, Ordering::Release);
+        }
+        let mut prev = 0;
+        loop {
+            let (old, new) = rx.recv_timeout(Duration::from_secs(5)).expect("callbacks up to the last value");
+            assert_eq!(old, prev, "old is the previous callback's new");
+            assert!(new > old, "{old} -> {new}");
+            prev = new;
+            if new == 100_000 {
+                break;
+            }
+        }
+    }
+
+    #[test]
+    fn no_callback_after_drop_and_drop_from_a_callback_is_allowed() {
+        let w = watchers();
+        let (tx, rx) = channel::<u64>();
+        let slot: Arc<Mutex<Option<Watcher>>> = Arc::default();
+        let s2 = slot.clone();
+        let h = w
+            .watch(
+                MemoryKind::Host,
+                0,
+                Box::new(move |_, new| {
+                    tx.send(new).unwrap();
+                    if new == 2 {
+                        drop(s2.lock().unwrap().take()); // destroys itself from its own callback
+                    }
+                }),
+            )
+            .unwrap();
+        // SAFETY: as above; the memory stays alive while `keep` is held.
+        let keep = h.mem.clone();
+        let word = unsafe { &*(keep.host() as *const AtomicU64) };
+        *slot.lock().unwrap() = Some(h);
+        word.store(1, Ordering::Release);
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok(1));
+        word.store(2, Ordering::Release);
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok(2));
+        word.store(3, Ordering::Release);
+        assert!(rx.recv_timeout(Duration::from_millis(100)).is_err(), "a destroyed watcher called back");
+
+        // Dropped from another thread: nothing after the drop returns.
+        let (tx, rx) = channel::<u64>();
+        let h = w
+            .watch(
+                MemoryKind::Host,
+                0,
+                Box::new(move |_, new| {
+                    let _ = tx.send(new);
+                }),
+            )
+            .unwrap();
+        let keep = h.mem.clone();
+        // SAFETY: as above.
+        let word = unsafe { &*(keep.host() as *const AtomicU64) };
+        word.store(5, Ordering::Release);
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok(5));
+        drop(h);
+        word.store(6, Ordering::Release);
+        assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
+    }
+
+    #[test]
+    fn a_callback_may_create_watchers_and_many_are_polled() {
+        let w = Arc::new(watchers());
+        let (tx, rx) = channel::<(usize, u64)>();
+        let mut hs = Vec::new();
+        for i in 0..8 {
+            let tx = tx.clone();
+            hs.push(w.watch(MemoryKind::Host, 0, Box::new(move |_, new| tx.send((i, new)).unwrap())).unwrap());
+        }
+        let (w2, made) = (w.clone(), Arc::new(Mutex::new(Vec::new())));
+        let m2 = made.clone();
+        let tx2 = tx.clone();
+        let creator = w
+            .watch(
+                MemoryKind::Host,
+                0,
+                Box::new(move |_, _| {
+                    let tx = tx2.clone();
+                    m2.lock().unwrap().push(w2.watch(
+                        MemoryKind::Host,
+                        0,
+                        Box::new(move |_, n| {
+                            let _ = tx.send((99, n));
+                        }),
+                    ));
+                }),
+            )
+            .unwrap();
+        for (i, h) in hs.iter().enumerate() {
+            // SAFETY: as above.
+            unsafe { &*(h.host_ptr() as *const AtomicU64) }.store(i as u64 + 10, Ordering::Release);
+        }
+        let mut got: Vec<(usize, u64)> = (0..8).map(|_| rx.recv_timeout(Duration::from_secs(5)).unwrap()).collect();
+        got.sort();
+        assert_eq!(got, (0..8).map(|i| (i, i as u64 + 10)).collect::<Vec<_>>());
+        // SAFETY: as above.
+        unsafe { &*(creator.host_ptr() as *const AtomicU64) }.store(1, Ordering::Release);
+        let made_one = loop {
+            if let Some(r) = made.lock().unwrap().pop() {
+                break r.unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        // SAFETY: as above.
+        unsafe { &*(made_one.host_ptr() as *const AtomicU64) }.store(42, Ordering::Release);
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok((99, 42)));
+        w.stop();
+        assert!(w.watch(MemoryKind::Host, 0, Box::new(|_, _| {})).is_err(), "no watchers after stop");
+    }
+}
