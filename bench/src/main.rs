@@ -10,6 +10,7 @@
 //! ```
 mod client;
 mod ctl;
+mod gpu;
 mod raw;
 mod report;
 mod server;
@@ -24,6 +25,9 @@ use std::time::Instant;
 
 const USAGE: &str = "\
 usage: fabriclib-bench [options]                 run the client; spawns its servers on loopback
+       fabriclib-bench gpu [--iters N] [--rounds R] [--json FILE]
+                                                  GPU signalling latency (needs a CUDA driver;
+                                                  says skipped without one): see docs/gpu.md
        fabriclib-bench server [--listen ADDR:PORT] [--bind ADDR] [--cpu N]
                                                   one server process (prints its control address;
                                                   --bind: its address for socket providers)
@@ -404,7 +408,9 @@ fn machine() -> serde_json::Value {
 fn main() {
     cpus();
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let res = if args.first().map(String::as_str) == Some("server") {
+    let res = if args.first().map(String::as_str) == Some("gpu") {
+        gpu::run(&args[1..])
+    } else if args.first().map(String::as_str) == Some("server") {
         let mut listen = "127.0.0.1:7471".to_string();
         let mut bind = None;
         let mut it = args[1..].iter();

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The GPU suite and the `gpu` benchmark, on a machine with an NVIDIA GPU and
+# its driver (libcuda.so.1). Nothing here needs nvcc: the kernels are PTX
+# that the driver compiles.
+#
+#   scripts/gpu-test.sh                 build here (cargo, cmake), then run
+#   scripts/gpu-test.sh --bundle DIR    only build, and copy what runs into DIR
+#   scripts/gpu-test.sh --run DIR       run a bundle made elsewhere (a GPU
+#                                       machine without Rust: build on a
+#                                       compatible-glibc machine, carry DIR)
+#
+# Output: the suite's lines (ok / skipped / FAILED), the C watcher test, and
+# the benchmark table; with OUT set, gpu.json and gpu-test.log go there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-all}
+dir=${2:-target/gpu-bundle}
+
+bundle() {
+    cargo build --release -p fabriclib-bench -j2
+    local t
+    t=$(cargo test --release --test gpu --no-run --message-format=json -j2 2>/dev/null |
+        python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m.get("target", {}).get("name") == "gpu" and m.get("executable"):
+        print(m["executable"])' | tail -1)
+    cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+    cmake --build build -j2 --target capi_watchers >/dev/null
+    mkdir -p "$dir"
+    cp "$t" "$dir/gpu-suite"
+    cp target/release/fabriclib-bench build/capi_watchers "$dir/"
+    local soname
+    soname=$(readelf -d build/lib/libfabriclib.so | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+    cp -L build/lib/libfabriclib.so "$dir/$soname"
+    echo "bundle in $dir: $(du -sh "$dir" | cut -f1)"
+}
+
+run() {
+    local out=${OUT:-$dir}
+    mkdir -p "$out"
+    export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    rm -f /dev/shm/fi_* 2>/dev/null || true
+    {
+        echo "== GPU suite"
+        "$dir/gpu-suite"
+        echo "== C watchers"
+        "$dir/capi_watchers"
+        echo "== fabriclib-bench gpu"
+        "$dir/fabriclib-bench" gpu --json "$out/gpu.json" ${GPU_BENCH_ARGS:-}
+    } 2>&1 | tee "$out/gpu-test.log"
+}
+
+case "$mode" in
+    --bundle) bundle ;;
+    --run) run ;;
+    all) bundle && run ;;
+    *) echo "usage: $0 [--bundle DIR | --run DIR]" >&2; exit 2 ;;
+esac

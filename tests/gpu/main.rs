@@ -1,0 +1,352 @@
+//! The GPU suite: real CUDA driver, real kernels (PTX in kernels.ptx, compiled
+//! by the driver), real providers. On a machine without a driver every test
+//! that needs one says "skipped", never "passed"; the no-driver test runs
+//! everywhere. `scripts/gpu-test.sh` runs this on a GPU machine.
+use fabriclib::gpu::cuda::{CuFunction, Cuda, cuda};
+use fabriclib::gpu::{Mapped, MemoryKind};
+use fabriclib::{EngineConfig, FLAG_DONE, OnDone, Pages, Status, TransferEngine};
+use std::ffi::{CString, c_void};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+const PTX: &str = include_str!("kernels.ptx");
+
+enum Outcome {
+    Passed(String),
+    Skipped(String),
+}
+use Outcome::*;
+type TestResult = Result<Outcome, String>;
+
+fn e2s(e: fabriclib::Error) -> String {
+    e.to_string()
+}
+
+/// The driver, or why the test is skipped.
+fn need_cuda() -> Result<&'static Cuda, Outcome> {
+    cuda().map_err(|e| Skipped(e.message))
+}
+
+macro_rules! gpu {
+    () => {
+        match need_cuda() {
+            Ok(c) => c,
+            Err(skip) => return Ok(skip),
+        }
+    };
+}
+
+fn kernel(c: &Cuda, name: &str) -> Result<CuFunction, String> {
+    let image = CString::new(PTX).unwrap();
+    let name = CString::new(name).unwrap();
+    c.function(0, &image, &name).map_err(e2s)
+}
+
+/// Kernel arguments: each a pointer to its value, as cuLaunchKernel wants.
+struct Args(Vec<u64>);
+impl Args {
+    fn new(v: &[u64]) -> Args {
+        Args(v.to_vec())
+    }
+    fn ptrs(&mut self) -> Vec<*mut c_void> {
+        self.0.iter_mut().map(|b| b as *mut u64 as *mut c_void).collect()
+    }
+}
+
+fn engine(provider: &str) -> Result<TransferEngine, String> {
+    let cfg = EngineConfig {
+        provider: Some(provider.into()),
+        bind_addr: Some("127.0.0.1".into()),
+        watcher_spin_us: u64::MAX,
+        ..Default::default()
+    };
+    TransferEngine::new(&cfg).map_err(e2s)
+}
+
+fn driver_and_devices() -> TestResult {
+    let c = gpu!();
+    let n = c.device_count().map_err(e2s)?;
+    let bus = c.pci_bus_id(0).map_err(e2s)?;
+    let dmabuf = c.dmabuf_supported(0).map_err(e2s)?;
+    Ok(Passed(format!("driver {}, {n} device(s), device 0 at {bus}, dma-buf export {dmabuf}", c.version)))
+}
+
+fn device_pointers_are_detected() -> TestResult {
+    let c = gpu!();
+    let d = c.mem_alloc(0, 1 << 20).map_err(e2s)?;
+    let mapped = Mapped::new(MemoryKind::CudaMapped, 0, 4096).map_err(e2s)?;
+    let host = vec![0u8; 4096];
+    let got = (
+        c.device_of(d as *const u8),
+        c.device_of((d + 4096) as *const u8),
+        c.device_of(mapped.host()),
+        c.device_of(host.as_ptr()),
+    );
+    // SAFETY: allocated above, not used after.
+    unsafe { c.mem_free(0, d) }.map_err(e2s)?;
+    if got != (Some(0), Some(0), None, None) {
+        return Err(format!("device_of(device, device+4096, mapped host, pageable host) = {got:?}"));
+    }
+    Ok(Passed("cuMemAlloc memory is device 0's; mapped and pageable host memory are host".into()))
+}
+
+fn dmabuf_export() -> TestResult {
+    let c = gpu!();
+    if !c.dmabuf_supported(0).map_err(e2s)? {
+        return Ok(Skipped("device 0 cannot export dma-bufs".into()));
+    }
+    let d = c.mem_alloc(0, 4 << 20).map_err(e2s)?;
+    // An unaligned start: the export widens to pages and says where the region begins.
+    let r = c.export_dmabuf(0, (d + 100) as *const u8, 1 << 20);
+    // SAFETY: allocated above.
+    unsafe { c.mem_free(0, d) }.map_err(e2s)?;
+    let (fd, off) = r.map_err(e2s)?;
+    let size = std::fs::metadata(format!("/proc/self/fd/{fd}")).map(|m| m.len()).unwrap_or(0);
+    // SAFETY: our fd.
+    unsafe { close(fd) };
+    if fd < 0 || off != 100 {
+        return Err(format!("export gave fd {fd}, offset {off} (want 100)"));
+    }
+    Ok(Passed(format!("cuMemGetHandleForAddressRange(DMA_BUF_FD): fd {fd}, offset {off}, fstat size {size}")))
+}
+
+unsafe extern "C" {
+    fn close(fd: i32) -> i32;
+}
+
+fn device_memory_refused_without_fi_hmem() -> TestResult {
+    let c = gpu!();
+    let d = c.mem_alloc(0, 1 << 20).map_err(e2s)?;
+    let mut said = Vec::new();
+    for prov in ["tcp;ofi_rxm", "shm"] {
+        let e = engine(prov)?;
+        // Detected by itself, and said explicitly: both refused, never registered as host memory.
+        // SAFETY: device memory that outlives the engine's use (the registration fails).
+        let auto = unsafe { e.register(d as *mut u8, 1 << 20) };
+        let explicit = unsafe { e.register_memory(d as *mut u8, 1 << 20, Some(0)) };
+        for r in [auto, explicit] {
+            match r {
+                Err(err)
+                    if err.status == Status::Unsupported
+                        && err.message.contains("FI_HMEM")
+                        && err.message.contains(e.provider()) =>
+                {
+                    said.push(format!("{prov}: {}", err.message))
+                }
+                Err(err) => return Err(format!("{prov}: refused with the wrong error: {err}")),
+                Ok(_) => return Err(format!("{prov}: device memory was registered without FI_HMEM")),
+            }
+        }
+        // A host pointer said to be device memory is refused as such.
+        let host = [0u8; 64];
+        // SAFETY: as above.
+        match unsafe { e.register_memory(host.as_ptr() as *mut u8, 64, Some(0)) } {
+            Err(err) if err.status == Status::InvalidArgument => {}
+            other => return Err(format!("{prov}: a host pointer as device memory: {:?}", other.err())),
+        }
+    }
+    // SAFETY: allocated above.
+    unsafe { c.mem_free(0, d) }.map_err(e2s)?;
+    Ok(Passed(said.swap_remove(0)))
+}
+
+/// A kernel bumps a CUDA-mapped watcher 1..=1000; the callback sees the values in order, ending at 1000.
+fn kernel_bumps_a_watcher() -> TestResult {
+    let c = gpu!();
+    let e = engine("shm")?;
+    let last = Arc::new(AtomicU64::new(0));
+    let bad = Arc::new(AtomicU64::new(0));
+    let (l2, b2) = (last.clone(), bad.clone());
+    let w = e
+        .watch(
+            MemoryKind::CudaMapped,
+            0,
+            Box::new(move |old, new| {
+                if old != l2.load(Ordering::Relaxed) || new <= old {
+                    b2.fetch_add(1, Ordering::Relaxed);
+                }
+                l2.store(new, Ordering::Release);
+            }),
+        )
+        .map_err(e2s)?;
+    let dev = w.device_ptr().ok_or("a CUDA-mapped watcher without a device pointer")?;
+    let f = kernel(c, "bump")?;
+    let mut args = Args::new(&[dev, 1000, 2000]);
+    let mut p = args.ptrs();
+    // bump's third parameter is a u32: the low half of the u64 (little-endian) is what it reads.
+    // SAFETY: bump(u64*, u64, u32) with matching argument storage.
+    unsafe { c.launch(0, f, 1, &mut p) }.map_err(e2s)?;
+    c.synchronize(0).map_err(e2s)?;
+    let t = Instant::now();
+    while last.load(Ordering::Acquire) != 1000 && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let (l, b) = (last.load(Ordering::Acquire), bad.load(Ordering::Relaxed));
+    if l != 1000 || b != 0 {
+        return Err(format!("last value {l} (want 1000), {b} out of order"));
+    }
+    Ok(Passed("1000 kernel stores seen in order through the watcher".into()))
+}
+
+/// Two engines over shm in this process: pages land in CUDA-mapped memory; the
+/// receiver mirrors the immediate into a mapped word; a kernel waits on the
+/// word, then checksums the pages through its device pointer. And a request's
+/// completion flag in mapped memory, read by a kernel.
+fn kernel_waits_for_landed_pages() -> TestResult {
+    let c = gpu!();
+    const PAGES: usize = 64;
+    const PAGE: usize = 4096;
+    let (w, r) = (engine("shm")?, engine("shm")?);
+    let src = Mapped::new(MemoryKind::Host, 0, PAGES * PAGE).map_err(e2s)?;
+    let dst = Mapped::new(MemoryKind::CudaMapped, 0, PAGES * PAGE).map_err(e2s)?;
+    let words = Mapped::new(MemoryKind::CudaMapped, 0, 64).map_err(e2s)?;
+    // SAFETY: our allocations, alive until the end (registrations and mirrors stop first).
+    let (smr, dmr) = unsafe { (w.register(src.host(), src.len()), r.register(dst.host(), dst.len())) };
+    let (smr, dmr) = (smr.map_err(e2s)?, dmr.map_err(e2s)?);
+    let mut want = 0u64;
+    for i in 0..PAGES * PAGE / 8 {
+        let v = (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        // SAFETY: inside src.
+        unsafe { (src.host() as *mut u64).add(i).write(v) };
+        want = want.wrapping_add(v);
+    }
+    let mirror = words.host() as *const AtomicU64;
+    // SAFETY: the word outlives the mirror (stopped below).
+    unsafe { r.mirror_imm_count(7, mirror) }.map_err(e2s)?;
+    let out = c.mem_alloc(0, 16).map_err(e2s)?;
+    let f = kernel(c, "wait_sum")?;
+    let wdev = words.device().unwrap();
+    let mut args = Args::new(&[wdev, PAGES as u64, dst.device().unwrap(), (PAGES * PAGE / 8) as u64, out]);
+    let mut p = args.ptrs();
+    // SAFETY: wait_sum(u64*, u64, u64*, u64, u64*) with matching arguments.
+    unsafe { c.launch(0, f, 1, &mut p) }.map_err(e2s)?;
+    // The kernel is waiting now; the pages go after it started.
+    std::thread::sleep(Duration::from_millis(50));
+    let flag = Mapped::new(MemoryKind::CudaMapped, 0, 64).map_err(e2s)?;
+    let idx: Vec<u32> = (0..PAGES as u32).rev().collect();
+    let pages = Pages { indices: &idx, stride: PAGE as u64, offset: 0 };
+    // SAFETY: a 64-byte mapped word, alive until after the request has ended.
+    let raw = unsafe { fabriclib::completion::notify::RawFlag::new(flag.host() as *mut u32) };
+    w.submit_paged_writes(PAGE as u64, Some(7), &smr, pages, dmr.descriptor(), pages, OnDone::RawFlag(raw))
+        .map_err(e2s)?;
+    c.synchronize(0).map_err(e2s)?;
+    let mut res = [0u8; 16];
+    c.copy_from_device(0, &mut res, out).map_err(e2s)?;
+    let (sum, state) =
+        (u64::from_le_bytes(res[..8].try_into().unwrap()), u64::from_le_bytes(res[8..].try_into().unwrap()));
+    // SAFETY: the flag word, stored by the worker.
+    let fv = unsafe { &*(flag.host() as *const AtomicU32) }.load(Ordering::Acquire);
+    // SAFETY: stop the mirror before its word goes; free the output.
+    unsafe { r.mirror_imm_count(7, std::ptr::null()) }.map_err(e2s)?;
+    unsafe { c.mem_free(0, out) }.map_err(e2s)?;
+    if state != 1 {
+        return Err(format!("the kernel timed out waiting for the mirrored counter (state {state})"));
+    }
+    if sum != want {
+        return Err(format!("the kernel's checksum {sum:#x} of the landed pages != {want:#x}"));
+    }
+    if fv & FLAG_DONE == 0 || fv & 0xffff != 0 {
+        return Err(format!("the request's mapped flag reads {fv:#x}"));
+    }
+    drop((smr, dmr));
+    Ok(Passed(format!("{PAGES} pages landed; the kernel saw the mirror reach {PAGES} and checksummed them")))
+}
+
+/// With `FABRICLIB_NO_CUDA=1` (here: a child process), GPU calls say
+/// Unsupported and everything else works on host memory.
+fn no_driver_means_unsupported() -> TestResult {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let out = std::process::Command::new(exe)
+        .arg("--no-cuda-child")
+        .env("FABRICLIB_NO_CUDA", "1")
+        .output()
+        .map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        return Err(format!("the no-driver child failed: {text}"));
+    }
+    Ok(Passed(text.trim().to_string()))
+}
+
+fn no_cuda_child() -> Result<String, String> {
+    let e = cuda().err().ok_or("FABRICLIB_NO_CUDA is set, yet the driver loaded")?;
+    if e.status != Status::Unsupported {
+        return Err(format!("no driver: {e}"));
+    }
+    if Mapped::new(MemoryKind::CudaMapped, 0, 64).map_err(|e| e.status).err() != Some(Status::Unsupported) {
+        return Err("CUDA-mapped memory without a driver was not refused".into());
+    }
+    let eng = engine("shm")?;
+    let w = eng.watch(MemoryKind::Auto, 0, Box::new(|_, _| {})).map_err(e2s)?;
+    if w.device_ptr().is_some() {
+        return Err("an auto watcher without a driver has a device pointer".into());
+    }
+    let host = [0u8; 64];
+    // SAFETY: host memory, alive across the call.
+    match unsafe { eng.register_memory(host.as_ptr() as *mut u8, 64, Some(0)) } {
+        Err(err) if err.status == Status::Unsupported => {}
+        other => return Err(format!("register_memory(device 0) without a driver: {:?}", other.err())),
+    }
+    // Host registration does not need (or load) CUDA.
+    // SAFETY: as above.
+    unsafe { eng.register(host.as_ptr() as *mut u8, 64) }.map_err(e2s)?;
+    Ok(format!("without a driver: {e}; watchers use host memory; host registration works"))
+}
+
+type Test = fn() -> TestResult;
+const TESTS: &[(&str, Test)] = &[
+    ("no_driver_means_unsupported", no_driver_means_unsupported),
+    ("driver_and_devices", driver_and_devices),
+    ("device_pointers_are_detected", device_pointers_are_detected),
+    ("dmabuf_export", dmabuf_export),
+    ("device_memory_refused_without_fi_hmem", device_memory_refused_without_fi_hmem),
+    ("kernel_bumps_a_watcher", kernel_bumps_a_watcher),
+    ("kernel_waits_for_landed_pages", kernel_waits_for_landed_pages),
+];
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--no-cuda-child") {
+        match no_cuda_child() {
+            Ok(s) => {
+                println!("{s}");
+                std::process::exit(0)
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                std::process::exit(1)
+            }
+        }
+    }
+    let filter: Vec<&String> = args[1..].iter().filter(|a| !a.starts_with('-')).collect();
+    let (mut passed, mut skipped, mut failed) = (0, 0, 0);
+    for (name, t) in TESTS {
+        if !filter.is_empty() && !filter.iter().any(|f| name.contains(f.as_str())) {
+            continue;
+        }
+        let start = Instant::now();
+        match std::panic::catch_unwind(t) {
+            Ok(Ok(Passed(what))) => {
+                passed += 1;
+                println!("test {name} ... ok ({:.2}s): {what}", start.elapsed().as_secs_f64());
+            }
+            Ok(Ok(Skipped(why))) => {
+                skipped += 1;
+                println!("test {name} ... skipped: {why}");
+            }
+            Ok(Err(e)) => {
+                failed += 1;
+                println!("test {name} ... FAILED: {e}");
+            }
+            Err(_) => {
+                failed += 1;
+                println!("test {name} ... FAILED: panicked");
+            }
+        }
+    }
+    println!("\ngpu: {passed} passed, {skipped} skipped, {failed} failed");
+    if failed > 0 {
+        std::process::exit(1);
+    }
+}
