@@ -46,6 +46,25 @@ run() {
         "$dir/gpu-suite"
         echo "== C watchers"
         "$dir/capi_watchers"
+        echo "== cuda_kv_proxy (c_examples/cuda_kv_proxy.cu)"
+        if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+            local nvcc
+            nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+            local so
+            so=$(basename "$(ls "$dir"/libfabriclib.so.* | head -1)")
+            "$nvcc" -O2 -std=c++17 -arch=native -Iinclude c_examples/cuda_kv_proxy.cu -L"$dir" -l:"$so" -o "${TMPDIR:-/tmp}/cuda_kv_proxy"
+            # Under MPS where there is one: the two processes' kernels then run at once.
+            local mps=0
+            if command -v nvidia-cuda-mps-control >/dev/null; then
+                export CUDA_MPS_PIPE_DIRECTORY=${TMPDIR:-/tmp}/fabriclib-mps CUDA_MPS_LOG_DIRECTORY=${TMPDIR:-/tmp}/fabriclib-mps-log
+                mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+                nvidia-cuda-mps-control -d && mps=1 && echo "(under MPS)"
+            fi
+            "${TMPDIR:-/tmp}/cuda_kv_proxy" demo
+            if [ $mps = 1 ]; then echo quit | nvidia-cuda-mps-control; fi
+        else
+            echo "skipped: no nvcc"
+        fi
         echo "== fabriclib-bench gpu"
         "$dir/fabriclib-bench" gpu --json "$out/gpu.json" ${GPU_BENCH_ARGS:-}
     } 2>&1 | tee "$out/gpu-test.log"

@@ -102,9 +102,15 @@ impl ImmCounter {
         }
     }
 
-    /// Expectations armed and not yet fired (the worker does not nap while any are).
+    /// Expectations armed and not yet fired.
     pub fn armed(&self) -> usize {
         self.armed
+    }
+
+    /// Whether someone waits on arrivals (an armed expectation or a mirror):
+    /// the worker then polls without napping, so an arrival is seen at once.
+    pub fn awaited(&self) -> bool {
+        self.armed > 0 || !self.mirrors.is_empty()
     }
 
     /// Ends the expectation on `imm` with `err` if it is still request `id`

@@ -241,8 +241,8 @@ impl<D: Domain> Worker<D> {
             if empty_passes % YIELD_EVERY == 0 {
                 std::thread::yield_now();
             }
-            // Work in flight or an armed expectation: something will arrive, keep polling.
-            if self.slots.live() > 0 || self.imm.armed() > 0 {
+            // Work in flight, an armed expectation or a mirror: something will arrive, keep polling.
+            if self.slots.live() > 0 || self.imm.awaited() {
                 idle_since = None;
                 continue;
             }
