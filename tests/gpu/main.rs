@@ -235,6 +235,21 @@ fn kernel_waits_for_landed_pages() -> TestResult {
     c.copy_from_device(0, &mut res, out).map_err(e2s)?;
     let (sum, state) =
         (u64::from_le_bytes(res[..8].try_into().unwrap()), u64::from_le_bytes(res[8..].try_into().unwrap()));
+    // A kernel waits on the request's flag too: FLAG_DONE | status >= FLAG_DONE once it ended
+    // (the u32 flag is the low half of the mapped word's first u64; the rest is zero).
+    let out2 = c.mem_alloc(0, 16).map_err(e2s)?;
+    let mut args = Args::new(&[flag.device().unwrap(), FLAG_DONE as u64, dst.device().unwrap(), 0, out2]);
+    let mut p = args.ptrs();
+    // SAFETY: as above.
+    unsafe { c.launch(0, f, 1, &mut p) }.map_err(e2s)?;
+    c.synchronize(0).map_err(e2s)?;
+    let mut res2 = [0u8; 16];
+    c.copy_from_device(0, &mut res2, out2).map_err(e2s)?;
+    // SAFETY: allocated above.
+    unsafe { c.mem_free(0, out2) }.map_err(e2s)?;
+    if u64::from_le_bytes(res2[8..].try_into().unwrap()) != 1 {
+        return Err("a kernel did not see the request's mapped flag turn done".into());
+    }
     // SAFETY: the flag word, stored by the worker.
     let fv = unsafe { &*(flag.host() as *const AtomicU32) }.load(Ordering::Acquire);
     // SAFETY: stop the mirror before its word goes; free the output.
@@ -250,7 +265,9 @@ fn kernel_waits_for_landed_pages() -> TestResult {
         return Err(format!("the request's mapped flag reads {fv:#x}"));
     }
     drop((smr, dmr));
-    Ok(Passed(format!("{PAGES} pages landed; the kernel saw the mirror reach {PAGES} and checksummed them")))
+    Ok(Passed(format!(
+        "{PAGES} pages landed; a kernel saw the mirror reach {PAGES} and checksummed them, and one saw the request's mapped flag"
+    )))
 }
 
 /// With `FABRICLIB_NO_CUDA=1` (here: a child process), GPU calls say
