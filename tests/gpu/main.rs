@@ -151,6 +151,34 @@ fn device_memory_refused_without_fi_hmem() -> TestResult {
     Ok(Passed(said.swap_remove(0)))
 }
 
+/// Without a GPU too: the libfabric domain itself refuses device memory on
+/// tcp and shm (no FI_HMEM), naming the provider; it never registers it as
+/// host memory. (The address is host memory here: the domain must not look.)
+fn domains_without_fi_hmem_refuse_device_memory() -> TestResult {
+    use fabriclib::domain::Memory;
+    use fabriclib::domain::fabric::FabricEndpoint;
+    let buf = vec![0u8; 4096];
+    let mut said = Vec::new();
+    for prov in ["tcp;ofi_rxm", "shm"] {
+        let mut ep = FabricEndpoint::open(prov, Some("127.0.0.1").filter(|_| prov != "shm"), 64).map_err(e2s)?;
+        if ep.hmem() {
+            return Ok(Skipped(format!("{prov} has FI_HMEM here: nothing to refuse")));
+        }
+        let mem = Memory::Cuda { device: 0, dmabuf: None };
+        match ep.register(buf.as_ptr() as *mut u8, buf.len(), mem) {
+            Err(e) if e.status == Status::Unsupported && e.message.contains("FI_HMEM") && e.message.contains(prov) => {
+                said.push(prov)
+            }
+            Err(e) => return Err(format!("{prov}: refused with the wrong error: {e}")),
+            Ok(_) => return Err(format!("{prov}: registered device memory without FI_HMEM")),
+        }
+        // Host memory still registers.
+        let mr = ep.register(buf.as_ptr() as *mut u8, buf.len(), Memory::Host).map_err(e2s)?;
+        ep.deregister(&mr);
+    }
+    Ok(Passed(format!("refused by {}", said.join(" and "))))
+}
+
 /// A kernel bumps a CUDA-mapped watcher 1..=1000; the callback sees the values in order, ending at 1000.
 fn kernel_bumps_a_watcher() -> TestResult {
     let c = gpu!();
@@ -314,6 +342,7 @@ fn no_cuda_child() -> Result<String, String> {
 type Test = fn() -> TestResult;
 const TESTS: &[(&str, Test)] = &[
     ("no_driver_means_unsupported", no_driver_means_unsupported),
+    ("domains_without_fi_hmem_refuse_device_memory", domains_without_fi_hmem_refuse_device_memory),
     ("driver_and_devices", driver_and_devices),
     ("device_pointers_are_detected", device_pointers_are_detected),
     ("dmabuf_export", dmabuf_export),
