@@ -23,13 +23,12 @@
 // are time-sliced (about 2 ms each), so the decode kernel sees landings only
 // in its own slices and the prefill graph pauses during decode's.
 #include <fabriclib.h>
-#include <arpa/inet.h>
+#include "example_util.h"
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <atomic>
@@ -38,14 +37,6 @@
 static int layers = 16, pages = 32, page_kib = 16, compute_us = 400, port = 18711;
 static const char *provider = "shm";
 
-#define CHECK(call)                                                                                        \
-    do {                                                                                                   \
-        fabriclib_status s_ = (call);                                                                      \
-        if (s_) {                                                                                          \
-            fprintf(stderr, "%s: %s: %s\n", #call, fabriclib_status_str(s_), fabriclib_last_error_message()); \
-            exit(1);                                                                                       \
-        }                                                                                                  \
-    } while (0)
 #define CUDA(call)                                                                    \
     do {                                                                              \
         cudaError_t e_ = (call);                                                      \
@@ -134,22 +125,6 @@ __global__ void decode_layers(const volatile uint64_t *counters, const uint8_t *
     if (b) atomicAdd(bad, b);
 }
 
-static void xfer(int fd, void *p, size_t n, int out) {
-    for (size_t done = 0; done < n;) {
-        ssize_t r = out ? write(fd, (char *)p + done, n - done) : read(fd, (char *)p + done, n - done);
-        if (r <= 0) { perror("socket"); exit(1); }
-        done += (size_t)r;
-    }
-}
-static void put_blob(int fd, const void *p, size_t n) { xfer(fd, &n, sizeof n, 1); xfer(fd, (void *)p, n, 1); }
-static size_t get_blob(int fd, void *p, size_t cap) {
-    size_t n;
-    xfer(fd, &n, sizeof n, 0);
-    if (n > cap) exit(1);
-    xfer(fd, p, n, 0);
-    return n;
-}
-
 static fabriclib_engine *make_engine(void) {
     fabriclib_config *cfg;
     fabriclib_engine *e;
@@ -214,22 +189,14 @@ static int decode(void) {
     // Waiting on the GPU before anything is sent.
     decode_layers<<<layers, 256, 0, s>>>((const volatile uint64_t *)counters_dev, kv, pages, page, bad_dev, landed_dev, timed_out_dev);
     CUDA(cudaGetLastError());
-    int ls = socket(AF_INET, SOCK_STREAM, 0), one = 1;
-    setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)port);
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (bind(ls, (struct sockaddr *)&sa, sizeof sa) || listen(ls, 1)) { perror("bind"); return 1; }
-    int fd = accept(ls, NULL, NULL);
+    int ls, fd = oob_accept(port, &ls);
     CHECK(fabriclib_engine_address(e, blob, sizeof blob, &n));
-    put_blob(fd, blob, n);
+    oob_put_blob(fd, blob, n);
     CHECK(fabriclib_mr_descriptor(mr, blob, sizeof blob, &n));
-    put_blob(fd, blob, n);
+    oob_put_blob(fd, blob, n);
     CUDA(cudaStreamSynchronize(s));
     std::vector<uint64_t> signalled((size_t)layers);
-    xfer(fd, signalled.data(), 8 * (size_t)layers, 0);
+    oob_xfer(fd, signalled.data(), 8 * (size_t)layers, 0);
     if (*timed_out) { fprintf(stderr, "decode: layer %d never landed\n", *timed_out - 1); return 1; }
     printf("layer  signalled_us  landed_us  transfer_us\n");
     for (int l = 0; l < layers; l++)
@@ -246,7 +213,7 @@ static int decode(void) {
            ((double)landed[layers - 1] - (double)signalled[layers - 1]) / 1e3,
            *bad ? "VERIFY FAILED" : "every byte verified on the GPU", *bad);
     int verdict = *bad != 0;
-    xfer(fd, &verdict, sizeof verdict, 1);
+    oob_xfer(fd, &verdict, sizeof verdict, 1);
     close(fd);
     close(ls);
     for (int l = 0; l < layers; l++) CHECK(fabriclib_imm_mirror(e, (uint32_t)l, NULL));
@@ -294,17 +261,8 @@ static int prefill(void) {
             px.src_idx.push_back((uint32_t)(l * pages + p));
             px.dst_idx.push_back(slot_of(l, p, pages));
         }
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)port);
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    for (int tries = 0; connect(fd, (struct sockaddr *)&sa, sizeof sa); tries++) {
-        if (tries > 1000) { perror("connect"); return 1; }
-        usleep(10000);
-    }
-    size_t n = get_blob(fd, blob, sizeof blob);
+    int fd = oob_connect(port);
+    size_t n = oob_get_blob(fd, blob, sizeof blob);
     // Greet decode now and wait until it answers, not at the first layer.
     uint32_t up = 0;
     fabriclib_submit_opts uo;
@@ -314,7 +272,7 @@ static int prefill(void) {
     CHECK(fabriclib_peer_add(px.e, blob, n, &uo, NULL));
     CHECK(fabriclib_flag_wait(&up, 10 * 1000 * 1000, NULL));
     CHECK((fabriclib_status)(up & FABRICLIB_FLAG_STATUS_MASK));
-    n = get_blob(fd, blob, sizeof blob);
+    n = oob_get_blob(fd, blob, sizeof blob);
     CHECK(fabriclib_remote_mr_parse(blob, n, &px.dst));
 
     fabriclib_watcher_opts o;
@@ -343,9 +301,9 @@ static int prefill(void) {
     CUDA(cudaGraphInstantiate(&ge, g, 0));
     CUDA(cudaGraphLaunch(ge, s));
     CUDA(cudaStreamSynchronize(s));
-    xfer(fd, signalled, 8 * (size_t)layers, 1);
+    oob_xfer(fd, signalled, 8 * (size_t)layers, 1);
     int verdict = 1;
-    xfer(fd, &verdict, sizeof verdict, 0);
+    oob_xfer(fd, &verdict, sizeof verdict, 0);
     printf("prefill: %d layers from one CUDA graph, each sent by the watcher callback; %d submits failed\n", layers,
            px.failed.load());
     close(fd);

@@ -12,27 +12,17 @@
  * the layer number; decode waits with fabriclib_expect_imm_count(layer, pages)
  * (one immediate per page), then checks every byte. */
 #include <fabriclib.h>
-#include <arpa/inet.h>
+#include "example_util.h"
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 static int layers = 32, pages = 64, page_kib = 32, port = 18515;
 static const char *provider = "tcp;ofi_rxm";
-
-#define CHECK(call)                                                                          \
-    do {                                                                                     \
-        fabriclib_status s_ = (call);                                                        \
-        if (s_) {                                                                            \
-            fprintf(stderr, "%s: %s: %s\n", #call, fabriclib_status_str(s_), fabriclib_last_error_message()); \
-            exit(1);                                                                         \
-        }                                                                                    \
-    } while (0)
 
 static double now(void) {
     struct timespec t;
@@ -43,22 +33,6 @@ static double now(void) {
 static uint8_t kv_byte(int l, int p, size_t i) { return (uint8_t)(l * 37 + p * 11 + i * 7 + (i >> 8)); }
 /* Decode's page slot for prefill's page p of layer l: a scrambled page table. */
 static uint32_t slot_of(int l, int p) { return (uint32_t)(l * pages + (p * 29 + l) % pages); }
-
-static void xfer(int fd, void *p, size_t n, int out) {
-    for (size_t done = 0; done < n;) {
-        ssize_t r = out ? write(fd, (char *)p + done, n - done) : read(fd, (char *)p + done, n - done);
-        if (r <= 0) { perror("socket"); exit(1); }
-        done += (size_t)r;
-    }
-}
-static void put_blob(int fd, const void *p, size_t n) { xfer(fd, &n, sizeof n, 1); xfer(fd, (void *)p, n, 1); }
-static size_t get_blob(int fd, void *p, size_t cap) {
-    size_t n;
-    xfer(fd, &n, sizeof n, 0);
-    if (n > cap) exit(1);
-    xfer(fd, p, n, 0);
-    return n;
-}
 
 static fabriclib_engine *make_engine(void) {
     fabriclib_config *cfg;
@@ -90,17 +64,13 @@ static int decode(void) {
         fabriclib_submit_opts d = {.struct_size = sizeof(fabriclib_submit_opts), .callback = on_layer, .user_data = (void *)(intptr_t)l};
         CHECK(fabriclib_expect_imm_count(e, (uint32_t)l, (uint32_t)pages, &d, NULL));
     }
-    int ls = socket(AF_INET, SOCK_STREAM, 0), one = 1;
-    setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    if (bind(ls, (struct sockaddr *)&sa, sizeof sa) || listen(ls, 1)) { perror("bind"); return 1; }
-    int fd = accept(ls, NULL, NULL);
+    int ls, fd = oob_accept(port, &ls);
     CHECK(fabriclib_engine_address(e, blob, sizeof blob, &n));
-    put_blob(fd, blob, n);
+    oob_put_blob(fd, blob, n);
     CHECK(fabriclib_mr_descriptor(mr, blob, sizeof blob, &n));
-    put_blob(fd, blob, n);
+    oob_put_blob(fd, blob, n);
     double t0;
-    xfer(fd, &t0, sizeof t0, 0); /* prefill's start time (same machine: CLOCK_MONOTONIC) */
+    oob_xfer(fd, &t0, sizeof t0, 0); /* prefill's start time (same machine: CLOCK_MONOTONIC) */
     for (int l = 0; l < layers; l++) {
         while (atomic_load(&layer_done[l]) == 0.0) {
             if (now() - t0 > 120) { fprintf(stderr, "layer %d never completed\n", l); return 1; }
@@ -125,7 +95,7 @@ static int decode(void) {
            pages, page_kib, total / 1048576.0, (end - t0) * 1e3, total / (end - t0) / 1e9,
            bad ? "VERIFY FAILED" : "every byte verified", bad);
     int verdict = bad != 0;
-    xfer(fd, &verdict, sizeof verdict, 1);
+    oob_xfer(fd, &verdict, sizeof verdict, 1);
     close(fd);
     close(ls);
     fabriclib_mr_deregister(mr);
@@ -144,19 +114,14 @@ static int prefill(void) {
     fabriclib_mr *mr;
     fabriclib_remote_mr *dst;
     CHECK(fabriclib_mr_register(e, kv, total, &mr));
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    for (int tries = 0; connect(fd, (struct sockaddr *)&sa, sizeof sa); tries++) {
-        if (tries > 500) { perror("connect"); return 1; }
-        usleep(10000);
-    }
-    get_blob(fd, blob, sizeof blob); /* decode's engine address: not needed for writes */
-    n = get_blob(fd, blob, sizeof blob);
+    int fd = oob_connect(port);
+    oob_get_blob(fd, blob, sizeof blob); /* decode's engine address: not needed for writes */
+    n = oob_get_blob(fd, blob, sizeof blob);
     CHECK(fabriclib_remote_mr_parse(blob, n, &dst));
     uint32_t *src_idx = malloc(sizeof(uint32_t) * pages), *dst_idx = malloc(sizeof(uint32_t) * pages);
     _Atomic uint32_t *flags = calloc((size_t)layers, sizeof *flags);
     double t0 = now();
-    xfer(fd, &t0, sizeof t0, 1);
+    oob_xfer(fd, &t0, sizeof t0, 1);
     for (int l = 0; l < layers; l++) { /* as each layer's KV is ready */
         for (int p = 0; p < pages; p++) { src_idx[p] = (uint32_t)(l * pages + p); dst_idx[p] = slot_of(l, p); }
         fabriclib_pages sp = {src_idx, (size_t)pages, page, 0}, dp = {dst_idx, (size_t)pages, page, 0};
@@ -172,7 +137,7 @@ static int prefill(void) {
     printf("prefill: submitted %d layers in %.3f ms, source free after %.3f ms\n", layers, (submitted - t0) * 1e3,
            (now() - t0) * 1e3);
     int verdict = 1;
-    xfer(fd, &verdict, sizeof verdict, 0);
+    oob_xfer(fd, &verdict, sizeof verdict, 0);
     close(fd);
     fabriclib_remote_mr_free(dst);
     fabriclib_mr_deregister(mr);

@@ -135,13 +135,23 @@ pub extern "C" fn fabriclib_config_set_idle(
     spin_us: u64,
     nap_us: u64,
 ) -> fabriclib_status {
+    set_idle(config, spin_us, nap_us, |c| (&mut c.idle_spin_us, &mut c.idle_nap_us))
+}
+
+/// A (spin, nap) pair of settings; `nap_us` at least 1.
+fn set_idle(
+    config: *mut fabriclib_config,
+    spin_us: u64,
+    nap_us: u64,
+    fields: impl FnOnce(&mut crate::EngineConfig) -> (&mut u64, &mut u64),
+) -> fabriclib_status {
     ffi(|| {
         let c = config_mut(config)?;
         if nap_us == 0 {
             return Err(Error::new(Status::InvalidArgument, "nap_us must be at least 1 microsecond"));
         }
-        c.cfg.idle_spin_us = spin_us;
-        c.cfg.idle_nap_us = nap_us;
+        let (spin, nap) = fields(&mut c.cfg);
+        (*spin, *nap) = (spin_us, nap_us);
         Ok(())
     })
 }
@@ -158,15 +168,7 @@ pub extern "C" fn fabriclib_config_set_watcher_idle(
     spin_us: u64,
     nap_us: u64,
 ) -> fabriclib_status {
-    ffi(|| {
-        let c = config_mut(config)?;
-        if nap_us == 0 {
-            return Err(Error::new(Status::InvalidArgument, "nap_us must be at least 1 microsecond"));
-        }
-        c.cfg.watcher_spin_us = spin_us;
-        c.cfg.watcher_nap_us = nap_us;
-        Ok(())
-    })
+    set_idle(config, spin_us, nap_us, |c| (&mut c.watcher_spin_us, &mut c.watcher_nap_us))
 }
 
 /// Sets the engine's default request deadline in microseconds (default 30 s;

@@ -63,6 +63,8 @@ int main(void) {
         fprintf(stderr, "cannot create an engine: %s\n", fabriclib_last_error_message());
         return 1;
     }
+    CHECK(fabriclib_config_set_watcher_idle(cfg, 1, 0) == FABRICLIB_STATUS_INVALID_ARGUMENT, "nap 0 refused");
+    CHECK(fabriclib_config_set_watcher_idle(NULL, 1, 1) == FABRICLIB_STATUS_INVALID_ARGUMENT, "NULL config");
     fabriclib_config_free(cfg);
     int32_t version = 0;
     fabriclib_status cuda = fabriclib_cuda_driver_version(&version);
