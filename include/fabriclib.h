@@ -50,6 +50,13 @@
  *    a fabriclib_remote_mr                 the submit call (requests keep
  *                                          what they need)
  *    a fabriclib_config                    fabriclib_engine_create returns
+ *    a fabriclib_watcher, its user_data    destroy it whenever (its callbacks
+ *                                          stop then; they stop at engine
+ *                                          destroy too); its word lives
+ *                                          until fabriclib_watcher_destroy
+ *    a fabriclib_imm_mirror word           the mirror is stopped (NULL) or
+ *                                          the engine is destroyed
+ *    fabriclib_mapped_alloc memory         fabriclib_mapped_free
  *    a flag word may be a plain uint32_t, a C11 _Atomic uint32_t or a C++
  *    std::atomic<uint32_t> (same size and representation).
  *
