@@ -112,7 +112,8 @@ impl PeerConn {
         PeerConn { ctl, child, engine: None, raw: 0, desc: None, raw_base: 0, raw_key: 0 }
     }
     fn alloc(&mut self, size: u64) -> R<()> {
-        let v = self.ctl.call(json!({ "op": "alloc", "size": size }))?;
+        let huge = crate::mem::HUGE.load(std::sync::atomic::Ordering::Relaxed);
+        let v = self.ctl.call(json!({ "op": "alloc", "size": size, "huge": huge }))?;
         self.desc = Some(Arc::new(MrDesc::parse(&unhex(field_str(&v, "desc")?)?).map_err(|e| e.to_string())?));
         self.raw_base = field_u64(&v, "raw_base")?;
         self.raw_key = field_u64(&v, "raw_key")?;
@@ -393,8 +394,11 @@ impl Session {
             for mode in modes(rep) {
                 let last = rep + 1 == total;
                 let src = self.src.as_mut().unwrap();
+                // Every repetition reads freshly written source bytes (never the
+                // kernel's zero page, never the previous repetition's cache state);
+                // the destination is cleared before the verified one, as before.
+                fill(&mut src.mem, 0xfab0 + mode as u64 + rep as u64 * 2);
                 if last {
-                    fill(&mut src.mem, 0xfab0 + mode as u64 + rep as u64 * 2);
                     for p in peers.iter_mut() {
                         p.ctl.call(json!({ "op": "clear" }))?;
                     }

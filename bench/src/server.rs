@@ -18,14 +18,16 @@ pub const MSG: usize = 64 * 1024;
 
 /// A region registered with both the engine and the raw endpoint.
 pub struct Region {
-    pub mem: Vec<u8>,
+    pub mem: crate::mem::Mem,
     pub mr: MrHandle,
     pub raw: RawMr,
 }
 
 impl Region {
+    /// `len` bytes, huge-page backed if `--hugepages` asked for it.
     pub fn new(engine: &TransferEngine, raw: &mut RawEp, len: usize) -> R<Region> {
-        let mut mem = vec![0u8; len.max(64)];
+        let huge = crate::mem::HUGE.load(std::sync::atomic::Ordering::Relaxed);
+        let mut mem = crate::mem::Mem::new(len.max(64), huge)?;
         // SAFETY: mem lives in the Region, which the owner drops only after both
         // registrations are closed (see `close`).
         let mr = unsafe { engine.register(mem.as_mut_ptr(), mem.len()) }.map_err(|e| e.to_string())?;
@@ -99,6 +101,8 @@ impl Open {
                 if let Some(b) = self.buf.take() {
                     b.close(&mut self.raw);
                 }
+                let huge = cmd.get("huge").and_then(|v| v.as_bool()).unwrap_or(false);
+                crate::mem::HUGE.store(huge, std::sync::atomic::Ordering::Relaxed);
                 let b = Region::new(&self.engine, &mut self.raw, field_u64(cmd, "size")? as usize)?;
                 let v = json!({ "desc": hex(&b.mr.descriptor().to_bytes()), "raw_base": b.raw.remote.remote_base, "raw_key": b.raw.remote.key });
                 self.buf = Some(b);
