@@ -151,6 +151,18 @@ typedef struct fabriclib_remote_mr *const *fabriclib_remote_mr_list;
 // Largest region descriptor blob (`fabriclib_mr_descriptor`).
 #define FABRICLIB_MAX_DESCRIPTOR_LEN 2225
 
+// `fabriclib_config_set_idle_policy`: keep spinning while an expectation is
+// armed (the lowest first-arrival latency; one core per engine). The default.
+#define FABRICLIB_IDLE_SPIN 0
+
+// `fabriclib_config_set_idle_policy`: block on the completion queues' wait
+// object where the provider has one (tcp), keep spinning where it has none (shm).
+#define FABRICLIB_IDLE_AUTO 1
+
+// `fabriclib_config_set_idle_policy`: sleep even with an expectation armed:
+// block on the wait object, or nap `nap_us` at a time where there is none.
+#define FABRICLIB_IDLE_BLOCK 2
+
 // A peer has answered the handshake: requests to it are posted.
 #define FABRICLIB_PEER_UP 1
 
@@ -421,6 +433,16 @@ fabriclib_status fabriclib_config_set_submit_queue(struct fabriclib_config *conf
 fabriclib_status fabriclib_config_set_idle(struct fabriclib_config *config,
                                            uint64_t spin_us,
                                            uint64_t nap_us);
+
+// Sets what the worker does once it has been idle for `spin_us`
+// (`fabriclib_config_set_idle`) while an immediate expectation is armed or an
+// immediate is mirrored: `FABRICLIB_IDLE_SPIN` (default), `_AUTO` or
+// `_BLOCK`. With nothing armed it always sleeps. Blocking saves the core
+// (tcp: 0.02-0.05 CPU s per s instead of 1.0) but the wait object it needs
+// costs on every transfer (tcp: about +1.5 us per small round trip, 8-20% of
+// small-write bandwidth) and about 70 us on the first write after a quiet
+// spell: docs/benchmarks.md has the figures.
+fabriclib_status fabriclib_config_set_idle_policy(struct fabriclib_config *config, uint32_t policy);
 
 // Sets how the watcher thread polls (`fabriclib_watcher_create`): it spins
 // while watched words change and for `spin_us` microseconds after the last

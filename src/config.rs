@@ -60,6 +60,9 @@ pub struct EngineConfig {
     pub idle_spin_us: u64,
     /// How long one nap lasts at most, in microseconds (a submit wakes it at once).
     pub idle_nap_us: u64,
+    /// What the worker does once idle past `idle_spin_us` while an
+    /// expectation is armed or an immediate mirrored (see `IdlePolicy`).
+    pub idle_policy: IdlePolicy,
     /// How long the watcher thread busy-polls its words after the last
     /// change it saw, in microseconds (`u64::MAX`: always, the lowest
     /// latency, one core); then it looks every `watcher_nap_us`.
@@ -102,6 +105,7 @@ impl Default for EngineConfig {
             max_msg_size: None,
             idle_spin_us: 2000,
             idle_nap_us: 500,
+            idle_policy: IdlePolicy::Spin,
             watcher_spin_us: 10_000,
             watcher_nap_us: 50,
             request_timeout: Some(Duration::from_secs(30)),
@@ -135,5 +139,43 @@ impl EngineConfig {
 
     pub fn bind_addr(&self) -> Option<String> {
         std::env::var("FABRICLIB_BIND_ADDR").ok().filter(|s| !s.is_empty()).or_else(|| self.bind_addr.clone())
+    }
+}
+
+/// What the worker does once it has been idle for `idle_spin_us` with
+/// nothing in flight while an expectation is armed (or an immediate
+/// mirrored), waiting for data that may come any microsecond. With nothing
+/// armed it always sleeps (blocked on the completion queues' wait object when
+/// the policy opened one, else napping `idle_nap_us` at a time).
+///
+/// Measured (docs/benchmarks.md, `fabriclib-bench idle`): spinning costs a
+/// whole core per engine; blocking on tcp's wait fd costs 0.02–0.05 CPU
+/// seconds per second and about 70 µs more for the first write after a quiet
+/// spell. But a completion queue opened with a wait object costs on the hot
+/// path too (tcp: about +1.5 µs per write-with-immediate half round trip and
+/// 8–20% of small-write bandwidth), so blocking is a choice, not the default.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum IdlePolicy {
+    /// Keep spinning: the lowest latency, one core while armed. The default;
+    /// no wait objects are opened.
+    #[default]
+    Spin,
+    /// Block on the wait object where the provider has one (tcp;ofi_rxm:
+    /// `FI_WAIT_FD`, woken by the arrival), keep spinning where it has none
+    /// (shm 1.17), so that no arrival waits out a nap.
+    Auto,
+    /// Sleep as when nothing is armed: block on the wait object, or nap
+    /// where there is none (an arrival may then wait up to `idle_nap_us`).
+    Block,
+}
+
+impl IdlePolicy {
+    pub fn from_code(code: u32) -> crate::Result<IdlePolicy> {
+        match code {
+            0 => Ok(IdlePolicy::Spin),
+            1 => Ok(IdlePolicy::Auto),
+            2 => Ok(IdlePolicy::Block),
+            _ => crate::bail!(InvalidArgument, "unknown idle policy {code} (0 spin, 1 auto, 2 block)"),
+        }
     }
 }

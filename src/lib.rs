@@ -20,7 +20,7 @@ pub mod wire;
 
 pub use completion::flag::wait as wait_flag;
 pub use completion::notify::{Deadline, FLAG_DONE, OnDone, RequestId, RequestOpts};
-pub use config::{EngineConfig, PeerState};
+pub use config::{EngineConfig, IdlePolicy, PeerState};
 pub use engine::{MrHandle, Pages, PeerGroup, ScatterDst, TransferEngine};
 pub use error::{Error, Result, Status};
 pub use wire::{MrDesc, NetAddr};

@@ -260,6 +260,7 @@ impl Session {
             provider: Some(provider.into()),
             bind_addr: bind.map(String::from),
             domains,
+            idle_policy: crate::idle_policy(),
             ..Default::default()
         };
         let engine = TransferEngine::new(&cfg).map_err(|e| format!("{provider}: {e}"))?;

@@ -11,6 +11,7 @@
 mod client;
 mod ctl;
 mod gpu;
+mod idle;
 mod mem;
 mod raw;
 mod report;
@@ -26,6 +27,9 @@ use std::time::Instant;
 
 const USAGE: &str = "\
 usage: fabriclib-bench [options]                 run the client; spawns its servers on loopback
+       fabriclib-bench idle [--idle-ms N] [--quiet-ms N] [--samples N] [--provider LIST] [--json FILE]
+                                                  CPU of an idle engine with an armed expectation, and the
+                                                  first write after a quiet spell, per idle policy
        fabriclib-bench gpu [--iters N] [--rounds R] [--json FILE]
                                                   GPU signalling latency (needs a CUDA driver;
                                                   says skipped without one): see docs/gpu.md
@@ -48,6 +52,7 @@ options:
   --bind ADDR                local address for socket providers (default 127.0.0.1 on loopback)
   --hugepages                register 2 MiB-aligned memory with madvise(MADV_HUGEPAGE) (transparent
                              huge pages; shm's copies run about 1.8x faster from them), client and servers
+  --idle-policy P            the engines' idle policy: spin (default), auto or block
   --no-pin                   do not pin processes to CPUs (default: client on CPU 0,
                              server i on CPU (i+1) mod ncpus, on loopback)
   --json FILE                write the JSON report
@@ -120,6 +125,19 @@ fn parse(args: &[String]) -> R<Opts> {
             "--json" => o.json = Some(val()?),
             "--plot" => o.plot = Some(val()?),
             "--no-pin" => o.pin = false,
+            "--idle-policy" => {
+                let v = val()?;
+                fabriclib::IdlePolicy::from_code(match v.as_str() {
+                    "spin" => 0,
+                    "auto" => 1,
+                    "block" => 2,
+                    _ => return Err(format!("--idle-policy {v}: auto, spin or block")),
+                })
+                .map_err(|e| e.to_string())?;
+                // Spawned servers inherit it.
+                // SAFETY: set before any thread of ours reads the environment concurrently.
+                unsafe { std::env::set_var("FABRICLIB_BENCH_IDLE_POLICY", v) };
+            }
             "--hugepages" => mem::HUGE.store(true, std::sync::atomic::Ordering::Relaxed),
             "-h" | "--help" => {
                 print!("{USAGE}");
@@ -390,6 +408,15 @@ fn run(o: &Opts) -> R<bool> {
     Ok(verified)
 }
 
+/// The engines' idle policy (`--idle-policy`; servers inherit it through the environment).
+pub fn idle_policy() -> fabriclib::IdlePolicy {
+    match std::env::var("FABRICLIB_BENCH_IDLE_POLICY").as_deref() {
+        Ok("auto") => fabriclib::IdlePolicy::Auto,
+        Ok("block") => fabriclib::IdlePolicy::Block,
+        _ => fabriclib::IdlePolicy::Spin,
+    }
+}
+
 fn machine() -> serde_json::Value {
     let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
     let cpu = read("/proc/cpuinfo")
@@ -407,6 +434,7 @@ fn machine() -> serde_json::Value {
         "kernel": read("/proc/sys/kernel/osrelease").trim(),
         "libfabric": format!("{}.{}", fi_version >> 16, fi_version & 0xffff),
         "hugepages": mem::HUGE.load(std::sync::atomic::Ordering::Relaxed),
+        "idle_policy": format!("{:?}", idle_policy()),
         "thp": read("/sys/kernel/mm/transparent_hugepage/enabled").trim(),
         // The most of the client's anonymous memory seen backed by huge pages after an allocation.
         "client_thp_bytes": mem::THP_SEEN.load(std::sync::atomic::Ordering::Relaxed),
@@ -418,6 +446,8 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let res = if args.first().map(String::as_str) == Some("gpu") {
         gpu::run(&args[1..])
+    } else if args.first().map(String::as_str) == Some("idle") {
+        idle::run(&args[1..])
     } else if args.first().map(String::as_str) == Some("server") {
         let mut listen = "127.0.0.1:7471".to_string();
         let mut bind = None;

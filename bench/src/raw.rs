@@ -60,7 +60,7 @@ pub struct RawEp {
 
 impl RawEp {
     pub fn open(provider: &str, bind: Option<&str>) -> R<RawEp> {
-        let fe = FabricEndpoint::open(provider, bind, 16384).map_err(|e| e.message)?;
+        let fe = FabricEndpoint::open(provider, bind, 16384, false).map_err(|e| e.message)?;
         let n = fe.depth() + 1024;
         Ok(RawEp {
             fe,

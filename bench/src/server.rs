@@ -65,6 +65,7 @@ impl Open {
             provider: Some(field_str(cmd, "provider")?.to_string()),
             bind_addr: bind.or_else(|| cmd.get("bind").and_then(Value::as_str)).map(String::from),
             domains: field_u64(cmd, "domains")? as usize,
+            idle_policy: crate::idle_policy(),
             ..Default::default()
         };
         let engine = Arc::new(TransferEngine::new(&cfg).map_err(|e| e.to_string())?);

@@ -156,6 +156,33 @@ fn set_idle(
     })
 }
 
+/// `fabriclib_config_set_idle_policy`: keep spinning while an expectation is
+/// armed (the lowest first-arrival latency; one core per engine). The default.
+pub const FABRICLIB_IDLE_SPIN: u32 = 0;
+/// `fabriclib_config_set_idle_policy`: block on the completion queues' wait
+/// object where the provider has one (tcp), keep spinning where it has none (shm).
+pub const FABRICLIB_IDLE_AUTO: u32 = 1;
+/// `fabriclib_config_set_idle_policy`: sleep even with an expectation armed:
+/// block on the wait object, or nap `nap_us` at a time where there is none.
+pub const FABRICLIB_IDLE_BLOCK: u32 = 2;
+
+/// Sets what the worker does once it has been idle for `spin_us`
+/// (`fabriclib_config_set_idle`) while an immediate expectation is armed or an
+/// immediate is mirrored: `FABRICLIB_IDLE_SPIN` (default), `_AUTO` or
+/// `_BLOCK`. With nothing armed it always sleeps. Blocking saves the core
+/// (tcp: 0.02-0.05 CPU s per s instead of 1.0) but the wait object it needs
+/// costs on every transfer (tcp: about +1.5 us per small round trip, 8-20% of
+/// small-write bandwidth) and about 70 us on the first write after a quiet
+/// spell: docs/benchmarks.md has the figures.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_config_set_idle_policy(config: *mut fabriclib_config, policy: u32) -> fabriclib_status {
+    ffi(|| {
+        let c = config_mut(config)?;
+        c.cfg.idle_policy = crate::config::IdlePolicy::from_code(policy)?;
+        Ok(())
+    })
+}
+
 /// Sets how the watcher thread polls (`fabriclib_watcher_create`): it spins
 /// while watched words change and for `spin_us` microseconds after the last
 /// change (default 10000; `UINT64_MAX`: always, the lowest latency, a whole

@@ -65,6 +65,9 @@ pub struct FabricEndpoint {
     /// Requested keys stay within the provider's `mr_key_size`, below FI_KEY_NOTAVAIL.
     key_mask: u64,
     next_key: u64,
+    /// The completion queue's wait fd (`FI_WAIT_FD`), when asked for and the
+    /// provider has one.
+    pub wait_fd: Option<i32>,
 }
 
 // SAFETY: the libfabric objects are owned by this value and used by one
@@ -145,8 +148,10 @@ impl FabricEndpoint {
     }
 
     /// Opens an endpoint of `provider` (bound to `node` for IP providers) with
-    /// a completion queue of at least `cq_min` entries.
-    pub fn open(provider: &str, node: Option<&str>, cq_min: usize) -> Result<FabricEndpoint> {
+    /// a completion queue of at least `cq_min` entries; with `wait`, the
+    /// queue gets an `FI_WAIT_FD` wait object if the provider has one (tcp;ofi_rxm
+    /// does, shm 1.17 does not: `wait_fd` stays `None`).
+    pub fn open(provider: &str, node: Option<&str>, cq_min: usize, wait: bool) -> Result<FabricEndpoint> {
         let info = Self::getinfo(provider, node)?;
         // SAFETY: info is a valid fi_info list from fi_getinfo; we use its first
         // entry, and every object opened below is closed in Drop (fields start null).
@@ -164,6 +169,7 @@ impl FabricEndpoint {
                 max_msg: (*(*info).ep_attr).max_msg_size,
                 key_mask: key_mask((*(*info).domain_attr).mr_key_size),
                 next_key: 0,
+                wait_fd: None,
             };
             // Requested keys start at a random point: an engine restarted at the
             // same address registers other keys, so a descriptor of its earlier
@@ -178,7 +184,17 @@ impl FabricEndpoint {
                 wait_obj: fi_wait_obj_FI_WAIT_NONE,
                 ..Default::default()
             };
-            check("fi_cq_open", fi_cq_open(d.domain, &mut cq_attr, &mut d.cq, null_mut()) as i64)?;
+            let waitable = wait && {
+                let mut a = fi_cq_attr { wait_obj: fi_wait_obj_FI_WAIT_FD, ..cq_attr };
+                fi_cq_open(d.domain, &mut a, &mut d.cq, null_mut()) == 0
+            };
+            if waitable {
+                let mut fd: i32 = -1;
+                let r = fi_control(&mut (*d.cq).fid, FI_GETWAIT as i32, (&mut fd as *mut i32).cast());
+                d.wait_fd = (r == 0 && fd >= 0).then_some(fd);
+            } else {
+                check("fi_cq_open", fi_cq_open(d.domain, &mut cq_attr, &mut d.cq, null_mut()) as i64)?;
+            }
             let mut av_attr = fi_av_attr { type_: fi_av_type_FI_AV_TABLE, count: 64, ..Default::default() };
             check("fi_av_open", fi_av_open(d.domain, &mut av_attr, &mut d.av, null_mut()) as i64)?;
             check("fi_endpoint", fi_endpoint(d.domain, info, &mut d.ep, null_mut()) as i64)?;
@@ -192,6 +208,17 @@ impl FabricEndpoint {
             d.addr = buf;
             Ok(d)
         }
+    }
+
+    /// Whether the worker may block on `wait_fd` now (`fi_trywait`): false
+    /// if completions are pending or progress is needed first (poll, retry).
+    pub fn try_wait(&mut self) -> bool {
+        if self.wait_fd.is_none() {
+            return false;
+        }
+        let mut fids = [unsafe { &mut (*self.cq).fid as *mut fid }];
+        // SAFETY: fabric and cq are open; one fid.
+        unsafe { fi_trywait(self.fabric, fids.as_mut_ptr(), 1) == 0 }
     }
 
     /// Whether the provider reaches device memory (`FI_HMEM` in its caps).
@@ -352,8 +379,8 @@ fn domain_bind(bind: &str, index: usize) -> String {
 }
 
 impl FabricDomain {
-    fn open_with(provider: &str, node: Option<&str>, peer_window: usize) -> Result<FabricDomain> {
-        let fe = FabricEndpoint::open(provider, node, 4096)?;
+    fn open_with(provider: &str, node: Option<&str>, peer_window: usize, wait: bool) -> Result<FabricDomain> {
+        let fe = FabricEndpoint::open(provider, node, 4096, wait)?;
         let ctx = CtxPool::new(fe.depth().max(256), peer_window);
         // shm (1.17) carries an operation up to its inject size inside the
         // command it queues at the target, and completes it at once; a larger
@@ -384,7 +411,8 @@ impl Domain for FabricDomain {
         let bind = cfg.bind_addr().map(|b| domain_bind(&b, index));
         let mut errors = Vec::new();
         for p in cfg.providers() {
-            match Self::open_with(&p, bind.as_deref(), cfg.peer_window) {
+            let wait = cfg.idle_policy != crate::config::IdlePolicy::Spin;
+            match Self::open_with(&p, bind.as_deref(), cfg.peer_window, wait) {
                 Ok(d) => return Ok(d),
                 Err(e) => errors.push(format!("{p}: {}", e.message)),
             }
@@ -418,6 +446,14 @@ impl Domain for FabricDomain {
 
     fn device_memory(&self) -> bool {
         self.fe.hmem()
+    }
+
+    fn wait_fd(&self) -> Option<i32> {
+        self.fe.wait_fd
+    }
+
+    fn try_wait(&mut self) -> bool {
+        self.fe.try_wait()
     }
 
     fn deregister(&mut self, mr: &LocalMr) {

@@ -109,6 +109,17 @@ pub trait Domain: Sized + Send + 'static {
     /// reach device memory (`device_memory()` false) refuses `Memory::Cuda`
     /// with `Unsupported`; it never registers it as host memory.
     fn register(&mut self, ptr: *mut u8, len: usize, mem: Memory) -> Result<LocalMr>;
+    /// A file descriptor that becomes readable when this domain has
+    /// completions or progress to make (libfabric: the CQ's `FI_WAIT_FD`);
+    /// `None`: the worker cannot block on it and naps instead.
+    fn wait_fd(&self) -> Option<i32> {
+        None
+    }
+    /// Whether the worker may block on `wait_fd` now: nothing is pending
+    /// that only polling would bring out (libfabric: `fi_trywait`).
+    fn try_wait(&mut self) -> bool {
+        false
+    }
     /// Whether `register` takes `Memory::Cuda` (libfabric: the provider has `FI_HMEM`).
     fn device_memory(&self) -> bool {
         false

@@ -13,10 +13,11 @@ mod split;
 mod stage;
 mod timers;
 mod token;
+mod waiter;
 
 use crate::completion::imm::ImmCounter;
 use crate::completion::notify::Notifier;
-use crate::config::EngineConfig;
+use crate::config::{EngineConfig, IdlePolicy};
 use crate::domain::{Chan, Completion, Domain, LocalMr, Memory, Post};
 use crate::error::{Error, Result, Status};
 use crate::wire::{MAX_DOMAINS, NetAddr};
@@ -44,12 +45,18 @@ pub struct Shared {
     pub inflight: Arc<AtomicUsize>,
     napping: AtomicBool,
     thread: std::sync::OnceLock<Thread>,
+    /// The worker's wake eventfd when it blocks on wait fds (waiter.rs); -1 if it naps.
+    wake_fd: std::sync::atomic::AtomicI32,
 }
 
 impl Shared {
     /// Wakes the worker if it is napping. Cheap when it is not.
     pub fn wake(&self) {
         if self.napping.load(Ordering::SeqCst) {
+            let fd = self.wake_fd.load(Ordering::Relaxed);
+            if fd >= 0 {
+                waiter::wake(fd);
+            }
             if let Some(t) = self.thread.get() {
                 t.unpark();
             }
@@ -75,6 +82,9 @@ const POST_BURST: usize = 256;
 const YIELD_EVERY: u32 = 16;
 /// How often keepalives, peer timeouts and deadlines are looked at.
 const TIMER_TICK: Duration = Duration::from_millis(1);
+/// The longest a blocked worker sleeps (keepalives and peer timeouts are
+/// looked at when it wakes; deadlines wake it in time).
+const BLOCK_MAX: Duration = Duration::from_millis(10);
 
 /// Starts a worker over `cfg.domains` domains of type `D`.
 pub fn spawn<D: Domain>(cfg: &EngineConfig, notifier: Notifier) -> Result<(Arc<Shared>, GroupInfo, JoinHandle<()>)> {
@@ -88,6 +98,7 @@ pub fn spawn<D: Domain>(cfg: &EngineConfig, notifier: Notifier) -> Result<(Arc<S
         inflight: notifier.inflight.clone(),
         napping: AtomicBool::new(false),
         thread: Default::default(),
+        wake_fd: std::sync::atomic::AtomicI32::new(-1),
     });
     let (tx, rx) = std::sync::mpsc::channel();
     let (cfg2, shared2) = (cfg.clone(), shared.clone());
@@ -146,6 +157,8 @@ struct Worker<D: Domain> {
     comps: Vec<Completion>,
     abandoned: Vec<u64>,
     splits: Splits,
+    /// Blocks the idle worker on the domains' wait fds (None: it naps).
+    waiter: Option<waiter::Waiter>,
 }
 
 /// Closes one registration per domain (`locals[d]` in domain `d`).
@@ -174,6 +187,11 @@ impl<D: Domain> Worker<D> {
         let stage = Staging::new(&mut domains[0])?;
         let address = NetAddr { epoch: new_epoch(), domains: domains.iter().map(|d| d.address().into()).collect() };
         let peers = Peers::new(&mut domains, &address, cfg.keepalive_interval)?;
+        let fds: Option<Vec<i32>> = domains.iter().map(|d| d.wait_fd()).collect();
+        let waiter = fds.filter(|_| cfg.idle_policy != IdlePolicy::Spin).and_then(|f| waiter::Waiter::new(&f));
+        if let Some(w) = &waiter {
+            shared.wake_fd.store(w.wake_fd, Ordering::Relaxed);
+        }
         let now = Instant::now();
         Ok(Worker {
             pending: (0..domains.len()).map(|_| VecDeque::new()).collect(),
@@ -199,6 +217,7 @@ impl<D: Domain> Worker<D> {
             stage,
             comps: Vec::with_capacity(64),
             abandoned: Vec::new(),
+            waiter,
         })
     }
 
@@ -241,21 +260,46 @@ impl<D: Domain> Worker<D> {
             if empty_passes % YIELD_EVERY == 0 {
                 std::thread::yield_now();
             }
-            // Work in flight, an armed expectation or a mirror: something will arrive, keep polling.
-            if self.slots.live() > 0 || self.imm.awaited() {
+            // Work in flight: its completions come any moment, keep polling.
+            if self.slots.live() > 0 {
                 idle_since = None;
                 continue;
             }
             let since = *idle_since.get_or_insert(self.now);
-            if self.now.duration_since(since) >= spin {
-                self.shared.napping.store(true, Ordering::SeqCst);
-                if self.shared.data.is_empty() && self.shared.ctrl.is_empty() {
-                    std::thread::park_timeout(nap);
-                }
-                self.shared.napping.store(false, Ordering::SeqCst);
+            if self.now.duration_since(since) < spin {
+                continue;
             }
+            // An armed expectation (or a mirror): data may come any moment.
+            if self.imm.awaited() {
+                match self.cfg.idle_policy {
+                    IdlePolicy::Spin => continue,
+                    IdlePolicy::Auto if self.waiter.is_none() => continue,
+                    _ => {}
+                }
+            }
+            self.shared.napping.store(true, Ordering::SeqCst);
+            if self.shared.data.is_empty() && self.shared.ctrl.is_empty() {
+                self.sleep(nap);
+            }
+            self.shared.napping.store(false, Ordering::SeqCst);
         }
         self.shutdown();
+    }
+
+    /// Sleeps while idle: blocked on the domains' wait fds (woken by an
+    /// arrival, a completion, a submit or the next deadline) when there is a
+    /// waiter and every domain agrees nothing is pending (`try_wait`; else it
+    /// returns to poll), or a nap of `nap`.
+    fn sleep(&mut self, nap: Duration) {
+        if self.waiter.is_none() {
+            std::thread::park_timeout(nap);
+            return;
+        }
+        if !self.domains.iter_mut().all(|d| d.try_wait()) {
+            return;
+        }
+        let until_timer = self.timers.next().map_or(BLOCK_MAX, |t| t.saturating_duration_since(Instant::now()));
+        self.waiter.as_ref().unwrap().wait(until_timer.min(BLOCK_MAX));
     }
 
     /// One pass: new requests and posting first (a request's latency), then

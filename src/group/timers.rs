@@ -48,6 +48,13 @@ impl Timers {
         }
     }
 
+    /// The earliest deadline, passed or not.
+    pub(super) fn next(&self) -> Option<Instant> {
+        let f = self.fifo.front().map(|e| e.0);
+        let h = self.heap.peek().map(|e| e.0.0);
+        f.into_iter().chain(h).min()
+    }
+
     pub(super) fn len(&self) -> usize {
         self.fifo.len() + self.heap.len()
     }

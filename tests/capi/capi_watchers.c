@@ -65,6 +65,8 @@ int main(void) {
     }
     CHECK(fabriclib_config_set_watcher_idle(cfg, 1, 0) == FABRICLIB_STATUS_INVALID_ARGUMENT, "nap 0 refused");
     CHECK(fabriclib_config_set_watcher_idle(NULL, 1, 1) == FABRICLIB_STATUS_INVALID_ARGUMENT, "NULL config");
+    CHECK(fabriclib_config_set_idle_policy(cfg, 7) == FABRICLIB_STATUS_INVALID_ARGUMENT, "unknown idle policy");
+    CHECK(fabriclib_config_set_idle_policy(cfg, FABRICLIB_IDLE_AUTO) == FABRICLIB_STATUS_OK, "idle policy auto");
     fabriclib_config_free(cfg);
     int32_t version = 0;
     fabriclib_status cuda = fabriclib_cuda_driver_version(&version);

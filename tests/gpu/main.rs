@@ -160,7 +160,7 @@ fn domains_without_fi_hmem_refuse_device_memory() -> TestResult {
     let buf = vec![0u8; 4096];
     let mut said = Vec::new();
     for prov in ["tcp;ofi_rxm", "shm"] {
-        let mut ep = FabricEndpoint::open(prov, Some("127.0.0.1").filter(|_| prov != "shm"), 64).map_err(e2s)?;
+        let mut ep = FabricEndpoint::open(prov, Some("127.0.0.1").filter(|_| prov != "shm"), 64, false).map_err(e2s)?;
         if ep.hmem() {
             return Ok(Skipped(format!("{prov} has FI_HMEM here: nothing to refuse")));
         }

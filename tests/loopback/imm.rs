@@ -200,3 +200,56 @@ pub fn watcher_drives_layer_writes(prov: &str, domains: usize) -> TestResult {
     drop(watcher);
     Ok(())
 }
+
+/// This process's CPU time in seconds (every thread).
+fn cpu_seconds() -> f64 {
+    unsafe extern "C" {
+        fn clock_gettime(clock: i32, ts: *mut [i64; 2]) -> i32;
+    }
+    let mut ts = [0i64; 2];
+    // SAFETY: CLOCK_PROCESS_CPUTIME_ID (2) and a valid out-pointer.
+    unsafe { clock_gettime(2, &mut ts) };
+    ts[0] as f64 + ts[1] as f64 * 1e-9
+}
+
+/// The sleeping idle policies: with an expectation armed and nothing
+/// arriving, the worker sleeps (blocked on tcp's wait fd, napping on shm under
+/// `Block`; under `Auto`, shm has no wait object and keeps spinning), an
+/// arrival still completes the expectation, and a deadline still fires.
+pub fn idle_policies_sleep_and_wake(prov: &str, domains: usize) -> TestResult {
+    use fabriclib::IdlePolicy;
+    for policy in [IdlePolicy::Auto, IdlePolicy::Block] {
+        let cfg = EngineConfig { domains, idle_policy: policy, ..Default::default() };
+        let (w, r) = (local_with(cfg.clone(), prov, 1 << 16, 81)?, local_with(cfg, prov, 1 << 16, 82)?);
+        writes(&w, &r, 1, 1)?; // handshake done
+        wait_count(&r, 1, 1)?;
+        let ex = Ends::new(1);
+        r.engine.expect_imm_count(5, 2, ex.on(0)).map_err(e2s)?;
+        std::thread::sleep(Duration::from_millis(20)); // past the idle spin
+        let (c0, t0) = (cpu_seconds(), Instant::now());
+        std::thread::sleep(Duration::from_millis(400));
+        let cpu = (cpu_seconds() - c0) / t0.elapsed().as_secs_f64();
+        let sleeps = policy == IdlePolicy::Block || prov.starts_with("tcp");
+        if sleeps && cpu > 0.5 {
+            return Err(format!("{policy:?}: {cpu:.2} CPU s per s with an armed expectation and nothing arriving"));
+        }
+        // Arrivals wake it: the expectation completes.
+        let t = Instant::now();
+        writes(&w, &r, 5, 2)?;
+        ex.wait_all(WAIT)?;
+        ex.only(&[Status::Ok])?;
+        let woke = t.elapsed();
+        // A deadline wakes it too.
+        std::thread::sleep(Duration::from_millis(20));
+        let t = Instant::now();
+        let st = expect_within(&r, 6, 1, 100)?;
+        let fired = t.elapsed();
+        if st != Status::TimedOut || fired > Duration::from_millis(1000) {
+            return Err(format!("{policy:?}: a 100 ms deadline ended {st:?} after {fired:?}"));
+        }
+        println!(
+            "    {policy:?}: {cpu:.3} CPU s/s idle armed, woken by 2 writes in {woke:?}, 100 ms deadline after {fired:?}"
+        );
+    }
+    Ok(())
+}

@@ -546,6 +546,7 @@ const TESTS: &[(&str, Test)] = &[
     ("netns_link_down_mid_transfer", netns::link_down_mid_transfer),
     ("no_stale_immediate_counts", imm::no_stale_immediate_counts),
     ("watcher_drives_layer_writes", imm::watcher_drives_layer_writes),
+    ("idle_policies_sleep_and_wake", imm::idle_policies_sleep_and_wake),
     ("calls_from_callbacks", faults::calls_from_callbacks),
     ("connect_reports_readiness", faults::connect_reports_readiness),
 ];

@@ -1,0 +1,152 @@
+//! `fabriclib-bench idle`: what an engine costs while it merely waits, and
+//! what that waiting costs the first write after a quiet spell, for each
+//! idle policy, in one run. Two engines of this process (writer, receiver)
+//! per provider and policy:
+//! - CPU: the receiver arms an immediate expectation and nothing comes for
+//!   `--idle-ms`; the process's CPU time over that wall time (both engines
+//!   idle; the writer has nothing armed, so it sleeps under every policy);
+//! - first write: `--samples` times, after a quiet spell of `--quiet-ms`, the
+//!   writer submits an 8-byte write with the immediate and the application
+//!   thread spins on the receiver's expectation flag: submit → flag seen.
+use fabriclib::{EngineConfig, FLAG_DONE, IdlePolicy, OnDone, TransferEngine};
+use serde_json::json;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+type R<T> = Result<T, String>;
+
+fn e2s(e: fabriclib::Error) -> String {
+    e.to_string()
+}
+
+/// This process's CPU time (user + system), in seconds.
+fn cpu_seconds() -> f64 {
+    unsafe extern "C" {
+        fn clock_gettime(clock: i32, ts: *mut [i64; 2]) -> i32;
+    }
+    const CLOCK_PROCESS_CPUTIME_ID: i32 = 2;
+    let mut ts = [0i64; 2];
+    // SAFETY: a valid clock id and out-pointer.
+    unsafe { clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    ts[0] as f64 + ts[1] as f64 * 1e-9
+}
+
+struct Pair {
+    w: TransferEngine,
+    r: TransferEngine,
+    src: fabriclib::MrHandle,
+    dst: fabriclib::MrHandle,
+    _mem: (Vec<u8>, Vec<u8>),
+}
+
+fn pair(provider: &str, policy: IdlePolicy) -> R<Pair> {
+    let cfg = EngineConfig {
+        provider: Some(provider.into()),
+        bind_addr: Some("127.0.0.1".into()),
+        idle_policy: policy,
+        ..Default::default()
+    };
+    let (w, r) = (TransferEngine::new(&cfg).map_err(e2s)?, TransferEngine::new(&cfg).map_err(e2s)?);
+    let (mut a, mut b) = (vec![1u8; 4096], vec![0u8; 4096]);
+    // SAFETY: the buffers live in the Pair, dropped after the registrations.
+    let src = unsafe { w.register(a.as_mut_ptr(), a.len()) }.map_err(e2s)?;
+    let dst = unsafe { r.register(b.as_mut_ptr(), b.len()) }.map_err(e2s)?;
+    Ok(Pair { w, r, src, dst, _mem: (a, b) })
+}
+
+/// Arms an expectation of one `imm` on the receiver; returns its flag.
+fn arm(p: &Pair, imm: u32) -> R<Arc<AtomicU32>> {
+    let f = Arc::new(AtomicU32::new(0));
+    p.r.expect_imm_count(imm, 1, OnDone::Flag(f.clone())).map_err(e2s)?;
+    Ok(f)
+}
+
+/// One write with `imm`; returns when the receiver's flag says it landed.
+fn write_and_wait(p: &Pair, imm: u32, f: &AtomicU32) -> R<Duration> {
+    let t0 = Instant::now();
+    p.w.submit_single_write(8, Some(imm), &p.src, 0, p.dst.descriptor(), 0, OnDone::Nothing).map_err(e2s)?;
+    // Spin, yielding the core now and then (on a 2-core host the writer's
+    // and the receiver's workers need it too).
+    let mut spins = 0u32;
+    while f.load(Ordering::Acquire) & FLAG_DONE == 0 {
+        spins = spins.wrapping_add(1);
+        if spins % 8 == 0 {
+            std::thread::yield_now();
+            if t0.elapsed() > Duration::from_secs(10) {
+                return Err("the write did not land within 10 s".into());
+            }
+        }
+        std::hint::spin_loop();
+    }
+    Ok(t0.elapsed())
+}
+
+pub fn run(args: &[String]) -> R<bool> {
+    let (mut idle_ms, mut quiet_ms, mut samples, mut json_out) = (2000u64, 50u64, 20usize, None);
+    let mut providers = vec!["tcp;ofi_rxm".to_string(), "shm".to_string()];
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut val = || it.next().cloned().ok_or(format!("{a} needs a value"));
+        let num = |v: String| v.parse::<u64>().map_err(|e| format!("{a}: {e}"));
+        match a.as_str() {
+            "--idle-ms" => idle_ms = num(val()?)?,
+            "--quiet-ms" => quiet_ms = num(val()?)?,
+            "--samples" => samples = num(val()?)? as usize,
+            "--provider" => providers = val()?.split(',').map(str::to_string).collect(),
+            "--json" => json_out = Some(val()?),
+            other => {
+                return Err(format!(
+                    "idle: unknown option {other} (--idle-ms, --quiet-ms, --samples, --provider, --json)"
+                ));
+            }
+        }
+    }
+    println!(
+        "idle: CPU of an idle engine pair with an armed expectation over {idle_ms} ms; first write after {quiet_ms} ms \
+         quiet, {samples} samples"
+    );
+    println!(
+        "{:<12} {:<6} {:>14} {:>16} {:>16} {:>10}",
+        "provider", "policy", "CPU s/wall s", "1st write p50", "1st write max", "blocks?"
+    );
+    let mut rows = Vec::new();
+    for prov in &providers {
+        for (name, policy) in [("spin", IdlePolicy::Spin), ("auto", IdlePolicy::Auto), ("block", IdlePolicy::Block)] {
+            let p = pair(prov, policy)?;
+            // Warm up: the handshake and the first write.
+            let f = arm(&p, 1)?;
+            write_and_wait(&p, 1, &f)?;
+            let f = arm(&p, 2)?;
+            std::thread::sleep(Duration::from_millis(20)); // past the idle spin
+            let (c0, t0) = (cpu_seconds(), Instant::now());
+            std::thread::sleep(Duration::from_millis(idle_ms));
+            let cpu = (cpu_seconds() - c0) / t0.elapsed().as_secs_f64();
+            write_and_wait(&p, 2, &f)?;
+            let mut lat = Vec::new();
+            for i in 0..samples {
+                let imm = 10 + i as u32;
+                let f = arm(&p, imm)?;
+                std::thread::sleep(Duration::from_millis(quiet_ms));
+                lat.push(write_and_wait(&p, imm, &f)?.as_secs_f64() * 1e6);
+            }
+            lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            let (p50, max) = (lat[lat.len() / 2], lat[lat.len() - 1]);
+            // Whether this provider gave the worker a wait object (tcp: yes, shm 1.17: no).
+            let blocks = match policy {
+                IdlePolicy::Spin => "no",
+                _ if prov.starts_with("tcp") => "fd",
+                IdlePolicy::Auto => "no",
+                IdlePolicy::Block => "naps",
+            };
+            println!("{prov:<12} {name:<6} {cpu:>14.3} {:>13.1} us {:>13.1} us {blocks:>10}", p50, max);
+            rows.push(json!({ "provider": prov, "policy": name, "cpu_per_wall": cpu, "first_write_p50_us": p50,
+                              "first_write_max_us": max, "samples": samples, "idle_ms": idle_ms, "quiet_ms": quiet_ms }));
+        }
+    }
+    if let Some(f) = json_out {
+        std::fs::write(&f, serde_json::to_string_pretty(&json!({ "idle": rows })).unwrap())
+            .map_err(|e| format!("{f}: {e}"))?;
+    }
+    Ok(true)
+}
