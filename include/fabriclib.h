@@ -434,6 +434,15 @@ fabriclib_status fabriclib_config_set_idle(struct fabriclib_config *config,
                                            uint64_t spin_us,
                                            uint64_t nap_us);
 
+// Manual progress (`manual` true): the engine gets no worker thread and
+// no callback thread; the application drives it with
+// `fabriclib_engine_progress` (or `fabriclib_engine_flag_wait`), from any
+// thread, one at a time doing the work. A request then goes from the
+// submitting thread to the NIC with no hand-off between threads (the lowest
+// latency on a small host); nothing happens between progress calls.
+// Default false.
+fabriclib_status fabriclib_config_set_manual_progress(struct fabriclib_config *config, bool manual);
+
 // Sets what the worker does once it has been idle for `spin_us`
 // (`fabriclib_config_set_idle`) while an immediate expectation is armed or an
 // immediate is mirrored: `FABRICLIB_IDLE_SPIN` (default), `_AUTO` or
@@ -526,7 +535,33 @@ fabriclib_status fabriclib_engine_create(const struct fabriclib_config *config,
 // still queued then run right after that callback returns); must not be
 // called while another thread still submits to the engine. Registered regions
 // (`fabriclib_mr`) outlive it and must still be deregistered.
+//
+// In manual-progress mode a callback runs inside `fabriclib_engine_progress`,
+// which is still using the engine: destroying that engine from such a
+// callback is refused (nothing happens; a message goes to stderr and the
+// last error); destroy it after the progress call has returned.
 void fabriclib_engine_destroy(struct fabriclib_engine *engine);
+
+// Manual progress (`fabriclib_config_set_manual_progress`): runs one pass of
+// the engine on the calling thread — new requests and control calls,
+// posting, polling, immediates, flags, deadlines, keepalives, and the
+// callbacks that are due (there is no callback thread in this mode) — and
+// writes to `*progressed` (unless NULL) whether anything happened. Any
+// thread; one at a time does the work (a concurrent or nested call returns
+// at once with `*progressed` false). Nothing moves between calls: call it
+// while anything is in flight or expected. Control calls
+// (`fabriclib_mr_register`, `fabriclib_expect_imm_count`, …) progress by
+// themselves until answered. With a worker thread: `*progressed` false.
+fabriclib_status fabriclib_engine_progress(const struct fabriclib_engine *engine, bool *progressed);
+
+// Waits until `*flag` has `FABRICLIB_FLAG_DONE` or `timeout_us` passed
+// (`FABRICLIB_STATUS_AGAIN`), writing the flag's value to `*value` (unless
+// NULL): in manual-progress mode by progressing `engine` on this thread
+// (`fabriclib_engine_progress`), else as `fabriclib_flag_wait` (sleeping).
+fabriclib_status fabriclib_engine_flag_wait(const struct fabriclib_engine *engine,
+                                            const uint32_t *flag,
+                                            uint64_t timeout_us,
+                                            uint32_t *value);
 
 // Copies the engine's address (a versioned binary blob to hand to peers out
 // of band) into `buf` of `cap` bytes and its length into `*len`. If `cap` is

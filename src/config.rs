@@ -60,6 +60,10 @@ pub struct EngineConfig {
     pub idle_spin_us: u64,
     /// How long one nap lasts at most, in microseconds (a submit wakes it at once).
     pub idle_nap_us: u64,
+    /// No worker thread: the application drives the engine with
+    /// `TransferEngine::progress` (or calls that progress while they wait).
+    /// See `TransferEngine::progress` for the rules.
+    pub manual_progress: bool,
     /// What the worker does once idle past `idle_spin_us` while an
     /// expectation is armed or an immediate mirrored (see `IdlePolicy`).
     pub idle_policy: IdlePolicy,
@@ -105,6 +109,7 @@ impl Default for EngineConfig {
             max_msg_size: None,
             idle_spin_us: 2000,
             idle_nap_us: 500,
+            manual_progress: false,
             idle_policy: IdlePolicy::Spin,
             watcher_spin_us: 10_000,
             watcher_nap_us: 50,

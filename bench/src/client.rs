@@ -145,6 +145,24 @@ pub enum Wait {
     Park,
 }
 
+/// As `wait_flag`, progressing `e` while waiting when it runs in
+/// manual-progress mode (`--progress manual`).
+pub fn wait_flag_on(e: &TransferEngine, f: &AtomicU32, how: Wait, deadline: Instant) -> R<()> {
+    if !e.is_manual() {
+        return wait_flag(f, how, deadline);
+    }
+    let mut idle = 0u32;
+    while f.load(Ordering::Acquire) & FLAG_DONE == 0 {
+        if !e.progress() {
+            idle = idle.wrapping_add(1);
+            if idle % 64 == 0 && Instant::now() > deadline {
+                return Err("request did not complete before the deadline".into());
+            }
+        }
+    }
+    wait_flag(f, how, deadline)
+}
+
 pub fn wait_flag(f: &AtomicU32, how: Wait, deadline: Instant) -> R<()> {
     let mut spins = 0u32;
     loop {
@@ -174,10 +192,17 @@ pub fn wait_flag(f: &AtomicU32, how: Wait, deadline: Instant) -> R<()> {
 /// Submits `n` requests keeping `w` in flight. Requests of `bytes` >= 1 MiB
 /// take long enough that the waiter parks (woken by a completion callback);
 /// smaller ones are waited for by spinning on a flag.
-fn windowed<T>(n: usize, w: usize, bytes: u64, mut submit: impl FnMut(usize, OnDone) -> fabriclib::Result<T>) -> R<()> {
+fn windowed<T>(
+    e: &TransferEngine,
+    n: usize,
+    w: usize,
+    bytes: u64,
+    mut submit: impl FnMut(usize, OnDone) -> fabriclib::Result<T>,
+) -> R<()> {
     let deadline = Instant::now() + DEADLINE;
     let w = w.max(1);
-    let how = if bytes >= 1 << 20 { Wait::Park } else { Wait::Spin };
+    // Manual progress: this thread drives the engine, so it never parks.
+    let how = if bytes >= 1 << 20 && !e.is_manual() { Wait::Park } else { Wait::Spin };
     let me = std::thread::current();
     let flags: Vec<Arc<AtomicU32>> = (0..w).map(|_| Arc::new(AtomicU32::new(0))).collect();
     let on_done = |f: &Arc<AtomicU32>| match how {
@@ -193,19 +218,24 @@ fn windowed<T>(n: usize, w: usize, bytes: u64, mut submit: impl FnMut(usize, OnD
     for i in 0..n {
         let f = &flags[i % w];
         if i >= w {
-            wait_flag(f, how, deadline)?;
+            wait_flag_on(e, f, how, deadline)?;
         }
         f.store(0, Ordering::Relaxed);
         loop {
             match submit(i, on_done(f)) {
                 Ok(_) => break,
-                Err(e) if e.status == Status::Again => std::thread::yield_now(),
-                Err(e) => return Err(e.to_string()),
+                Err(err) if err.status == Status::Again => {
+                    if !e.progress() {
+                        std::thread::yield_now()
+                    }
+                }
+                Err(err) => return Err(err.to_string()),
             }
         }
+        e.progress();
     }
     for i in n.saturating_sub(w)..n {
-        wait_flag(&flags[i % w], how, deadline)?;
+        wait_flag_on(e, &flags[i % w], how, deadline)?;
     }
     Ok(())
 }
@@ -261,6 +291,7 @@ impl Session {
             bind_addr: bind.map(String::from),
             domains,
             idle_policy: crate::idle_policy(),
+            manual_progress: crate::manual_progress(),
             ..Default::default()
         };
         let engine = TransferEngine::new(&cfg).map_err(|e| format!("{provider}: {e}"))?;
@@ -414,7 +445,7 @@ impl Session {
                     Mode::Engine => {
                         let (e, mr) = (&self.engine, &src.mr);
                         let per_req = if scatter { s.size * peers.len() as u64 } else { page * n as u64 };
-                        windowed(s.iters, s.window, per_req, |_, done| match s.kind {
+                        windowed(e, s.iters, s.window, per_req, |_, done| match s.kind {
                             Kind::Single => e.submit_single_write(s.size, Some(imm), mr, 0, peers[0].desc(), 0, done),
                             Kind::Paged => e.submit_paged_writes(
                                 page,
@@ -513,7 +544,9 @@ impl Session {
                                     if Instant::now() > deadline {
                                         return Err("engine: no answer to a ping".to_string());
                                     }
-                                    std::thread::yield_now();
+                                    if !self.engine.progress() {
+                                        std::thread::yield_now();
+                                    }
                                 }
                                 Ok(())
                             });
@@ -537,7 +570,8 @@ impl Session {
                                     OnDone::Nothing,
                                 ),
                             };
-                            let r = r.map_err(|e| e.to_string()).and_then(|_| wait_flag(&flag, Wait::Spin, deadline));
+                            let r =
+                                r.map_err(|e| e.to_string()).and_then(|_| wait_flag_on(e, &flag, Wait::Spin, deadline));
                             (t0.elapsed(), r)
                         }
                         (Mode::Raw, Kind::SendRecv) => {
@@ -636,7 +670,7 @@ pub fn host_cost(spec: &Spec, reps: usize, warmup: usize, progress: &dyn Fn(&str
     for rep in 0..warmup + reps {
         progress(&format!("rep {}/{}", rep + 1, warmup + reps));
         let t0 = Instant::now();
-        windowed(spec.iters, spec.window, 0, |_, done| match spec.kind {
+        windowed(&e, spec.iters, spec.window, 0, |_, done| match spec.kind {
             Kind::HostPaged => e.submit_paged_writes(
                 spec.size,
                 None,

@@ -52,6 +52,8 @@ options:
   --bind ADDR                local address for socket providers (default 127.0.0.1 on loopback)
   --hugepages                register 2 MiB-aligned memory with madvise(MADV_HUGEPAGE) (transparent
                              huge pages; shm's copies run about 1.8x faster from them), client and servers
+  --progress worker|manual   worker thread (default), or manual progress: the waiting
+                             application thread drives the engine (TransferEngine::progress)
   --idle-policy P            the engines' idle policy: spin (default), auto or block
   --no-pin                   do not pin processes to CPUs (default: client on CPU 0,
                              server i on CPU (i+1) mod ncpus, on loopback)
@@ -137,6 +139,14 @@ fn parse(args: &[String]) -> R<Opts> {
                 // Spawned servers inherit it.
                 // SAFETY: set before any thread of ours reads the environment concurrently.
                 unsafe { std::env::set_var("FABRICLIB_BENCH_IDLE_POLICY", v) };
+            }
+            "--progress" => {
+                let v = val()?;
+                if v != "worker" && v != "manual" {
+                    return Err(format!("--progress {v}: worker or manual"));
+                }
+                // SAFETY: as for --idle-policy.
+                unsafe { std::env::set_var("FABRICLIB_BENCH_PROGRESS", v) };
             }
             "--hugepages" => mem::HUGE.store(true, std::sync::atomic::Ordering::Relaxed),
             "-h" | "--help" => {
@@ -408,6 +418,12 @@ fn run(o: &Opts) -> R<bool> {
     Ok(verified)
 }
 
+/// Whether the engines run in manual-progress mode (`--progress manual`;
+/// servers inherit it): the waiting application thread drives them.
+pub fn manual_progress() -> bool {
+    std::env::var("FABRICLIB_BENCH_PROGRESS").as_deref() == Ok("manual")
+}
+
 /// The engines' idle policy (`--idle-policy`; servers inherit it through the environment).
 pub fn idle_policy() -> fabriclib::IdlePolicy {
     match std::env::var("FABRICLIB_BENCH_IDLE_POLICY").as_deref() {
@@ -435,6 +451,7 @@ fn machine() -> serde_json::Value {
         "libfabric": format!("{}.{}", fi_version >> 16, fi_version & 0xffff),
         "hugepages": mem::HUGE.load(std::sync::atomic::Ordering::Relaxed),
         "idle_policy": format!("{:?}", idle_policy()),
+        "manual_progress": manual_progress(),
         "thp": read("/sys/kernel/mm/transparent_hugepage/enabled").trim(),
         // The most of the client's anonymous memory seen backed by huge pages after an allocation.
         "client_thp_bytes": mem::THP_SEEN.load(std::sync::atomic::Ordering::Relaxed),

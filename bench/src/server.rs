@@ -66,6 +66,7 @@ impl Open {
             bind_addr: bind.or_else(|| cmd.get("bind").and_then(Value::as_str)).map(String::from),
             domains: field_u64(cmd, "domains")? as usize,
             idle_policy: crate::idle_policy(),
+            manual_progress: crate::manual_progress(),
             ..Default::default()
         };
         let engine = Arc::new(TransferEngine::new(&cfg).map_err(|e| e.to_string())?);
@@ -144,10 +145,26 @@ impl Open {
                     let done = OnDone::callback(move |r| drop(tx.send(r)));
                     self.engine.expect_imm_count(imm, count as u32, done).map_err(|e| e.to_string())?;
                     ctl.send(&json!({ "armed": true }))?;
-                    match rx.recv_timeout(DEADLINE) {
+                    let t = Instant::now();
+                    let got = loop {
+                        // Manual progress: this thread drives the engine while it waits.
+                        if !self.engine.is_manual() {
+                            break rx.recv_timeout(DEADLINE).ok();
+                        }
+                        if let Ok(r) = rx.try_recv() {
+                            break Some(r);
+                        }
+                        if t.elapsed() > DEADLINE {
+                            break None;
+                        }
+                        if !self.engine.progress() {
+                            std::thread::yield_now();
+                        }
+                    };
+                    match got.ok_or(()) {
                         Ok(Ok(())) => Ok(json!({})),
                         Ok(Err(e)) => Err(e.to_string()),
-                        Err(_) => Err(format!("engine: {count} immediates {imm} did not arrive in time")),
+                        Err(()) => Err(format!("engine: {count} immediates {imm} did not arrive in time")),
                     }
                 } else {
                     ctl.send(&json!({ "armed": true }))?;
@@ -176,15 +193,20 @@ impl Open {
                 let flag = Arc::new(AtomicU32::new(0));
                 self.engine.expect_imm_count(imm_c, 1, OnDone::Flag(flag.clone())).map_err(|e| e.to_string())?;
                 ctl.send(&json!({ "armed": true }))?;
+                let sent = Arc::new(AtomicU32::new(0));
                 for i in 0..n {
-                    crate::client::wait_flag(&flag, crate::client::Wait::Spin, deadline)?;
+                    crate::client::wait_flag_on(&self.engine, &flag, crate::client::Wait::Spin, deadline)?;
                     flag.store(0, Ordering::Relaxed);
                     let e = &self.engine;
-                    e.submit_single_write(size, Some(imm_s), &src, 0, &peer.desc, 0, OnDone::Nothing)
-                        .map_err(|e| e.to_string())?;
+                    let done = if i + 1 == n { OnDone::Flag(sent.clone()) } else { OnDone::Nothing };
+                    e.submit_single_write(size, Some(imm_s), &src, 0, &peer.desc, 0, done).map_err(|e| e.to_string())?;
                     if i + 1 < n {
                         e.expect_imm_count(imm_c, 1, OnDone::Flag(flag.clone())).map_err(|e| e.to_string())?;
                     }
+                }
+                // The last answer must leave before this thread stops driving a manual engine.
+                if n > 0 {
+                    crate::client::wait_flag_on(&self.engine, &sent, crate::client::Wait::Spin, deadline)?;
                 }
             }
             ("imm", false) => {
@@ -211,7 +233,17 @@ impl Open {
                 *self.echo_to.lock().unwrap() = Some(peer.desc.owner.clone());
                 ctl.send(&json!({ "armed": true }))?;
                 while self.echoed.load(Ordering::Acquire) - start < n && Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(1));
+                    if self.engine.is_manual() {
+                        self.engine.progress();
+                    } else {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
+                // Manual progress: the last echo was queued by the callback; drive the
+                // engine until it has been quiet for a while, so that it leaves.
+                let mut quiet = 0;
+                while self.engine.is_manual() && quiet < 10_000 {
+                    quiet = if self.engine.progress() { 0 } else { quiet + 1 };
                 }
                 *self.echo_to.lock().unwrap() = None;
                 if self.echoed.load(Ordering::Acquire) - start < n {

@@ -156,6 +156,21 @@ fn set_idle(
     })
 }
 
+/// Manual progress (`manual` true): the engine gets no worker thread and
+/// no callback thread; the application drives it with
+/// `fabriclib_engine_progress` (or `fabriclib_engine_flag_wait`), from any
+/// thread, one at a time doing the work. A request then goes from the
+/// submitting thread to the NIC with no hand-off between threads (the lowest
+/// latency on a small host); nothing happens between progress calls.
+/// Default false.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_config_set_manual_progress(config: *mut fabriclib_config, manual: bool) -> fabriclib_status {
+    ffi(|| {
+        config_mut(config)?.cfg.manual_progress = manual;
+        Ok(())
+    })
+}
+
 /// `fabriclib_config_set_idle_policy`: keep spinning while an expectation is
 /// armed (the lowest first-arrival latency; one core per engine). The default.
 pub const FABRICLIB_IDLE_SPIN: u32 = 0;

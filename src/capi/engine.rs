@@ -49,10 +49,81 @@ pub extern "C" fn fabriclib_engine_create(
 /// still queued then run right after that callback returns); must not be
 /// called while another thread still submits to the engine. Registered regions
 /// (`fabriclib_mr`) outlive it and must still be deregistered.
+///
+/// In manual-progress mode a callback runs inside `fabriclib_engine_progress`,
+/// which is still using the engine: destroying that engine from such a
+/// callback is refused (nothing happens; a message goes to stderr and the
+/// last error); destroy it after the progress call has returned.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_engine_destroy(engine: *mut fabriclib_engine) {
+    if !engine.is_null() && PROGRESSING.with(|p| p.get()) == engine as usize {
+        let msg = "fabriclib_engine_destroy from a callback inside fabriclib_engine_progress of the same engine: \
+                   refused; destroy it after fabriclib_engine_progress returns";
+        eprintln!("fabriclib: {msg}");
+        super::set_last_error(msg);
+        return;
+    }
     // Dropping the engine shuts it down (TransferEngine's Drop).
     release(engine);
+}
+
+std::thread_local! {
+    /// The engine this thread is inside `fabriclib_engine_progress` of (0: none).
+    static PROGRESSING: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Manual progress (`fabriclib_config_set_manual_progress`): runs one pass of
+/// the engine on the calling thread — new requests and control calls,
+/// posting, polling, immediates, flags, deadlines, keepalives, and the
+/// callbacks that are due (there is no callback thread in this mode) — and
+/// writes to `*progressed` (unless NULL) whether anything happened. Any
+/// thread; one at a time does the work (a concurrent or nested call returns
+/// at once with `*progressed` false). Nothing moves between calls: call it
+/// while anything is in flight or expected. Control calls
+/// (`fabriclib_mr_register`, `fabriclib_expect_imm_count`, …) progress by
+/// themselves until answered. With a worker thread: `*progressed` false.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_engine_progress(engine: *const fabriclib_engine, progressed: *mut bool) -> fabriclib_status {
+    ffi(|| {
+        let e = handle(engine)?;
+        let outer = PROGRESSING.with(|p| p.replace(engine as usize));
+        let busy = e.engine.progress();
+        PROGRESSING.with(|p| p.set(outer));
+        if !progressed.is_null() {
+            put(progressed, busy)?;
+        }
+        Ok(())
+    })
+}
+
+/// Waits until `*flag` has `FABRICLIB_FLAG_DONE` or `timeout_us` passed
+/// (`FABRICLIB_STATUS_AGAIN`), writing the flag's value to `*value` (unless
+/// NULL): in manual-progress mode by progressing `engine` on this thread
+/// (`fabriclib_engine_progress`), else as `fabriclib_flag_wait` (sleeping).
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_engine_flag_wait(
+    engine: *const fabriclib_engine,
+    flag: *const u32,
+    timeout_us: u64,
+    value: *mut u32,
+) -> fabriclib_status {
+    ffi(|| {
+        let e = handle(engine)?;
+        super::non_null(flag, "flag")?;
+        if flag as usize % 4 != 0 {
+            return Err(Error::new(Status::InvalidArgument, "fabriclib_engine_flag_wait: flag is not 4-byte aligned"));
+        }
+        // SAFETY: non-null, aligned, and the caller's live flag word (API contract).
+        let f = unsafe { &*(flag as *const std::sync::atomic::AtomicU32) };
+        let outer = PROGRESSING.with(|p| p.replace(engine as usize));
+        let r = e.engine.wait_flag(f, std::time::Duration::from_micros(timeout_us));
+        PROGRESSING.with(|p| p.set(outer));
+        let v = r?;
+        if !value.is_null() {
+            put(value, v)?;
+        }
+        Ok(())
+    })
 }
 
 /// Copies the engine's address (a versioned binary blob to hand to peers out

@@ -221,6 +221,27 @@ pub fn spawn_callback_thread() -> std::io::Result<(Notifier, std::thread::JoinHa
     Ok((Notifier { tx, fired, inflight, released, errors }, handle))
 }
 
+/// Manual progress: no callback thread; the callbacks queue up for whoever
+/// progresses the engine to run (`run_queued`).
+pub fn inline_callbacks() -> (Notifier, Receiver<Job>) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (fired, inflight, released, errors) = Default::default();
+    (Notifier { tx, fired, inflight, released, errors }, rx)
+}
+
+/// Runs the callbacks queued on `rx` (catching panics, as the callback
+/// thread does); true if any ran.
+pub fn run_queued(rx: &Receiver<Job>) -> bool {
+    let mut ran = false;
+    while let Ok(job) = rx.try_recv() {
+        ran = true;
+        if catch_unwind(AssertUnwindSafe(job)).is_err() {
+            eprintln!("fabriclib: a completion callback panicked; the engine goes on");
+        }
+    }
+    ran
+}
+
 pub fn shutdown_error() -> crate::error::Error {
     crate::error::Error::new(Status::Shutdown, "the engine shut down before the request completed")
 }

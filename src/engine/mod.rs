@@ -90,7 +90,11 @@ pub struct TransferEngine {
     shared: Arc<Shared>,
     info: GroupInfo,
     worker: Option<JoinHandle<()>>,
+    /// Manual progress: the worker, driven by `progress` (None once shut down).
+    manual: Option<Mutex<Option<Box<dyn group::Progress>>>>,
     callbacks: Option<JoinHandle<()>>,
+    /// Manual progress: the callbacks, run by `progress` on the calling thread.
+    inline: Option<Mutex<mpsc::Receiver<notify::Job>>>,
     groups: Mutex<HashMap<u64, Arc<[NetAddr]>>>,
     next_request: AtomicU64,
     request_timeout: Option<std::time::Duration>,
@@ -113,21 +117,40 @@ impl TransferEngine {
     /// Opens `cfg.domains` domains of the configured provider and starts the
     /// worker and callback threads.
     pub fn new(cfg: &EngineConfig) -> Result<TransferEngine> {
-        let (notifier, callbacks) = notify::spawn_callback_thread()
-            .map_err(|e| Error::new(Status::Provider, format!("cannot start the callback thread: {e}")))?;
+        let (notifier, callbacks, inline) = if cfg.manual_progress {
+            let (n, rx) = notify::inline_callbacks();
+            (n, None, Some(Mutex::new(rx)))
+        } else {
+            let (n, h) = notify::spawn_callback_thread()
+                .map_err(|e| Error::new(Status::Provider, format!("cannot start the callback thread: {e}")))?;
+            (n, Some(h), None)
+        };
         let errors = notifier.errors.clone();
         // "null" (named explicitly, never a default) measures the engine without a wire.
-        let (shared, info, worker) = if cfg.providers() == ["null"] {
-            group::spawn::<NullDomain>(cfg, notifier)?
+        let null = cfg.providers() == ["null"];
+        let (shared, info, worker, manual) = if cfg.manual_progress {
+            let (shared, info, p) = if null {
+                group::manual::<NullDomain>(cfg, notifier)?
+            } else {
+                group::manual::<FabricDomain>(cfg, notifier)?
+            };
+            (shared, info, None, Some(Mutex::new(Some(p))))
         } else {
-            group::spawn::<FabricDomain>(cfg, notifier)?
+            let (shared, info, w) = if null {
+                group::spawn::<NullDomain>(cfg, notifier)?
+            } else {
+                group::spawn::<FabricDomain>(cfg, notifier)?
+            };
+            (shared, info, Some(w), None)
         };
         Ok(TransferEngine {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             shared,
             info,
-            worker: Some(worker),
-            callbacks: Some(callbacks),
+            worker,
+            manual,
+            callbacks,
+            inline,
             groups: Mutex::new(HashMap::new()),
             next_request: AtomicU64::new(1),
             request_timeout: cfg.request_timeout,
@@ -182,6 +205,17 @@ impl TransferEngine {
         let (tx, rx) = mpsc::channel();
         self.shared.ctrl.push(make(tx));
         self.shared.wake();
+        if self.manual.is_some() {
+            // Nobody else answers: progress until the reply is there.
+            loop {
+                self.progress();
+                match rx.try_recv() {
+                    Ok(r) => return r,
+                    Err(mpsc::TryRecvError::Disconnected) => return Err(notify::shutdown_error()),
+                    Err(mpsc::TryRecvError::Empty) => std::thread::yield_now(),
+                }
+            }
+        }
         // The worker answers within a pass or two: poll before sleeping.
         notify::recv_polling(&rx, RPC_POLL).unwrap_or_else(|| Err(notify::shutdown_error()))
     }
@@ -646,10 +680,89 @@ impl TransferEngine {
         self.watchers.watch(kind, device, cb)
     }
 
+    /// Manual progress (`EngineConfig::manual_progress`): runs one pass of
+    /// the engine on the calling thread — take new requests and control
+    /// calls, post, poll the completion queues, count immediates, store
+    /// completion flags, look at deadlines and keepalives — and returns
+    /// whether anything happened. Any thread may call it; one at a time does
+    /// the work (a call while another thread is inside returns `false` at
+    /// once). Nothing moves, no deadline fires and no keepalive goes out
+    /// between calls, so call it while anything is in flight or expected.
+    /// Flags are stored and callbacks run inside this call (there is no
+    /// callback thread in this mode); a callback may submit, cancel or call
+    /// `progress` (which then does nothing). Destroying an engine says
+    /// goodbye to its peers and waits up to `drain_timeout` for their answer:
+    /// keep progressing manual peers in the same process meanwhile.
+    /// Control calls (`register`, `expect_imm_count`, …) progress by
+    /// themselves until answered. With a worker thread it does nothing
+    /// and returns `false`.
+    pub fn progress(&self) -> bool {
+        let Some(m) = &self.manual else {
+            return false;
+        };
+        let busy = match m.try_lock() {
+            Ok(mut g) => g.as_mut().is_some_and(|p| p.step()),
+            Err(_) => false,
+        };
+        // Callbacks run here, after the worker is unlocked: they may submit,
+        // progress (a nested call does nothing) or destroy the engine.
+        busy | self.run_callbacks()
+    }
+
+    fn run_callbacks(&self) -> bool {
+        match self.inline.as_ref().map(|q| q.try_lock()) {
+            Some(Ok(q)) => notify::run_queued(&q),
+            _ => false,
+        }
+    }
+
+    /// Whether the engine runs in manual-progress mode.
+    pub fn is_manual(&self) -> bool {
+        self.manual.is_some()
+    }
+
+    /// Waits until `flag` has `FLAG_DONE`, or `timeout`: in manual-progress
+    /// mode by progressing the engine on this thread, else by sleeping on
+    /// the flag (`wait_flag`). Returns the flag's value.
+    pub fn wait_flag(&self, flag: &std::sync::atomic::AtomicU32, timeout: std::time::Duration) -> Result<u32> {
+        if self.manual.is_none() {
+            return crate::completion::flag::wait(flag, Some(timeout))
+                .ok_or_else(|| Error::new(Status::Again, format!("the flag was not done within {timeout:?}")));
+        }
+        let deadline = std::time::Instant::now() + timeout;
+        let mut idle = 0u32;
+        loop {
+            let v = flag.load(Ordering::Acquire);
+            if v & crate::FLAG_DONE != 0 {
+                return Ok(v);
+            }
+            if self.progress() {
+                idle = 0;
+            } else {
+                idle = idle.wrapping_add(1);
+                if idle % 64 == 0 {
+                    if std::time::Instant::now() >= deadline {
+                        bail!(Again, "the flag was not done within {timeout:?}");
+                    }
+                    std::thread::yield_now();
+                }
+            }
+        }
+    }
+
     pub fn shutdown(&mut self) {
         // Watcher callbacks submit: they stop first.
         self.watchers.stop();
         self.shared.stop.store(true, Ordering::Release);
+        if let Some(m) = &self.manual {
+            let p = m.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(p) = p {
+                p.shutdown();
+            }
+            // The last reports (SHUTDOWN) run here (or, from inside a
+            // callback, in the progress call that runs it, right after).
+            self.run_callbacks();
+        }
         if let Some(t) = self.worker.take() {
             t.thread().unpark();
             let _ = t.join();

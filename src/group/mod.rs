@@ -86,12 +86,12 @@ const TIMER_TICK: Duration = Duration::from_millis(1);
 /// looked at when it wakes; deadlines wake it in time).
 const BLOCK_MAX: Duration = Duration::from_millis(10);
 
-/// Starts a worker over `cfg.domains` domains of type `D`.
-pub fn spawn<D: Domain>(cfg: &EngineConfig, notifier: Notifier) -> Result<(Arc<Shared>, GroupInfo, JoinHandle<()>)> {
+/// The state shared with the API, for `cfg` (after checking `cfg.domains`).
+fn new_shared(cfg: &EngineConfig, notifier: &Notifier) -> Result<Arc<Shared>> {
     if cfg.domains == 0 || cfg.domains > MAX_DOMAINS {
         crate::bail!(InvalidArgument, "domains must be 1..={MAX_DOMAINS}, got {}", cfg.domains);
     }
-    let shared = Arc::new(Shared {
+    Ok(Arc::new(Shared {
         data: ArrayQueue::new(cfg.submit_queue.max(1)),
         ctrl: SegQueue::new(),
         stop: AtomicBool::new(false),
@@ -99,7 +99,49 @@ pub fn spawn<D: Domain>(cfg: &EngineConfig, notifier: Notifier) -> Result<(Arc<S
         napping: AtomicBool::new(false),
         thread: Default::default(),
         wake_fd: std::sync::atomic::AtomicI32::new(-1),
-    });
+    }))
+}
+
+/// A worker that the application's threads drive (manual progress: no
+/// worker thread, no hand-off between the submitting thread and the one that
+/// posts and polls).
+pub trait Progress: Send {
+    /// One pass of the worker (see `Worker::step`); true if anything happened.
+    fn step(&mut self) -> bool;
+    /// Ends the engine as the worker thread does when it stops.
+    fn shutdown(self: Box<Self>);
+}
+
+// SAFETY: a worker is used by one thread at a time: its own thread, or under
+// the engine's mutex in manual-progress mode. Its raw pointers (work-request
+// templates, provider handles) name registered memory and provider objects
+// that libfabric lets any one thread at a time use (FI_THREAD_DOMAIN).
+unsafe impl<D: Domain> Send for Worker<D> {}
+
+impl<D: Domain> Progress for Worker<D> {
+    fn step(&mut self) -> bool {
+        Worker::step(self)
+    }
+    fn shutdown(self: Box<Self>) {
+        (*self).shutdown()
+    }
+}
+
+/// Opens a worker over `cfg.domains` domains of type `D` on the calling
+/// thread, to be driven by `Progress::step`.
+pub fn manual<D: Domain>(
+    cfg: &EngineConfig,
+    notifier: Notifier,
+) -> Result<(Arc<Shared>, GroupInfo, Box<dyn Progress>)> {
+    let shared = new_shared(cfg, &notifier)?;
+    let w = Worker::<D>::new(cfg.clone(), shared.clone(), notifier)?;
+    let info = w.info();
+    Ok((shared, info, Box::new(w)))
+}
+
+/// Starts a worker thread over `cfg.domains` domains of type `D`.
+pub fn spawn<D: Domain>(cfg: &EngineConfig, notifier: Notifier) -> Result<(Arc<Shared>, GroupInfo, JoinHandle<()>)> {
+    let shared = new_shared(cfg, &notifier)?;
     let (tx, rx) = std::sync::mpsc::channel();
     let (cfg2, shared2) = (cfg.clone(), shared.clone());
     let handle = std::thread::Builder::new()

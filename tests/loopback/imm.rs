@@ -253,3 +253,109 @@ pub fn idle_policies_sleep_and_wake(prov: &str, domains: usize) -> TestResult {
     }
     Ok(())
 }
+
+/// Manual progress: no worker threads; this thread drives both engines
+/// (`progress`), so a request goes from submit to the wire without a
+/// hand-off. Writes with immediates land (bytes compared), expectations and
+/// flags complete, a deadline fires only while progressed, and two threads
+/// may progress one engine at once.
+pub fn manual_progress(prov: &str, domains: usize) -> TestResult {
+    let cfg = EngineConfig { domains, manual_progress: true, ..Default::default() };
+    let (w, r) = (local_with(cfg.clone(), prov, 1 << 16, 91)?, local_with(cfg, prov, 1 << 16, 92)?);
+    let drive = |until: &dyn Fn() -> bool, what: &str| -> TestResult {
+        let t = Instant::now();
+        while !until() {
+            w.engine.progress();
+            r.engine.progress();
+            if t.elapsed() > WAIT {
+                return Err(format!("manual progress: {what} did not happen"));
+            }
+        }
+        Ok(())
+    };
+    for round in 0..3u32 {
+        let (got, sent) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
+        r.engine.expect_imm_count(40 + round, 16, OnDone::Flag(got.clone())).map_err(e2s)?;
+        let pages: Vec<u32> = (0..16).collect();
+        let pg = fabriclib::Pages { indices: &pages, stride: 4096, offset: 0 };
+        w.engine
+            .submit_paged_writes(4096, Some(40 + round), &w.mr, pg, r.mr.descriptor(), pg, OnDone::Flag(sent.clone()))
+            .map_err(e2s)?;
+        drive(
+            &|| got.load(Ordering::Acquire) & FLAG_DONE != 0 && sent.load(Ordering::Acquire) & FLAG_DONE != 0,
+            "a paged write",
+        )?;
+        for f in [&got, &sent] {
+            if f.load(Ordering::Acquire) & 0xffff != 0 {
+                return Err(format!("round {round}: a flag ended {:#x}", f.load(Ordering::Acquire)));
+            }
+        }
+        if r.mem[..16 * 4096] != w.mem[..16 * 4096] {
+            return Err(format!("round {round}: bytes differ"));
+        }
+    }
+    // Nothing happens unprogressed: a 50 ms deadline has not fired after 100 ms
+    // without progress, and fires once progressed.
+    let f = Arc::new(AtomicU32::new(0));
+    let opts = OnDone::Flag(f.clone()).deadline(Deadline::After(Duration::from_millis(50)));
+    r.engine.expect_imm_count(77, 1, opts).map_err(e2s)?;
+    std::thread::sleep(Duration::from_millis(100));
+    if f.load(Ordering::Acquire) != 0 {
+        return Err("a deadline fired with nobody progressing".into());
+    }
+    drive(&|| f.load(Ordering::Acquire) & FLAG_DONE != 0, "the deadline")?;
+    if Status::from_code((f.load(Ordering::Acquire) & 0xffff) as i32) != Some(Status::TimedOut) {
+        return Err(format!("the deadline ended {:#x}", f.load(Ordering::Acquire)));
+    }
+    // Two threads progress the writer at once while a third submits: every write lands once.
+    let landed = Arc::new(AtomicU32::new(0));
+    r.engine.expect_imm_count(78, 200, OnDone::Flag(landed.clone())).map_err(e2s)?;
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| -> TestResult {
+        for _ in 0..2 {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    w.engine.progress();
+                }
+            });
+        }
+        for i in 0..200u64 {
+            loop {
+                let off = (i % 16) * 64;
+                match w.engine.submit_single_write(64, Some(78), &w.mr, off, r.mr.descriptor(), off, OnDone::Nothing) {
+                    Ok(_) => break,
+                    Err(e) if e.status == Status::Again => std::thread::yield_now(),
+                    Err(e) => return Err(e2s(e)),
+                }
+            }
+            r.engine.progress();
+        }
+        let t = Instant::now();
+        while landed.load(Ordering::Acquire) & FLAG_DONE == 0 && t.elapsed() < WAIT {
+            r.engine.progress();
+        }
+        stop.store(true, Ordering::Relaxed);
+        Ok(())
+    })?;
+    if landed.load(Ordering::Acquire) != FLAG_DONE {
+        return Err(format!(
+            "200 writes from a 3-thread manual engine: expectation {:#x}",
+            landed.load(Ordering::Acquire)
+        ));
+    }
+    // Destroying an engine says goodbye and waits for the peer's answer: the
+    // peer must be progressed meanwhile (here from a second thread), so that
+    // it knows the engine is gone before it is destroyed itself.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                w.engine.progress();
+            }
+        });
+        drop(r);
+        stop.store(true, Ordering::Relaxed);
+    });
+    drop(w);
+    Ok(())
+}

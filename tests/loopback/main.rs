@@ -547,6 +547,7 @@ const TESTS: &[(&str, Test)] = &[
     ("no_stale_immediate_counts", imm::no_stale_immediate_counts),
     ("watcher_drives_layer_writes", imm::watcher_drives_layer_writes),
     ("idle_policies_sleep_and_wake", imm::idle_policies_sleep_and_wake),
+    ("manual_progress", imm::manual_progress),
     ("calls_from_callbacks", faults::calls_from_callbacks),
     ("connect_reports_readiness", faults::connect_reports_readiness),
 ];
