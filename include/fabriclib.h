@@ -15,8 +15,11 @@
  *  - Thread safety: engine functions may be called from any thread at once;
  *    a fabriclib_config is used by one thread at a time.
  *  - Callbacks take user_data first and run on the engine's callback thread,
- *    never inside the call that submitted them. A submit that returns an
- *    error never calls back; a submit that returned OK reports exactly once.
+ *    never inside the call that submitted them (in manual-progress mode,
+ *    fabriclib_config_set_manual_progress, they run inside
+ *    fabriclib_engine_progress / fabriclib_engine_flag_wait instead, and must
+ *    not destroy their own engine there). A submit that returns an error
+ *    never calls back; a submit that returned OK reports exactly once.
  *  - A panic inside fabriclib never unwinds into C: FABRICLIB_STATUS_PANIC.
  *
  * Callbacks (C and C++)

@@ -199,7 +199,8 @@ impl Open {
                     flag.store(0, Ordering::Relaxed);
                     let e = &self.engine;
                     let done = if i + 1 == n { OnDone::Flag(sent.clone()) } else { OnDone::Nothing };
-                    e.submit_single_write(size, Some(imm_s), &src, 0, &peer.desc, 0, done).map_err(|e| e.to_string())?;
+                    e.submit_single_write(size, Some(imm_s), &src, 0, &peer.desc, 0, done)
+                        .map_err(|e| e.to_string())?;
                     if i + 1 < n {
                         e.expect_imm_count(imm_c, 1, OnDone::Flag(flag.clone())).map_err(|e| e.to_string())?;
                     }

@@ -164,7 +164,10 @@ fn set_idle(
 /// latency on a small host); nothing happens between progress calls.
 /// Default false.
 #[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_config_set_manual_progress(config: *mut fabriclib_config, manual: bool) -> fabriclib_status {
+pub extern "C" fn fabriclib_config_set_manual_progress(
+    config: *mut fabriclib_config,
+    manual: bool,
+) -> fabriclib_status {
     ffi(|| {
         config_mut(config)?.cfg.manual_progress = manual;
         Ok(())

@@ -83,7 +83,10 @@ std::thread_local! {
 /// (`fabriclib_mr_register`, `fabriclib_expect_imm_count`, …) progress by
 /// themselves until answered. With a worker thread: `*progressed` false.
 #[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_engine_progress(engine: *const fabriclib_engine, progressed: *mut bool) -> fabriclib_status {
+pub extern "C" fn fabriclib_engine_progress(
+    engine: *const fabriclib_engine,
+    progressed: *mut bool,
+) -> fabriclib_status {
     ffi(|| {
         let e = handle(engine)?;
         let outer = PROGRESSING.with(|p| p.replace(engine as usize));

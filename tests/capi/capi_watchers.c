@@ -5,6 +5,7 @@
 #include "fabriclib.h"
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,6 +171,34 @@ int main(void) {
           "register_device of a host buffer: %d", r);
 
     fabriclib_engine_destroy(e);
+
+    /* Manual progress: no worker thread; a waiting call progresses the engine. */
+    fabriclib_engine *me = NULL;
+    if (fabriclib_config_new(&cfg) || fabriclib_config_set_provider(cfg, "tcp;ofi_rxm") ||
+        fabriclib_config_set_bind_address(cfg, "127.0.0.1") || fabriclib_config_set_manual_progress(cfg, true) ||
+        fabriclib_engine_create(cfg, &me)) {
+        fprintf(stderr, "cannot create a manual engine: %s\n", fabriclib_last_error_message());
+        return 1;
+    }
+    fabriclib_config_free(cfg);
+    bool progressed = true;
+    CHECK(fabriclib_engine_progress(me, &progressed) == FABRICLIB_STATUS_OK, "progress");
+    CHECK(fabriclib_engine_progress(me, NULL) == FABRICLIB_STATUS_OK, "progress, NULL out");
+    uint32_t flag = 0, value = 0;
+    fabriclib_submit_opts so;
+    memset(&so, 0, sizeof so);
+    so.struct_size = sizeof so;
+    so.flag = &flag;
+    so.timeout_us = 50000;
+    CHECK(fabriclib_expect_imm_count(me, 9, 1, &so, NULL) == FABRICLIB_STATUS_OK, "expect (progresses until armed)");
+    struct timespec pause = {0, 100000000};
+    nanosleep(&pause, NULL);
+    CHECK(flag == 0, "a deadline fired without progress");
+    CHECK(fabriclib_engine_flag_wait(me, &flag, 5000000, &value) == FABRICLIB_STATUS_OK, "flag wait progresses");
+    CHECK((value & FABRICLIB_FLAG_DONE) && (value & FABRICLIB_FLAG_STATUS_MASK) == FABRICLIB_STATUS_TIMED_OUT,
+          "the expectation timed out once progressed: %#x", value);
+    CHECK(fabriclib_engine_flag_wait(me, NULL, 1, NULL) == FABRICLIB_STATUS_INVALID_ARGUMENT, "NULL flag");
+    fabriclib_engine_destroy(me);
     if (failures) {
         fprintf(stderr, "%d failures\n", failures);
         return 1;
