@@ -72,6 +72,15 @@ std::thread_local! {
     static PROGRESSING: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
+/// Runs `f` with `engine` marked as progressed by this thread (its callbacks
+/// may then run here, and must not destroy it).
+fn progressing<T>(engine: *const fabriclib_engine, f: impl FnOnce() -> T) -> T {
+    let outer = PROGRESSING.with(|p| p.replace(engine as usize));
+    let r = f();
+    PROGRESSING.with(|p| p.set(outer));
+    r
+}
+
 /// Manual progress (`fabriclib_config_set_manual_progress`): runs one pass of
 /// the engine on the calling thread — new requests and control calls,
 /// posting, polling, immediates, flags, deadlines, keepalives, and the
@@ -89,9 +98,7 @@ pub extern "C" fn fabriclib_engine_progress(
 ) -> fabriclib_status {
     ffi(|| {
         let e = handle(engine)?;
-        let outer = PROGRESSING.with(|p| p.replace(engine as usize));
-        let busy = e.engine.progress();
-        PROGRESSING.with(|p| p.set(outer));
+        let busy = progressing(engine, || e.engine.progress());
         if !progressed.is_null() {
             put(progressed, busy)?;
         }
@@ -118,10 +125,7 @@ pub extern "C" fn fabriclib_engine_flag_wait(
         }
         // SAFETY: non-null, aligned, and the caller's live flag word (API contract).
         let f = unsafe { &*(flag as *const std::sync::atomic::AtomicU32) };
-        let outer = PROGRESSING.with(|p| p.replace(engine as usize));
-        let r = e.engine.wait_flag(f, std::time::Duration::from_micros(timeout_us));
-        PROGRESSING.with(|p| p.set(outer));
-        let v = r?;
+        let v = progressing(engine, || e.engine.wait_flag(f, std::time::Duration::from_micros(timeout_us)))?;
         if !value.is_null() {
             put(value, v)?;
         }
