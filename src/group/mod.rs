@@ -201,6 +201,9 @@ struct Worker<D: Domain> {
     splits: Splits,
     /// Blocks the idle worker on the domains' wait fds (None: it naps).
     waiter: Option<waiter::Waiter>,
+    /// The destination descriptor of the last single-destination request and
+    /// its peer-table entry (entries are never removed, so it stays right).
+    last_dst: Option<(Arc<crate::wire::MrDesc>, u32)>,
 }
 
 /// Closes one registration per domain (`locals[d]` in domain `d`).
@@ -260,6 +263,7 @@ impl<D: Domain> Worker<D> {
             comps: Vec::with_capacity(64),
             abandoned: Vec::new(),
             waiter,
+            last_dst: None,
         })
     }
 
@@ -382,7 +386,16 @@ impl<D: Domain> Worker<D> {
             return Ok((self.peer_of(to)?, None));
         }
         if let Some(dst) = req.single_dst() {
-            return Ok((self.peer_of(&dst.owner)?, None));
+            // Consecutive requests mostly name the same descriptor: skip hashing
+            // its owner's address then (the cached Arc keeps the pointer unique).
+            if let Some((d, p)) = &self.last_dst {
+                if Arc::ptr_eq(d, dst) {
+                    return Ok((*p, None));
+                }
+            }
+            let p = self.peer_of(&dst.owner)?;
+            self.last_dst = Some((dst.clone(), p));
+            return Ok((p, None));
         }
         if let Some(g) = req.group() {
             return Ok((u32::MAX, Some(self.groups[g as usize - 1].clone())));
