@@ -216,9 +216,12 @@ impl FabricEndpoint {
         if self.wait_fd.is_none() {
             return false;
         }
-        let mut fids = [unsafe { &mut (*self.cq).fid as *mut fid }];
-        // SAFETY: fabric and cq are open; one fid.
-        unsafe { fi_trywait(self.fabric, fids.as_mut_ptr(), 1) == 0 }
+        // SAFETY: fabric and cq are open for the endpoint's life (closed only in
+        // Drop); the array holds the one fid fi_trywait is told about.
+        unsafe {
+            let mut fids = [&mut (*self.cq).fid as *mut fid];
+            fi_trywait(self.fabric, fids.as_mut_ptr(), 1) == 0
+        }
     }
 
     /// Whether the provider reaches device memory (`FI_HMEM` in its caps).
