@@ -63,6 +63,54 @@ pub struct MrDesc {
     pub owner: NetAddr,
     /// One key per domain of the owner, in domain order.
     pub keys: Vec<RemoteKey>,
+    /// Engine-internal (leave it `Default::default()`): which engine's
+    /// worker keeps this descriptor in its table, so that its requests name
+    /// it by index. Not part of the value: clones start unmarked;
+    /// comparisons, hashes and the serialized form ignore it.
+    pub held: HeldMark,
+}
+
+/// See `MrDesc::held`: an engine tag in the high 32 bits, its worker's
+/// table index in the low; 0 when no engine has marked the descriptor.
+#[derive(Default)]
+pub struct HeldMark(std::sync::atomic::AtomicU64);
+
+impl HeldMark {
+    /// The table index, if engine `tag` marked it.
+    pub(crate) fn get(&self, tag: u32) -> Option<u32> {
+        let v = self.0.load(std::sync::atomic::Ordering::Acquire);
+        (tag != 0 && v >> 32 == tag as u64).then_some(v as u32)
+    }
+
+    /// Marks it for engine `tag`, index `i`, unless an engine already has.
+    pub(crate) fn claim(&self, tag: u32, i: u32) -> bool {
+        use std::sync::atomic::Ordering::{AcqRel, Acquire};
+        tag != 0 && self.0.compare_exchange(0, (tag as u64) << 32 | i as u64, AcqRel, Acquire).is_ok()
+    }
+}
+
+impl Clone for HeldMark {
+    fn clone(&self) -> Self {
+        HeldMark::default()
+    }
+}
+
+impl PartialEq for HeldMark {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for HeldMark {}
+
+impl std::hash::Hash for HeldMark {
+    fn hash<H: std::hash::Hasher>(&self, _: &mut H) {}
+}
+
+impl std::fmt::Debug for HeldMark {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HeldMark")
+    }
 }
 
 /// CRC-32C (Castagnoli) lookup table, built at compile time.
@@ -236,7 +284,7 @@ impl MrDesc {
             keys.push(RemoteKey { remote_base: r.u64("remote base")?, key: r.u64("remote key")? });
         }
         r.finish("descriptor")?;
-        Ok(MrDesc { base, len, owner, keys })
+        Ok(MrDesc { base, len, owner, keys, held: Default::default() })
     }
 }
 
@@ -251,6 +299,7 @@ mod tests {
             len: 1 << 20,
             owner: NetAddr { epoch: 0x1234_5678_9abc, domains: vec![vec![1u8; 16].into(), vec![2u8; 18].into()] },
             keys: vec![RemoteKey { remote_base: 0, key: 7 }, RemoteKey { remote_base: 0x7f00_0000_1000, key: 9 }],
+            held: Default::default(),
         }
     }
 
@@ -258,7 +307,7 @@ mod tests {
     fn the_largest_blobs_are_the_documented_maxima() {
         let owner = NetAddr { epoch: u64::MAX, domains: vec![vec![0xa5u8; MAX_DOMAIN_ADDR].into(); MAX_DOMAINS] };
         let keys = vec![RemoteKey { remote_base: u64::MAX, key: u64::MAX }; MAX_DOMAINS];
-        let d = MrDesc { base: 0, len: 1, owner: owner.clone(), keys };
+        let d = MrDesc { base: 0, len: 1, owner: owner.clone(), keys, held: Default::default() };
         assert_eq!(owner.to_bytes().len(), MAX_ADDRESS_LEN);
         assert_eq!(d.to_bytes().len(), MAX_DESCRIPTOR_LEN);
         assert!(NetAddr::parse(&owner.to_bytes()).is_ok() && MrDesc::parse(&d.to_bytes()).is_ok());

@@ -618,7 +618,9 @@ impl Session {
 
 /// Host cost: the engine over the `null` provider (work requests complete as
 /// they are posted, no bytes move), so what is timed is the engine's own path:
-/// submit, validate, queue, shard, template, post, aggregate, notify.
+/// submit, validate, queue, shard, template, post, aggregate, notify. Its raw
+/// baseline is the bare hand-off of as many requests to a worker thread
+/// (handoff.rs), in the same repetitions.
 pub fn host_cost(spec: &Spec, reps: usize, warmup: usize, progress: &dyn Fn(&str)) -> R<Row> {
     let cfg = EngineConfig { provider: Some("null".into()), ..Default::default() };
     let e = TransferEngine::new(&cfg).map_err(|e| e.to_string())?;
@@ -669,23 +671,35 @@ pub fn host_cost(spec: &Spec, reps: usize, warmup: usize, progress: &dyn Fn(&str
     };
     for rep in 0..warmup + reps {
         progress(&format!("rep {}/{}", rep + 1, warmup + reps));
-        let t0 = Instant::now();
-        windowed(&e, spec.iters, spec.window, 0, |_, done| match spec.kind {
-            Kind::HostPaged => e.submit_paged_writes(
-                spec.size,
-                None,
-                &src,
-                Pages { indices: &idx, stride: spec.size, offset: 0 },
-                dst.descriptor(),
-                Pages { indices: &idx, stride: spec.size, offset: 0 },
-                done,
-            ),
-            Kind::HostScatter => e.submit_scatter(group, None, &src, &dsts, done),
-            _ => e.submit_single_write(spec.size, None, &src, 0, dst.descriptor(), 0, done),
-        })?;
-        let ns = t0.elapsed().as_secs_f64() * 1e9 / (spec.iters * per_req) as f64;
-        if rep >= warmup {
-            row.engine.push(ns);
+        for mode in modes(rep) {
+            let ns = match mode {
+                // The bare hand-off of as many requests, the same window (handoff.rs).
+                Mode::Raw => crate::handoff::floor_ns(spec.iters, spec.window, Instant::now() + DEADLINE)?,
+                Mode::Engine => {
+                    let t0 = Instant::now();
+                    windowed(&e, spec.iters, spec.window, 0, |_, done| match spec.kind {
+                        Kind::HostPaged => e.submit_paged_writes(
+                            spec.size,
+                            None,
+                            &src,
+                            Pages { indices: &idx, stride: spec.size, offset: 0 },
+                            dst.descriptor(),
+                            Pages { indices: &idx, stride: spec.size, offset: 0 },
+                            done,
+                        ),
+                        Kind::HostScatter => e.submit_scatter(group, None, &src, &dsts, done),
+                        _ => e.submit_single_write(spec.size, None, &src, 0, dst.descriptor(), 0, done),
+                    })?;
+                    t0.elapsed().as_secs_f64() * 1e9 / spec.iters as f64
+                }
+            };
+            if rep >= warmup {
+                let per = ns / per_req as f64;
+                match mode {
+                    Mode::Engine => row.engine.push(per),
+                    Mode::Raw => row.raw.push(per),
+                }
+            }
         }
     }
     drop((src, dst));

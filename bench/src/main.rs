@@ -11,6 +11,7 @@
 mod client;
 mod ctl;
 mod gpu;
+mod handoff;
 mod idle;
 mod mem;
 mod raw;

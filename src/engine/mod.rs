@@ -14,7 +14,7 @@ use crate::completion::notify::{self, Deadline, RequestId, RequestOpts};
 use crate::config::EngineConfig;
 use crate::domain::{Memory, fabric::FabricDomain, null::NullDomain};
 use crate::error::{Error, Result, Status};
-use crate::group::request::{Ctrl, MrInner, Request, ScatterItem, Shape};
+use crate::group::request::{Ctrl, Dst, MrInner, Request, ScatterItem, Shape};
 use crate::group::{self, GroupInfo, MAX_SEND, Shared};
 use crate::wire::{MrDesc, NetAddr, RemoteKey};
 use std::collections::HashMap;
@@ -274,25 +274,24 @@ impl TransferEngine {
                 Memory::Cuda { device: d, dmabuf: cuda.export_dmabuf(d, ptr, len).ok() }
             }
         };
-        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        let locals = self.rpc(|reply| Ctrl::Register { id, ptr: ptr as usize, len, mem, reply });
+        let registered = self.rpc(|reply| Ctrl::Register { ptr: ptr as usize, len, mem, reply });
         if let Memory::Cuda { dmabuf: Some((fd, _)), .. } = mem {
             // SAFETY: our fd from the export; the provider holds its own reference now.
             unsafe { close(fd) };
         }
-        let locals = locals?;
+        let (index, locals) = registered?;
         let desc = Arc::new(MrDesc {
             base: ptr as u64,
             len: len as u64,
             owner: self.info.address.clone(),
             keys: locals.iter().map(|m| m.remote).collect::<Vec<RemoteKey>>(),
+            held: Default::default(),
         });
         Ok(MrHandle(Arc::new(MrInner {
-            id,
+            index,
             engine_id: self.id,
             ptr: ptr as usize,
             len,
-            locals,
             desc,
             shared: self.shared.clone(),
         })))
@@ -315,6 +314,12 @@ impl TransferEngine {
             );
         }
         Ok(())
+    }
+
+    /// `desc` as this engine's requests carry it: an index into the
+    /// worker's table once the worker holds it, else a clone.
+    fn dst(&self, desc: &Arc<MrDesc>) -> Dst {
+        Dst::of(self.shared.tag, desc)
     }
 
     fn timeout(&self, d: Deadline) -> Option<std::time::Duration> {
@@ -341,7 +346,7 @@ impl TransferEngine {
         }
         let id = self.next_request.fetch_add(1, Ordering::Relaxed);
         let timeout = self.timeout(opts.deadline);
-        let req = Request { id, timeout, shape, imm, done: opts.done, src_mr: src_mr.map(|m| m.0.clone()) };
+        let req = Request { id, timeout, shape, imm, done: opts.done, region: src_mr.map(|m| m.0.index) };
         if let Err(req) = self.shared.data.push(req) {
             // Dropped unfired: a submit that returns an error never calls back.
             drop(req);
@@ -512,7 +517,7 @@ impl TransferEngine {
             None => len.min(max),
         };
         let shape =
-            Shape::Single { src: src.0.ptr + src_offset as usize, dst: dst.clone(), dst_off: dst_offset, len, chunk };
+            Shape::Single { src: src.0.ptr + src_offset as usize, dst: self.dst(dst), dst_off: dst_offset, len, chunk };
         self.submit(shape, imm, Some(src), done.into())
     }
 
@@ -563,7 +568,7 @@ impl TransferEngine {
             src: src.0.ptr + src_pages.offset as usize,
             src_stride: src_pages.stride,
             src_idx: src_pages.indices.into(),
-            dst: dst.clone(),
+            dst: self.dst(dst),
             dst_off: dst_pages.offset,
             dst_stride: dst_pages.stride,
             dst_idx: dst_pages.indices.into(),
@@ -641,7 +646,12 @@ impl TransferEngine {
         let g = self.check_group(group, dsts.iter().map(|d| &d.dst.owner))?;
         let items = dsts
             .iter()
-            .map(|d| ScatterItem { len: d.len, src_offset: d.src_offset, dst: d.dst.clone(), dst_offset: d.dst_offset })
+            .map(|d| ScatterItem {
+                len: d.len,
+                src_offset: d.src_offset,
+                dst: self.dst(&d.dst),
+                dst_offset: d.dst_offset,
+            })
             .collect();
         self.submit(Shape::Scatter { src: src.0.ptr, items, group: g }, imm, Some(src), done.into())
     }
@@ -662,7 +672,12 @@ impl TransferEngine {
             self.check_peer(&d.owner)?;
         }
         let g = self.check_group(group, dsts.iter().map(|d| &d.owner))?;
-        self.submit(Shape::Barrier { dsts: dsts.into(), group: g }, Some(imm), None, done.into())
+        self.submit(
+            Shape::Barrier { dsts: dsts.iter().map(|d| self.dst(d)).collect(), group: g },
+            Some(imm),
+            None,
+            done.into(),
+        )
     }
 
     /// Stops the engine: every pending request ends (`Shutdown` unless it had

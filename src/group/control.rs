@@ -17,7 +17,7 @@ impl<D: Domain> Worker<D> {
 
     pub(super) fn control(&mut self, c: Ctrl) {
         match c {
-            Ctrl::Register { id, ptr, len, mem, reply } => {
+            Ctrl::Register { ptr, len, mem, reply } => {
                 let mut locals = Vec::new();
                 for d in self.domains.iter_mut() {
                     match d.register(ptr as *mut u8, len, mem) {
@@ -29,11 +29,13 @@ impl<D: Domain> Worker<D> {
                         }
                     }
                 }
-                self.mrs.insert(id, locals.clone());
-                let _ = reply.send(Ok(locals));
+                let index = self.regions.add(locals.clone());
+                let _ = reply.send(Ok((index, locals)));
             }
-            Ctrl::Deregister { id } => {
-                if let Some(locals) = self.mrs.remove(&id) {
+            Ctrl::Deregister { index } => {
+                // Requests submitted before the handle went take the region first.
+                self.accept_queued();
+                if let Some(locals) = self.regions.dropped(index) {
                     release(&mut self.domains, &locals);
                 }
             }

@@ -77,7 +77,19 @@ impl<D: Domain> Worker<D> {
                 Timer::Expect { imm: v, id } => imm.is_armed(v, id),
             });
         }
+        self.sweep_dsts();
         busy | self.keepalive()
+    }
+
+    /// Lets go of the descriptors that only the worker still holds (held.rs).
+    fn sweep_dsts(&mut self) {
+        let gone = self.dsts.unheld();
+        if !gone.is_empty() {
+            // A request submitted with one before its caller let go is in the
+            // queue: take it first (it keeps its descriptor).
+            self.accept_queued();
+            self.dsts.evict(&gone);
+        }
     }
 
     /// Ends the engine: queued and unposted requests end with `Shutdown`;
@@ -130,7 +142,7 @@ impl<D: Domain> Worker<D> {
         self.say_goodbye(Instant::now() + self.cfg.drain_timeout);
         // Close every registration before the domains.
         // Deregisters queued above are covered: every registration still known is closed here.
-        for (_, locals) in std::mem::take(&mut self.mrs) {
+        for locals in self.regions.drain() {
             release(&mut self.domains, &locals);
         }
         for pool in &self.pools {

@@ -5,6 +5,7 @@
 //! completions into one per request and counts immediates.
 mod control;
 mod ending;
+mod held;
 mod peers;
 mod recv;
 pub mod request;
@@ -16,19 +17,20 @@ mod token;
 mod waiter;
 
 use crate::completion::imm::ImmCounter;
-use crate::completion::notify::Notifier;
+use crate::completion::notify::{Notifier, OnDone};
 use crate::config::{EngineConfig, IdlePolicy};
 use crate::domain::{Chan, Completion, Domain, LocalMr, Memory, Post};
 use crate::error::{Error, Result, Status};
 use crate::wire::{MAX_DOMAINS, NetAddr};
 use crossbeam_queue::{ArrayQueue, SegQueue};
+use held::{Dsts, Regions};
 use peers::Peers;
 use recv::{OwnedMem, RecvPool};
 use request::{Ctrl, Request, Shape};
 use slots::Slots;
 use split::Splits;
 use stage::Staging;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::{JoinHandle, Thread};
@@ -47,6 +49,8 @@ pub struct Shared {
     thread: std::sync::OnceLock<Thread>,
     /// The worker's wake eventfd when it blocks on wait fds (waiter.rs); -1 if it naps.
     wake_fd: std::sync::atomic::AtomicI32,
+    /// This engine's mark on the descriptors its worker holds (held.rs).
+    pub tag: u32,
 }
 
 impl Shared {
@@ -99,6 +103,7 @@ fn new_shared(cfg: &EngineConfig, notifier: &Notifier) -> Result<Arc<Shared>> {
         napping: AtomicBool::new(false),
         thread: Default::default(),
         wake_fd: std::sync::atomic::AtomicI32::new(-1),
+        tag: held::new_tag(),
     }))
 }
 
@@ -184,7 +189,10 @@ struct Worker<D: Domain> {
     slots: Slots,
     pending: Vec<VecDeque<(u32, u32)>>,
     rr: usize,
-    mrs: HashMap<u64, Vec<LocalMr>>,
+    /// The registered regions requests read from.
+    regions: Regions,
+    /// The destination descriptors requests write to.
+    dsts: Dsts,
     imm: ImmCounter,
     pools: Vec<RecvPool>,
     repost: VecDeque<(u32, u32)>,
@@ -201,15 +209,24 @@ struct Worker<D: Domain> {
     splits: Splits,
     /// Blocks the idle worker on the domains' wait fds (None: it naps).
     waiter: Option<waiter::Waiter>,
-    /// The destination descriptor of the last single-destination request and
-    /// its peer-table entry (entries are never removed, so it stays right).
-    last_dst: Option<(Arc<crate::wire::MrDesc>, u32)>,
 }
 
 /// Closes one registration per domain (`locals[d]` in domain `d`).
 fn release<D: Domain>(domains: &mut [D], locals: &[LocalMr]) {
     for (d, m) in domains.iter_mut().zip(locals) {
         d.deregister(m);
+    }
+}
+
+/// `Worker::put_refs`, on the worker's fields.
+fn put_refs<D: Domain>(regions: &mut Regions, dsts: &mut Dsts, domains: &mut [D], req: &Request, n: usize) {
+    if let Some(i) = req.region {
+        if let Some(locals) = regions.put(i) {
+            release(domains, &locals);
+        }
+    }
+    for j in 0..n {
+        dsts.put(req.dst(j));
     }
 }
 
@@ -238,6 +255,7 @@ impl<D: Domain> Worker<D> {
             shared.wake_fd.store(w.wake_fd, Ordering::Relaxed);
         }
         let now = Instant::now();
+        let dsts = Dsts::new(shared.tag);
         Ok(Worker {
             pending: (0..domains.len()).map(|_| VecDeque::new()).collect(),
             splits: Splits::new(domains.len()),
@@ -248,7 +266,8 @@ impl<D: Domain> Worker<D> {
             address,
             slots: Slots::default(),
             rr: 0,
-            mrs: HashMap::new(),
+            regions: Regions::default(),
+            dsts,
             imm: ImmCounter::default(),
             pools: Vec::new(),
             repost: VecDeque::new(),
@@ -263,7 +282,6 @@ impl<D: Domain> Worker<D> {
             comps: Vec::with_capacity(64),
             abandoned: Vec::new(),
             waiter,
-            last_dst: None,
         })
     }
 
@@ -294,7 +312,8 @@ impl<D: Domain> Worker<D> {
                 idle_since = None;
                 // A waiter that shares this core (a small host) sees its
                 // completion now rather than at the end of our time slice.
-                if self.notifier.take_fired() {
+                // (With requests queued, the application is not waiting.)
+                if self.notifier.take_fired() && self.shared.data.is_empty() {
                     std::thread::yield_now();
                 }
                 continue;
@@ -375,9 +394,10 @@ impl<D: Domain> Worker<D> {
         busy
     }
 
-    /// The peers a request goes to (indices into the peer table), added to
-    /// the table (and greeted) if new.
-    fn request_peers(&mut self, req: &Request) -> Result<(u32, Option<Arc<[u32]>>)> {
+    /// What a request names, taken for as long as it is in the worker: its
+    /// source region and destinations (held.rs), and the peers it goes to
+    /// (indices into the peer table, added and greeted if new).
+    fn take_refs(&mut self, req: &mut Request) -> Result<(u32, Option<Arc<[u32]>>)> {
         if let Shape::Send { to, .. } = &req.shape {
             return Ok((self.peer_of(to)?, None));
         }
@@ -385,29 +405,61 @@ impl<D: Domain> Worker<D> {
             self.add_peer(to)?;
             return Ok((self.peer_of(to)?, None));
         }
-        if let Some(dst) = req.single_dst() {
-            // Consecutive requests mostly name the same descriptor: skip hashing
-            // its owner's address then (the cached Arc keeps the pointer unique).
-            if let Some((d, p)) = &self.last_dst {
-                if Arc::ptr_eq(d, dst) {
-                    return Ok((*p, None));
+        if let Some(i) = req.region {
+            self.regions.take(i)?;
+        }
+        // Peers per unit: for a scatter or barrier without a peer group.
+        let per_unit = req.multi_dst() && req.group().is_none();
+        let n = req.dst_count();
+        let mut peers = Vec::with_capacity(if per_unit { n } else { 0 });
+        let mut first = u32::MAX;
+        for j in 0..n {
+            let dst = req.dst_mut(j);
+            let peer = match self.dsts.take(dst) {
+                Some(p) => p,
+                None => {
+                    let held::Dst::Owned(d) = &*dst else { unreachable!("the table has every held descriptor") };
+                    let p = self.peer_of(&d.owner);
+                    if let Ok(p) = p {
+                        self.dsts.add(dst, p);
+                    }
+                    p
+                }
+            };
+            match peer {
+                Ok(p) => {
+                    if j == 0 {
+                        first = p;
+                    }
+                    if per_unit {
+                        peers.push(p);
+                    }
+                }
+                Err(e) => {
+                    self.put_refs(req, j);
+                    return Err(e);
                 }
             }
-            let p = self.peer_of(&dst.owner)?;
-            self.last_dst = Some((dst.clone(), p));
-            return Ok((p, None));
+        }
+        if !req.multi_dst() {
+            return Ok((first, None));
         }
         if let Some(g) = req.group() {
             return Ok((u32::MAX, Some(self.groups[g as usize - 1].clone())));
         }
-        let units: Result<Vec<u32>> = (0..req.units()).map(|k| self.peer_of(&req.unit_dst(k).owner)).collect();
-        Ok((u32::MAX, Some(units?.into())))
+        Ok((u32::MAX, Some(peers.into())))
+    }
+
+    /// Gives back what `take_refs` took for `req`: its region and its first
+    /// `dsts` destinations.
+    fn put_refs(&mut self, req: &Request, dsts: usize) {
+        put_refs(&mut self.regions, &mut self.dsts, &mut self.domains, req, dsts);
     }
 
     /// Takes a new request: finds its peers and queues its units on the
     /// domains (or parks it until its peers have answered the handshake).
-    fn accept(&mut self, req: Request) {
-        let (peer, unit_peers) = match self.request_peers(&req) {
+    fn accept(&mut self, mut req: Request) {
+        let (peer, unit_peers) = match self.take_refs(&mut req) {
             Ok(p) => p,
             Err(e) => return self.notifier.fire_request(req.id, req.done, Err(e)),
         };
@@ -502,7 +554,8 @@ impl<D: Domain> Worker<D> {
                 let buf = self.stage.buf(a.stage.unwrap());
                 self.domains[d].post_send(Chan::User, peer, buf, msg.len(), self.stage.desc(), tok)
             } else {
-                let wr = a.req.write_wr(k, d, peer, scratch);
+                let src = a.req.region.map(|i| &self.regions.locals(i)[d]);
+                let wr = a.req.write_wr(k, d, peer, src, scratch, &self.dsts);
                 if wr.imm.is_some() && wr.len > self.domains[d].answer_free_limit() {
                     let (bytes, i) = self.splits.start(&wr, Token::Request { slot, epoch });
                     let r = self.domains[d].post_write(&bytes, Token::Split(i).encode());
@@ -605,12 +658,15 @@ impl<D: Domain> Worker<D> {
 
     /// Reports request `slot` if it has finished (`Slots::finish`).
     fn maybe_finish(&mut self, slot: u32) {
-        let Some(a) = self.slots.finish(slot) else {
-            return;
-        };
-        if let Some(s) = a.stage {
-            self.stage.release(s);
-        }
-        self.notifier.fire_request(a.req.id, a.req.done, a.error.map_or(Ok(()), Err));
+        let (stage, regions, dsts, domains) = (&mut self.stage, &mut self.regions, &mut self.dsts, &mut self.domains);
+        let notifier = &self.notifier;
+        self.slots.finish(slot, |a| {
+            if let Some(s) = a.stage {
+                stage.release(s);
+            }
+            put_refs(regions, dsts, domains, &a.req, a.req.dst_count());
+            let done = std::mem::replace(&mut a.req.done, OnDone::Nothing);
+            notifier.fire_request(a.req.id, done, a.error.take().map_or(Ok(()), Err));
+        });
     }
 }

@@ -4,6 +4,8 @@
 //! unit `k` goes to domain `(k + rr) % N`. Units are generated on the fly
 //! from the request's shape, so posting allocates nothing per page.
 use super::Shared;
+pub use super::held::Dst;
+use super::held::Dsts;
 use crate::completion::notify::OnDone;
 use crate::domain::{LocalMr, PeerId, WriteWr};
 use crate::wire::{MrDesc, NetAddr};
@@ -11,22 +13,21 @@ use std::sync::Arc;
 use std::sync::mpsc::Sender;
 use std::time::Duration;
 
-/// A registered local region. Deregistered (on the worker) when the last
-/// reference goes: the user's handle and every request that uses it.
+/// A registered local region. Deregistered (on the worker) once the last
+/// clone of its handle is gone and no request reads from it (held.rs).
 pub struct MrInner {
-    pub id: u64,
+    /// Its entry in the worker's region table.
+    pub index: u32,
     pub engine_id: u64,
     pub ptr: usize,
     pub len: usize,
-    /// One provider registration per domain, in domain order.
-    pub locals: Vec<LocalMr>,
     pub desc: Arc<MrDesc>,
     pub(crate) shared: Arc<Shared>,
 }
 
 impl Drop for MrInner {
     fn drop(&mut self) {
-        self.shared.ctrl.push(Ctrl::Deregister { id: self.id });
+        self.shared.ctrl.push(Ctrl::Deregister { index: self.index });
         self.shared.wake();
     }
 }
@@ -34,20 +35,20 @@ impl Drop for MrInner {
 pub struct ScatterItem {
     pub len: u64,
     pub src_offset: u64,
-    pub dst: Arc<MrDesc>,
+    pub dst: Dst,
     pub dst_offset: u64,
 }
 
 pub enum Shape {
     /// `len` bytes from `src` to `dst_off` of `dst`, in chunks of `chunk` bytes.
-    Single { src: usize, dst: Arc<MrDesc>, dst_off: u64, len: u64, chunk: u64 },
+    Single { src: usize, dst: Dst, dst_off: u64, len: u64, chunk: u64 },
     /// Page k: `page_len` bytes from `src + src_idx[k]*src_stride` to `dst_off + dst_idx[k]*dst_stride`.
     Paged {
         page_len: u64,
         src: usize,
         src_stride: u64,
         src_idx: Box<[u32]>,
-        dst: Arc<MrDesc>,
+        dst: Dst,
         dst_off: u64,
         dst_stride: u64,
         dst_idx: Box<[u32]>,
@@ -55,7 +56,7 @@ pub enum Shape {
     /// Item k to its own destination.
     Scatter { src: usize, items: Box<[ScatterItem]>, group: Option<u64> },
     /// A zero-byte write to each destination.
-    Barrier { dsts: Box<[Arc<MrDesc>]>, group: Option<u64> },
+    Barrier { dsts: Box<[Dst]>, group: Option<u64> },
     /// One message to domain 0 of a peer.
     Send { to: NetAddr, msg: Box<[u8]> },
     /// Nothing to post: ends once the peer is up (greeted afresh if down).
@@ -70,8 +71,9 @@ pub struct Request {
     pub shape: Shape,
     pub imm: Option<u32>,
     pub done: OnDone,
-    /// The source region, kept registered until the request ends.
-    pub src_mr: Option<Arc<MrInner>>,
+    /// The source region's index in the worker's table (held.rs), which
+    /// keeps it registered until the request ends.
+    pub region: Option<u32>,
 }
 
 impl Request {
@@ -86,22 +88,39 @@ impl Request {
         }
     }
 
-    /// The destination of a single-destination request (resolved once per request).
-    pub fn single_dst(&self) -> Option<&Arc<MrDesc>> {
+    /// How many destinations the request names: one for a single or paged
+    /// write, one per unit for a scatter or barrier, none for the rest.
+    pub fn dst_count(&self) -> usize {
         match &self.shape {
-            Shape::Single { dst, .. } | Shape::Paged { dst, .. } => Some(dst),
-            _ => None,
+            Shape::Single { .. } | Shape::Paged { .. } => 1,
+            Shape::Scatter { items, .. } => items.len(),
+            Shape::Barrier { dsts, .. } => dsts.len(),
+            Shape::Send { .. } | Shape::Connect { .. } => 0,
         }
     }
 
-    /// The destination of unit `k` of a multi-destination request.
-    pub fn unit_dst(&self, k: usize) -> &Arc<MrDesc> {
+    /// Destination `j` (of `dst_count`); a single-destination request's for any `j`.
+    pub fn dst(&self, j: usize) -> &Dst {
         match &self.shape {
-            Shape::Scatter { items, .. } => &items[k].dst,
-            Shape::Barrier { dsts, .. } => &dsts[k],
             Shape::Single { dst, .. } | Shape::Paged { dst, .. } => dst,
+            Shape::Scatter { items, .. } => &items[j].dst,
+            Shape::Barrier { dsts, .. } => &dsts[j],
             Shape::Send { .. } | Shape::Connect { .. } => unreachable!("no descriptor"),
         }
+    }
+
+    pub fn dst_mut(&mut self, j: usize) -> &mut Dst {
+        match &mut self.shape {
+            Shape::Single { dst, .. } | Shape::Paged { dst, .. } => dst,
+            Shape::Scatter { items, .. } => &mut items[j].dst,
+            Shape::Barrier { dsts, .. } => &mut dsts[j],
+            Shape::Send { .. } | Shape::Connect { .. } => unreachable!("no descriptor"),
+        }
+    }
+
+    /// Whether each unit has a destination of its own (scatter, barrier).
+    pub fn multi_dst(&self) -> bool {
+        matches!(self.shape, Shape::Scatter { .. } | Shape::Barrier { .. })
     }
 
     /// The peer group a multi-destination request was submitted with.
@@ -112,19 +131,32 @@ impl Request {
         }
     }
 
-    /// Work request for unit `k` on domain `d`, sent to `peer`. `scratch` is
-    /// the worker's registered buffer, the source of zero-byte barrier writes
-    /// (EFA wants a valid descriptor even then).
-    pub fn write_wr(&self, k: usize, d: usize, peer: PeerId, scratch: (*const u8, &LocalMr)) -> WriteWr {
-        let desc = self.src_mr.as_ref().map(|m| m.locals[d].desc).unwrap_or(scratch.1.desc);
-        let wr = |local: u64, len: u64, dst: &MrDesc, dst_off: u64| WriteWr {
-            local: local as *const u8,
-            len: len as usize,
-            desc,
-            peer,
-            remote_addr: dst.keys[d].remote_base + dst_off,
-            key: dst.keys[d].key,
-            imm: self.imm,
+    /// Work request for unit `k` on domain `d`, sent to `peer`. `src` is
+    /// the source region's registration in domain `d` (the worker's region
+    /// table); `scratch` is the worker's registered buffer, the source of
+    /// zero-byte barrier writes (EFA wants a valid descriptor even then);
+    /// `dsts` resolves destinations held by index.
+    pub(super) fn write_wr(
+        &self,
+        k: usize,
+        d: usize,
+        peer: PeerId,
+        src: Option<&LocalMr>,
+        scratch: (*const u8, &LocalMr),
+        dsts: &Dsts,
+    ) -> WriteWr {
+        let desc = src.unwrap_or(scratch.1).desc;
+        let wr = |local: u64, len: u64, dst: &Dst, dst_off: u64| {
+            let key = dsts.get(dst).keys[d];
+            WriteWr {
+                local: local as *const u8,
+                len: len as usize,
+                desc,
+                peer,
+                remote_addr: key.remote_base + dst_off,
+                key: key.key,
+                imm: self.imm,
+            }
         };
         match &self.shape {
             Shape::Single { src, dst, dst_off, len, chunk } => {
@@ -154,15 +186,16 @@ pub type RecvCallback = Arc<dyn Fn(crate::error::Result<&[u8]>) + Send + Sync>;
 
 /// Control commands: rare, unbounded queue, processed before data.
 pub enum Ctrl {
+    /// Registers a region in every domain; replies its index in the region table.
     Register {
-        id: u64,
         ptr: usize,
         len: usize,
         mem: crate::domain::Memory,
-        reply: Sender<crate::error::Result<Vec<LocalMr>>>,
+        reply: Sender<crate::error::Result<(u32, Vec<LocalMr>)>>,
     },
+    /// The region's handle is gone (released once no request reads from it).
     Deregister {
-        id: u64,
+        index: u32,
     },
     Expect {
         imm: u32,
@@ -225,7 +258,7 @@ pub enum Ctrl {
 impl Request {
     /// A request with no source region and nobody to tell (unit tests).
     pub(crate) fn test(shape: Shape) -> Request {
-        Request { id: 1, timeout: None, shape, imm: None, done: OnDone::Nothing, src_mr: None }
+        Request { id: 1, timeout: None, shape, imm: None, done: OnDone::Nothing, region: None }
     }
 }
 
@@ -235,10 +268,10 @@ mod tests {
     use crate::wire::RemoteKey;
 
     /// A remote region whose domain `d` has base `0x1000 * (d + 1)` and key `d + 7`.
-    fn dst(domains: usize) -> Arc<MrDesc> {
+    fn dst(domains: usize) -> Dst {
         let keys = (0..domains as u64).map(|d| RemoteKey { remote_base: 0x1000 * (d + 1), key: d + 7 }).collect();
         let owner = NetAddr { epoch: 1, domains: vec![vec![0u8].into(); domains] };
-        Arc::new(MrDesc { base: 0, len: 1 << 20, owner, keys })
+        Dst::Owned(Arc::new(MrDesc { base: 0, len: 1 << 20, owner, keys, held: Default::default() }))
     }
 
     fn scratch() -> LocalMr {
@@ -249,7 +282,7 @@ mod tests {
         let s = scratch();
         (0..r.units())
             .map(|k| {
-                let w = r.write_wr(k, d, 3, (0x99 as *const u8, &s));
+                let w = r.write_wr(k, d, 3, None, (0x99 as *const u8, &s), &Dsts::new(0));
                 assert_eq!((w.peer, w.imm), (3, r.imm));
                 (w.local as u64, w.len, w.remote_addr, w.key)
             })
@@ -314,6 +347,8 @@ mod tests {
         // A barrier reads nothing: zero bytes from the scratch buffer, with its descriptor.
         assert_eq!(wrs(&b, 1), [(0x99, 0, 0x2000, 8), (0x99, 0, 0x2000, 8)]);
         let s = scratch();
-        assert_eq!(b.write_wr(0, 1, 3, (0x99 as *const u8, &s)).desc, s.desc);
+        assert_eq!(b.write_wr(0, 1, 3, None, (0x99 as *const u8, &s), &Dsts::new(0)).desc, s.desc);
+        let src = LocalMr { desc: 0x77 as *mut _, ..s };
+        assert_eq!(r.write_wr(0, 1, 3, Some(&src), (0x99 as *const u8, &s), &Dsts::new(0)).desc, src.desc);
     }
 }

@@ -110,18 +110,20 @@ impl Slots {
         self.live
     }
 
-    /// Removes and returns the request in `slot` if it has finished (see
-    /// the module doc); the slot is then free with the next epoch.
-    pub(super) fn finish(&mut self, slot: u32) -> Option<Active> {
+    /// If the request in `slot` has finished (see the module doc): hands it
+    /// to `report`, then drops it where it lies (no copy of the whole
+    /// request), and the slot is free with the next epoch. True if it had.
+    pub(super) fn finish(&mut self, slot: u32, report: impl FnOnce(&mut Active)) -> bool {
         let s = slot as usize;
-        if !self.list.get(s)?.as_ref()?.finished() {
-            return None;
-        }
-        let a = self.list[s].take();
+        let Some(a) = self.list.get_mut(s).and_then(|a| a.as_mut()).filter(|a| a.finished()) else {
+            return false;
+        };
+        report(a);
+        self.list[s] = None;
         self.gens[s] = (self.gens[s] + 1) & EPOCH_MASK;
         self.free.push(slot);
         self.live -= 1;
-        a
+        true
     }
 }
 
@@ -140,7 +142,7 @@ mod tests {
         let mut t = Slots::default();
         let (s, e) = t.insert(connect(), 0, None);
         assert!(t.is_current(s, e));
-        assert!(t.finish(s).is_some(), "a request with no units and nothing out is finished");
+        assert!(t.finish(s, |_| {}), "a request with no units and nothing out is finished");
         assert!(!t.is_current(s, e));
         let (s2, e2) = t.insert(connect(), 0, None);
         assert_eq!((s2, e2), (s, e + 1));
@@ -154,17 +156,17 @@ mod tests {
         let (s, _) = t.insert(connect(), 0, None);
         let a = t.get(s).unwrap();
         (a.units, a.posted, a.outstanding) = (3, 2, 1);
-        assert!(t.finish(s).is_none(), "a unit on the wire");
+        assert!(!t.finish(s, |_| {}), "a unit on the wire");
         t.get(s).unwrap().outstanding = 0;
-        assert!(t.finish(s).is_none(), "a unit not posted");
+        assert!(!t.finish(s, |_| {}), "a unit not posted");
         t.get(s).unwrap().error = Some(Error::new(crate::Status::Canceled, "x"));
         t.get(s).unwrap().outstanding = 1;
-        assert!(t.finish(s).is_none(), "ended early, but a unit is still on the wire");
+        assert!(!t.finish(s, |_| {}), "ended early, but a unit is still on the wire");
         t.get(s).unwrap().outstanding = 0;
         assert_eq!(t.live(), 1);
-        assert!(t.finish(s).is_some());
+        assert!(t.finish(s, |_| {}));
         assert_eq!(t.live(), 0);
-        assert!(t.finish(s).is_none(), "finished once");
+        assert!(!t.finish(s, |_| {}), "finished once");
     }
 
     #[test]
@@ -173,7 +175,7 @@ mod tests {
         t.insert(connect(), 0, None);
         t.gens[0] = EPOCH_MASK;
         t.list[0].as_mut().unwrap().epoch = EPOCH_MASK;
-        t.finish(0).unwrap();
+        assert!(t.finish(0, |_| {}));
         assert_eq!(t.insert(connect(), 0, None), (0, 0));
     }
 
@@ -183,7 +185,7 @@ mod tests {
         let (a, _) = t.insert(connect(), 1, None);
         let (b, _) = t.insert(connect(), 2, Some(vec![2, 3].into()));
         t.insert(connect(), 4, None);
-        t.finish(a).unwrap();
+        assert!(t.finish(a, |_| {}));
         assert_eq!(t.find(|a| a.involves(2)), vec![b]);
         assert_eq!(t.find(|a| a.involves(3)), vec![b]);
         assert_eq!(t.all().len(), 2);

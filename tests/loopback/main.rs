@@ -9,6 +9,7 @@
 //! (comma-separated; default `tcp;ofi_rxm,shm`).
 mod faults;
 mod imm;
+mod lifetimes;
 mod netns;
 mod peer;
 mod soak;
@@ -528,6 +529,7 @@ type Test = fn(&str, usize) -> TestResult;
 const TESTS: &[(&str, Test)] = &[
     ("single_writes", single_writes),
     ("split_at_max_msg_size", split_at_max_msg_size),
+    ("handles_dropped_after_submit", lifetimes::handles_dropped_after_submit),
     ("paged_writes_10000_random_pages", paged_writes),
     ("scatter_and_barrier_to_3_peers", scatter_and_barrier),
     ("send_recv_round_trips", send_recv),

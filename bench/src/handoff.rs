@@ -1,0 +1,73 @@
+//! The raw baseline of the host rows: the least any engine with a worker
+//! thread pays per request on this machine. A bare hand-off of the same
+//! shape as the engine's: the submitting thread pushes a request of a
+//! `Request`'s size, carrying a flag (`Arc`, as `OnDone::Flag`), into a
+//! bounded lock-free queue; a worker thread pops it and stores the flag.
+//! Same window, same flag wait, same polling and yielding as the engine's
+//! worker. No validation, no request table, no work request, no completion.
+use crossbeam_queue::ArrayQueue;
+use fabriclib::FLAG_DONE;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::Instant;
+
+/// As large as the engine's `Request` (152 bytes).
+struct Item {
+    flag: Arc<AtomicU32>,
+    body: [u64; 18],
+}
+
+/// Nanoseconds per request for `n` requests with `w` in flight.
+pub fn floor_ns(n: usize, w: usize, deadline: Instant) -> Result<f64, String> {
+    let q = Arc::new(ArrayQueue::<Item>::new(4096));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (q2, stop2) = (q.clone(), stop.clone());
+    let worker = std::thread::spawn(move || {
+        let mut empty = 0u32;
+        let mut sum = 0u64;
+        while !stop2.load(Ordering::Acquire) {
+            let mut busy = false;
+            while let Some(it) = q2.pop() {
+                sum = sum.wrapping_add(it.body[it.body.len() - 1]);
+                it.flag.store(FLAG_DONE, Ordering::Release);
+                busy = true;
+            }
+            if !busy {
+                // As the engine's worker: yield every 16 empty passes.
+                empty = empty.wrapping_add(1);
+                if empty % 16 == 0 {
+                    std::thread::yield_now();
+                }
+            }
+        }
+        sum
+    });
+    let w = w.max(1);
+    let flags: Vec<Arc<AtomicU32>> = (0..w).map(|_| Arc::new(AtomicU32::new(0))).collect();
+    let t0 = Instant::now();
+    let mut res = Ok(());
+    'run: for i in 0..n {
+        let f = &flags[i % w];
+        if i >= w {
+            if let Err(e) = super::client::wait_flag(f, super::client::Wait::Spin, deadline) {
+                res = Err(e);
+                break 'run;
+            }
+        }
+        f.store(0, Ordering::Relaxed);
+        let mut it = Item { flag: f.clone(), body: [i as u64; 18] };
+        while let Err(back) = q.push(it) {
+            it = back;
+            std::thread::yield_now();
+        }
+    }
+    for f in flags.iter().take(n.min(w)) {
+        if res.is_ok() {
+            res = super::client::wait_flag(f, super::client::Wait::Spin, deadline);
+        }
+    }
+    let ns = t0.elapsed().as_secs_f64() * 1e9 / n.max(1) as f64;
+    stop.store(true, Ordering::Release);
+    let _ = worker.join();
+    res.map(|()| ns)
+}
