@@ -8,6 +8,7 @@
 //! fabriclib-bench server --listen 0.0.0.0:7471 --bind 10.0.0.2   # on host B
 //! fabriclib-bench --connect 10.0.0.2:7471 --bind 10.0.0.1 ...    # on host A
 //! ```
+mod bare;
 mod client;
 mod ctl;
 mod gpu;
@@ -34,6 +35,11 @@ usage: fabriclib-bench [options]                 run the client; spawns its serv
        fabriclib-bench gpu [--iters N] [--rounds R] [--json FILE]
                                                   GPU signalling latency (needs a CUDA driver;
                                                   says skipped without one): see docs/gpu.md
+       fabriclib-bench bare [--provider P] [--size S] [--pages N] [--iters N] [--window W] [--reps N]
+                            [--cpus INITIATOR,TARGET | --no-pin]
+                                                  a bare fi_writedata loop (own fi_getinfo, own objects,
+                                                  no yields) doing the paged row's work: the reference
+                                                  the raw baseline is checked against (bench/src/bare.rs)
        fabriclib-bench server [--listen ADDR:PORT] [--bind ADDR] [--cpu N]
                                                   one server process (prints its control address;
                                                   --bind: its address for socket providers)
@@ -282,7 +288,7 @@ fn servers(o: &Opts, n: usize) -> R<Vec<PeerConn>> {
             let mut cmd = Command::new(&exe);
             cmd.args(["server", "--listen", "127.0.0.1:0"]);
             if o.pin && cpus > 1 {
-                cmd.args(["--cpu", &((i + 1) % cpus).to_string()]);
+                cmd.args(["--cpu", &loopback_cpu(i + 1, cpus).to_string()]);
             }
             let mut child = cmd.stdout(Stdio::piped()).spawn().map_err(|e| format!("spawn server: {e}"))?;
             let mut line = String::new();
@@ -335,13 +341,18 @@ fn pin_to(cpu: Option<usize>) -> R<()> {
     Ok(())
 }
 
+/// The CPU of loopback process `k` (0: the client, `i + 1`: server `i`).
+fn loopback_cpu(k: usize, cpus: usize) -> usize {
+    k % cpus
+}
+
 fn run(o: &Opts) -> R<bool> {
     let (rows, host, reps, warmup) = plan(o)?;
     // On loopback, one CPU per process: placement by the scheduler would
     // otherwise decide whether two pollers share a core, run by run.
     let pinned = o.pin && o.connect.is_empty() && cpus() > 1;
     if pinned {
-        pin_to(Some(0))?;
+        pin_to(Some(loopback_cpu(0, cpus())))?;
     }
     let total = rows.len() * o.providers.len() + host.len();
     let tty = std::io::stderr().is_terminal();
@@ -459,6 +470,55 @@ fn machine() -> serde_json::Value {
     })
 }
 
+/// `bare` (the initiator, pinned to CPU 0, its target to CPU 1) and
+/// `bare-target`: see bare.rs.
+fn bare_cmd(args: &[String], target: bool) -> R<bool> {
+    let (mut provider, mut size, mut pages, mut iters, mut window, mut len) =
+        ("shm".to_string(), 64usize << 10, 100usize, 10usize, 200usize, 0usize);
+    let (mut reps, mut warmup) = (15usize, 1usize);
+    let (mut pin, mut cpu_list) = (true, None);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == "--no-pin" {
+            pin = false;
+            continue;
+        }
+        let v = it.next().ok_or_else(|| format!("{a}: missing value\n{USAGE}"))?;
+        match a.as_str() {
+            "--cpus" => cpu_list = Some(list(v, num)?),
+            "--provider" => provider = v.clone(),
+            "--size" => size = parse_size(v)? as usize,
+            "--pages" => pages = num(v)?,
+            "--iters" => iters = num(v)?,
+            "--window" => window = num(v)?,
+            "--reps" => reps = num(v)?,
+            "--warmup" => warmup = num(v)?,
+            "--len" => len = num(v)?,
+            _ => return Err(format!("bare: unknown option {a}\n{USAGE}")),
+        }
+    }
+    // As the bench pins its loopback processes, unless --cpus or --no-pin say
+    // otherwise. The initiator names both CPUs: the target, started pinned
+    // to the initiator's, sees one CPU only.
+    let ncpus = cpus();
+    let both: Vec<usize> = cpu_list.unwrap_or_else(|| vec![loopback_cpu(0, ncpus), loopback_cpu(1, ncpus)]);
+    if both.len() != 2 {
+        return Err(format!("bare: --cpus takes two CPUs (initiator,target), got {both:?}"));
+    }
+    let pin = pin && (target || ncpus > 1);
+    if pin {
+        pin_to(Some(both[if target { 1 } else { 0 }]))?;
+    }
+    if target {
+        return bare::target(&provider, len).map(|_| true);
+    }
+    let pass = match pin {
+        true => vec!["--cpus".to_string(), format!("{},{}", both[0], both[1])],
+        false => vec!["--no-pin".to_string()],
+    };
+    bare::run(&provider, size, pages, iters, window.max(1), reps.max(1), warmup, &pass).map(|_| true)
+}
+
 fn main() {
     cpus();
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -466,6 +526,10 @@ fn main() {
         gpu::run(&args[1..])
     } else if args.first().map(String::as_str) == Some("idle") {
         idle::run(&args[1..])
+    } else if args.first().map(String::as_str) == Some("bare") {
+        bare_cmd(&args[1..], false)
+    } else if args.first().map(String::as_str) == Some("bare-target") {
+        bare_cmd(&args[1..], true)
     } else if args.first().map(String::as_str) == Some("server") {
         let mut listen = "127.0.0.1:7471".to_string();
         let mut bind = None;

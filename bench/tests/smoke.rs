@@ -121,3 +121,17 @@ fn unknown_provider_fails_cleanly() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no-such-provider"));
 }
+
+#[test]
+fn the_bare_loop_reports_its_bandwidth() {
+    let out = bench()
+        .args(["bare", "--provider", "shm", "--size", "4K", "--pages", "16", "--iters", "4", "--window", "8"])
+        .args(["--reps", "2"])
+        .output()
+        .unwrap();
+    let so = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{so}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(so.contains("bare shm: 4 x 16 x 4096 B, window 8: median"), "{so}");
+    // The target counted every immediate of the warm-up and measured repetitions.
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bare target: 192 completions"));
+}
