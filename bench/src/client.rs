@@ -622,7 +622,9 @@ impl Session {
 /// baseline is the bare hand-off of as many requests to a worker thread
 /// (handoff.rs), in the same repetitions.
 pub fn host_cost(spec: &Spec, reps: usize, warmup: usize, progress: &dyn Fn(&str)) -> R<Row> {
-    let cfg = EngineConfig { provider: Some("null".into()), ..Default::default() };
+    // With --progress manual the submitting thread also posts and polls:
+    // no hand-off at all.
+    let cfg = EngineConfig { provider: Some("null".into()), manual_progress: crate::manual_progress(), ..Default::default() };
     let e = TransferEngine::new(&cfg).map_err(|e| e.to_string())?;
     let pages = spec.pages.max(1);
     let len = (spec.size as usize * pages.max(spec.peers)).max(64);
