@@ -416,6 +416,17 @@ fabriclib_status fabriclib_config_set_provider(struct fabriclib_config *config,
 fabriclib_status fabriclib_config_set_bind_address(struct fabriclib_config *config,
                                                    const char *addr);
 
+// Names the NIC of each domain, comma-separated, by the provider's names
+// for them (`"rdmap16s27-rdm,rdmap32s27-rdm"`, `"eth1,eth2"`; `fi_info`'s
+// domain names), and sets the number of domains to their count (at most
+// 8). NULL or `""` goes back to the default: with a bind address every
+// domain opens on its NIC, without one the domains spread over the
+// provider's NICs, loopback last. Named NICs override the bind address.
+// Creating the engine fails with `INVALID_ARGUMENT` if the provider has no
+// NIC of a name, or if the domain count was set to another number
+// afterwards. The string is copied.
+fabriclib_status fabriclib_config_set_nics(struct fabriclib_config *config, const char *nics);
+
 // Sets the number of domains (NICs) the engine drives, 1..=8 (default 1).
 // Every peer must use the same number.
 fabriclib_status fabriclib_config_set_domains(struct fabriclib_config *config, uint32_t domains);
@@ -578,6 +589,16 @@ fabriclib_status fabriclib_engine_address(const struct fabriclib_engine *engine,
 // Writes the name of the libfabric provider in use (e.g. `"tcp;ofi_rxm"`) to
 // `*out`; the string lives as long as the engine. Any thread.
 fabriclib_status fabriclib_engine_provider(const struct fabriclib_engine *engine, const char **out);
+
+// Writes the name of domain `domain`'s NIC (the provider's name for it,
+// e.g. `"eth0"`, `"rdmap16s27-rdm"`, `"shm"`) to `*out`, and its NUMA node
+// to `*numa` if not NULL (-1 where the system does not say, as in most
+// VMs); the string lives as long as the engine. `INVALID_ARGUMENT` if
+// `domain` is not below the engine's domain count. Any thread.
+fabriclib_status fabriclib_engine_nic(const struct fabriclib_engine *engine,
+                                      uint32_t domain,
+                                      const char **out,
+                                      int32_t *numa);
 
 // Writes the largest message `fabriclib_submit_send` takes on this engine
 // to `*out`: 64 KiB, or 4 KiB on `shm`, whose larger

@@ -46,6 +46,15 @@ pub struct EngineConfig {
     /// by providers that do not use IP addresses (`shm`, `efa`).
     /// `FABRICLIB_BIND_ADDR` overrides it.
     pub bind_addr: Option<String>,
+    /// The NIC of each domain, by the provider's name for it (`fi_info`'s
+    /// domain name: `rdmap16s27-rdm`, `eth0`; `fabriclib-info` lists them):
+    /// domain `i` opens on `nics[i]`, one name per domain (the engine fails
+    /// with `InvalidArgument` otherwise, or when the provider has no NIC of a
+    /// name). Named NICs override `bind_addr`. Empty (the default): with a
+    /// bind address every domain opens on its NIC; without one, domains
+    /// spread over the provider's NICs in their order, loopback last,
+    /// domain `i` on NIC `i mod n`.
+    pub nics: Vec<String>,
     /// Domains (NICs) the engine's worker drives; 1..=8. Peers must use the same count.
     pub domains: usize,
     /// Capacity of the lock-free submission queue; a full queue makes submits return `Again`.
@@ -104,6 +113,7 @@ impl Default for EngineConfig {
         EngineConfig {
             provider: None,
             bind_addr: None,
+            nics: Vec::new(),
             domains: 1,
             submit_queue: 4096,
             max_msg_size: None,

@@ -21,6 +21,7 @@ pub mod wire;
 pub use completion::flag::wait as wait_flag;
 pub use completion::notify::{Deadline, FLAG_DONE, OnDone, RequestId, RequestOpts};
 pub use config::{EngineConfig, IdlePolicy, PeerState};
+pub use domain::nic::Nic;
 pub use engine::{MrHandle, Pages, PeerGroup, ScatterDst, TransferEngine};
 pub use error::{Error, Result, Status};
 pub use wire::{MrDesc, NetAddr};

@@ -97,6 +97,33 @@ pub extern "C" fn fabriclib_config_set_bind_address(
     })
 }
 
+/// Names the NIC of each domain, comma-separated, by the provider's names
+/// for them (`"rdmap16s27-rdm,rdmap32s27-rdm"`, `"eth1,eth2"`; `fi_info`'s
+/// domain names), and sets the number of domains to their count (at most
+/// 8). NULL or `""` goes back to the default: with a bind address every
+/// domain opens on its NIC, without one the domains spread over the
+/// provider's NICs, loopback last. Named NICs override the bind address.
+/// Creating the engine fails with `INVALID_ARGUMENT` if the provider has no
+/// NIC of a name, or if the domain count was set to another number
+/// afterwards. The string is copied.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_config_set_nics(config: *mut fabriclib_config, nics: *const c_char) -> fabriclib_status {
+    ffi(|| {
+        let c = config_mut(config)?;
+        let names: Vec<String> = opt_str(nics)?
+            .map(|s| s.split(',').map(|n| n.trim().to_string()).filter(|n| !n.is_empty()).collect())
+            .unwrap_or_default();
+        if names.len() > crate::wire::MAX_DOMAINS {
+            crate::bail!(InvalidArgument, "{} NICs named: at most {}", names.len(), crate::wire::MAX_DOMAINS);
+        }
+        if !names.is_empty() {
+            c.cfg.domains = names.len();
+        }
+        c.cfg.nics = names;
+        Ok(())
+    })
+}
+
 /// Sets the number of domains (NICs) the engine drives, 1..=8 (default 1).
 /// Every peer must use the same number.
 #[unsafe(no_mangle)]

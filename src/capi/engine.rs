@@ -14,6 +14,8 @@ pub struct fabriclib_engine {
     magic: AtomicU64,
     pub(crate) engine: TransferEngine,
     provider: CString,
+    /// Each domain's NIC name, for `fabriclib_engine_nic`.
+    nic_names: Vec<CString>,
 }
 
 super::impl_handle!(fabriclib_engine, 0xfab1_e9e1_0000_0002, "engine");
@@ -32,7 +34,8 @@ pub extern "C" fn fabriclib_engine_create(
         let cfg = if config.is_null() { EngineConfig::default() } else { handle(config)?.cfg.clone() };
         let engine = TransferEngine::new(&cfg)?;
         let provider = CString::new(engine.provider()).unwrap_or_default();
-        give(out, fabriclib_engine { magic: AtomicU64::new(0), engine, provider })
+        let nic_names = engine.nics().iter().map(|n| CString::new(n.name.as_str()).unwrap_or_default()).collect();
+        give(out, fabriclib_engine { magic: AtomicU64::new(0), engine, provider, nic_names })
     })
 }
 
@@ -155,6 +158,32 @@ pub extern "C" fn fabriclib_engine_provider(
     out: *mut *const c_char,
 ) -> fabriclib_status {
     ffi(|| put(out, handle(engine)?.provider.as_ptr()))
+}
+
+/// Writes the name of domain `domain`'s NIC (the provider's name for it,
+/// e.g. `"eth0"`, `"rdmap16s27-rdm"`, `"shm"`) to `*out`, and its NUMA node
+/// to `*numa` if not NULL (-1 where the system does not say, as in most
+/// VMs); the string lives as long as the engine. `INVALID_ARGUMENT` if
+/// `domain` is not below the engine's domain count. Any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_engine_nic(
+    engine: *const fabriclib_engine,
+    domain: u32,
+    out: *mut *const c_char,
+    numa: *mut i32,
+) -> fabriclib_status {
+    ffi(|| {
+        let e = handle(engine)?;
+        let Some(name) = e.nic_names.get(domain as usize) else {
+            crate::bail!(InvalidArgument, "domain {domain}: the engine has {}", e.nic_names.len());
+        };
+        if !numa.is_null() {
+            let n = e.engine.nics()[domain as usize].numa.map_or(-1, |n| n as i32);
+            // SAFETY: non-null, and the caller passes a writable int (API contract).
+            unsafe { numa.write(n) };
+        }
+        put(out, name.as_ptr())
+    })
 }
 
 /// Writes the largest message `fabriclib_submit_send` takes on this engine

@@ -14,6 +14,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use super::ctx::{CtxPool, NO_PEER};
+use super::nic::{Choice, Nic};
 use super::{Chan, Completion, Domain, LocalMr, Memory, PeerId, Post, WriteWr};
 use crate::config::EngineConfig;
 use crate::error::{Error, Result, Status};
@@ -68,6 +69,8 @@ pub struct FabricEndpoint {
     /// The completion queue's wait fd (`FI_WAIT_FD`), when asked for and the
     /// provider has one.
     pub wait_fd: Option<i32>,
+    /// The NIC it is open on.
+    pub nic: super::nic::Nic,
 }
 
 // SAFETY: the libfabric objects are owned by this value and used by one
@@ -152,9 +155,33 @@ impl FabricEndpoint {
     /// queue gets an `FI_WAIT_FD` wait object if the provider has one (tcp;ofi_rxm
     /// does, shm 1.17 does not: `wait_fd` stays `None`).
     pub fn open(provider: &str, node: Option<&str>, cq_min: usize, wait: bool) -> Result<FabricEndpoint> {
-        let info = Self::getinfo(provider, node)?;
-        // SAFETY: info is a valid fi_info list from fi_getinfo; we use its first
-        // entry, and every object opened below is closed in Drop (fields start null).
+        Self::open_on(provider, node, &Choice::First, cq_min, wait)
+    }
+
+    /// `open`, on the NIC `nic` chooses (a named NIC ignores `node`).
+    pub fn open_on(
+        provider: &str,
+        node: Option<&str>,
+        nic: &Choice,
+        cq_min: usize,
+        wait: bool,
+    ) -> Result<FabricEndpoint> {
+        let node = if matches!(nic, Choice::First) { node } else { None };
+        let list = Self::getinfo(provider, node)?;
+        // SAFETY: list is a valid fi_info list from fi_getinfo; the chosen entry
+        // is duplicated before the list is freed.
+        let info = unsafe {
+            let chosen = super::nic::choose(list, nic);
+            let info = chosen.as_ref().map(|&e| fi_dupinfo(e)).unwrap_or(null_mut());
+            fi_freeinfo(list);
+            match chosen {
+                Err(m) => return Err(Error::new(Status::InvalidArgument, format!("{provider}: {m}"))),
+                Ok(_) if info.is_null() => return Err(Error::new(Status::Provider, "fi_dupinfo failed")),
+                Ok(_) => info,
+            }
+        };
+        // SAFETY: info is a valid single fi_info, and every object opened below
+        // is closed in Drop (fields start null).
         unsafe {
             let mut d = FabricEndpoint {
                 info,
@@ -170,6 +197,7 @@ impl FabricEndpoint {
                 key_mask: key_mask((*(*info).domain_attr).mr_key_size),
                 next_key: 0,
                 wait_fd: None,
+                nic: super::nic::describe(info),
             };
             // Requested keys start at a random point: an engine restarted at the
             // same address registers other keys, so a descriptor of its earlier
@@ -382,9 +410,9 @@ fn domain_bind(bind: &str, index: usize) -> String {
 }
 
 impl FabricDomain {
-    fn open_with(provider: &str, node: Option<&str>, peer_window: usize, wait: bool) -> Result<FabricDomain> {
-        let fe = FabricEndpoint::open(provider, node, 4096, wait)?;
-        let ctx = CtxPool::new(fe.depth().max(256), peer_window);
+    fn open_with(provider: &str, node: Option<&str>, nic: &Choice, window: usize, wait: bool) -> Result<FabricDomain> {
+        let fe = FabricEndpoint::open_on(provider, node, nic, 4096, wait)?;
+        let ctx = CtxPool::new(fe.depth().max(256), window);
         // shm (1.17) carries an operation up to its inject size inside the
         // command it queues at the target, and completes it at once; a larger
         // one is completed when the target answers, in the order posted (a
@@ -412,11 +440,27 @@ impl FabricDomain {
 impl Domain for FabricDomain {
     fn open(cfg: &EngineConfig, index: usize) -> Result<Self> {
         let bind = cfg.bind_addr().map(|b| domain_bind(&b, index));
+        // Named NICs first; else, with a bind address, its NIC; else spread.
+        if !cfg.nics.is_empty() && cfg.nics.len() != cfg.domains {
+            crate::bail!(
+                InvalidArgument,
+                "{} NICs named for {} domains: name one NIC per domain",
+                cfg.nics.len(),
+                cfg.domains
+            );
+        }
+        let nic = match (cfg.nics.get(index), &bind) {
+            (Some(n), _) => Choice::Named(n.clone()),
+            (None, Some(_)) => Choice::First,
+            (None, None) => Choice::Spread(index),
+        };
         let mut errors = Vec::new();
         for p in cfg.providers() {
             let wait = cfg.idle_policy != crate::config::IdlePolicy::Spin;
-            match Self::open_with(&p, bind.as_deref(), cfg.peer_window, wait) {
+            match Self::open_with(&p, bind.as_deref(), &nic, cfg.peer_window, wait) {
                 Ok(d) => return Ok(d),
+                // The provider is there; the NIC asked for is not.
+                Err(e) if e.status == Status::InvalidArgument => return Err(e),
                 Err(e) => errors.push(format!("{p}: {}", e.message)),
             }
         }
@@ -425,6 +469,10 @@ impl Domain for FabricDomain {
 
     fn provider(&self) -> &str {
         &self.fe.provider
+    }
+
+    fn nic(&self) -> Nic {
+        self.fe.nic.clone()
     }
 
     fn address(&self) -> &[u8] {

@@ -6,6 +6,7 @@
 //! comes later.
 mod ctx;
 pub mod fabric;
+pub mod nic;
 pub mod null;
 
 use crate::config::EngineConfig;
@@ -101,6 +102,10 @@ pub trait Domain: Sized + Send + 'static {
     fn open(cfg: &EngineConfig, index: usize) -> Result<Self>;
     /// The provider actually in use (e.g. `tcp;ofi_rxm`).
     fn provider(&self) -> &str;
+    /// The NIC it is open on (nic.rs).
+    fn nic(&self) -> nic::Nic {
+        nic::Nic { name: self.provider().to_string(), ..Default::default() }
+    }
     /// This domain's address, as peers pass it to `resolve`.
     fn address(&self) -> &[u8];
     /// Largest single work request; bigger writes are split.

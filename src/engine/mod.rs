@@ -179,6 +179,11 @@ impl TransferEngine {
         &self.info.address
     }
 
+    /// The NIC each domain is open on, in domain order.
+    pub fn nics(&self) -> &[crate::domain::nic::Nic] {
+        &self.info.nics
+    }
+
     /// The libfabric provider in use (e.g. `tcp;ofi_rxm`).
     pub fn provider(&self) -> &str {
         &self.info.provider

@@ -77,6 +77,8 @@ pub struct GroupInfo {
     pub max_send: usize,
     /// Whether every domain registers CUDA device memory (`Domain::device_memory`).
     pub device_memory: bool,
+    /// The NIC of each domain, in domain order.
+    pub nics: Vec<crate::domain::nic::Nic>,
 }
 
 pub use stage::MAX_SEND;
@@ -299,6 +301,7 @@ impl<D: Domain> Worker<D> {
             // Sends go through domain 0; one larger than its answer-free limit cannot be split.
             max_send: MAX_SEND.min(self.domains[0].answer_free_limit()),
             device_memory: self.domains.iter().all(|d| d.device_memory()),
+            nics: self.domains.iter().map(|d| d.nic()).collect(),
         }
     }
 

@@ -85,8 +85,18 @@ int main(void) {
     EXPECT(fabriclib_config_set_max_inflight(cfg, 8), FABRICLIB_STATUS_OK);
     EXPECT(fabriclib_config_set_peer_callback(NULL, NULL, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_config_set_peer_callback(cfg, NULL, NULL), FABRICLIB_STATUS_OK);
-    EXPECT(fabriclib_config_set_provider(cfg, "no-such-provider"), FABRICLIB_STATUS_OK);
+    /* NICs by name: too many, unknown, a count the domains then contradict. */
+    EXPECT(fabriclib_config_set_nics(NULL, "eth0"), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_config_set_nics(cfg, "a,b,c,d,e,f,g,h,i"), FABRICLIB_STATUS_INVALID_ARGUMENT);
     fabriclib_engine *bad = NULL;
+    EXPECT(fabriclib_config_set_provider(cfg, "tcp;ofi_rxm"), FABRICLIB_STATUS_OK);
+    EXPECT(fabriclib_config_set_nics(cfg, "no-such-nic0"), FABRICLIB_STATUS_OK);
+    EXPECT(fabriclib_engine_create(cfg, &bad), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_config_set_nics(cfg, "lo,lo"), FABRICLIB_STATUS_OK);
+    EXPECT(fabriclib_config_set_domains(cfg, 1), FABRICLIB_STATUS_OK);
+    EXPECT(fabriclib_engine_create(cfg, &bad), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_config_set_nics(cfg, NULL), FABRICLIB_STATUS_OK);
+    EXPECT(fabriclib_config_set_provider(cfg, "no-such-provider"), FABRICLIB_STATUS_OK);
     EXPECT(fabriclib_engine_create(cfg, &bad), FABRICLIB_STATUS_UNSUPPORTED);
     EXPECT(fabriclib_engine_create(cfg, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
     fabriclib_config_free(cfg);
@@ -101,6 +111,14 @@ int main(void) {
     checks++;
     if (n != addr_len) failures++, fprintf(stderr, "FAIL: BUFFER_TOO_SMALL did not report the size\n");
     EXPECT(fabriclib_engine_provider(e, &s), FABRICLIB_STATUS_OK);
+    int numa = 7;
+    EXPECT(fabriclib_engine_nic(e, 0, &s, &numa), FABRICLIB_STATUS_OK);
+    checks++;
+    if (strcmp(s, "lo") != 0 || numa != -1) /* bound to 127.0.0.1: the loopback interface, no PCI device */
+        failures++, fprintf(stderr, "FAIL: domain 0's NIC is %s (NUMA %d), want lo (-1)\n", s, numa);
+    EXPECT(fabriclib_engine_nic(e, 0, &s, NULL), FABRICLIB_STATUS_OK);
+    EXPECT(fabriclib_engine_nic(e, 1, &s, &numa), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_engine_nic(e, 0, NULL, &numa), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_engine_max_send(e, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_engine_max_send(e, &n), FABRICLIB_STATUS_OK);
     checks++;

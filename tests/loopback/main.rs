@@ -11,6 +11,7 @@ mod faults;
 mod imm;
 mod lifetimes;
 mod netns;
+mod nics;
 mod peer;
 mod soak;
 mod util;
@@ -546,6 +547,8 @@ const TESTS: &[(&str, Test)] = &[
     ("dead_peer_with_large_imm_writes", faults::dead_peer_with_large_imm_writes),
     ("restart_on_the_same_address", faults::restart_on_the_same_address),
     ("netns_link_down_mid_transfer", netns::link_down_mid_transfer),
+    ("nic_names_are_checked", nics::nic_names_are_checked),
+    ("netns_two_nics_carry_a_paged_write", nics::two_nics_carry_a_paged_write),
     ("no_stale_immediate_counts", imm::no_stale_immediate_counts),
     ("watcher_drives_layer_writes", imm::watcher_drives_layer_writes),
     ("idle_policies_sleep_and_wake", imm::idle_policies_sleep_and_wake),

@@ -1,6 +1,6 @@
 //! The peer process: an engine with one registered region, driven by line
 //! commands on stdin, answering on stdout. The test process spawns one per
-//! remote peer (`<test binary> --peer PROVIDER DOMAINS REGION_BYTES [BIND_ADDR]`).
+//! remote peer (`<test binary> --peer PROVIDER DOMAINS REGION_BYTES [BIND_ADDR | nics=A,B]`).
 //!
 //! Commands: `EXPECT imm count` (answers `FIRED imm status` when the count is
 //! reached), `HASH [off len]` (answers `HASH <fnv64 of the region or range>`), `ECHO len count`
@@ -15,10 +15,15 @@ pub fn main(args: &[String]) -> ! {
     let provider = args[0].clone();
     let domains: usize = args[1].parse().unwrap();
     let region: usize = args[2].parse().unwrap();
+    // BIND_ADDR `nics=a,b`: the NICs of the domains, by name, instead.
+    let bind = args.get(3).cloned().unwrap_or_else(|| "127.0.0.1".into());
+    let nics: Vec<String> =
+        bind.strip_prefix("nics=").map(|n| n.split(',').map(String::from).collect()).unwrap_or_default();
     let cfg = EngineConfig {
         provider: Some(provider),
-        bind_addr: Some(args.get(3).cloned().unwrap_or_else(|| "127.0.0.1".into())),
+        bind_addr: nics.is_empty().then_some(bind),
         domains,
+        nics,
         ..Default::default()
     };
     let engine = Arc::new(TransferEngine::new(&cfg).unwrap_or_else(|e| {

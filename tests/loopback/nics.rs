@@ -1,0 +1,148 @@
+//! Engines on several NICs (issue 13): this process and a peer in a network
+//! namespace joined by two veth pairs, each pair its own subnet, so that
+//! the tcp provider lists one NIC per veth. Each side names its two veths
+//! (`EngineConfig::nics`); a paged write spread over the two domains must
+//! leave through both interfaces (the kernel's byte counters say so), and
+//! every byte must land.
+use super::*;
+use std::process::Command;
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip").args(args).output().map_err(|e| format!("ip: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
+    }
+}
+
+/// A namespace joined to this one by `n` veth pairs: pair `k` has the
+/// subnet 10.(220+k).X.0/24, `.1` here (`ours[k]`), `.2` there (`theirs[k]`).
+struct Pairs {
+    ns: String,
+    ours: Vec<String>,
+    theirs: Vec<String>,
+}
+
+impl Pairs {
+    fn up(n: usize) -> Result<Pairs, String> {
+        let tag = std::process::id() % 100_000;
+        let mut p = Pairs { ns: format!("fln{tag}"), ours: Vec::new(), theirs: Vec::new() };
+        ip(&["netns", "add", &p.ns])?;
+        ip(&["-n", &p.ns, "link", "set", "lo", "up"])?;
+        for k in 0..n {
+            let (a, b) = (format!("fna{tag}k{k}"), format!("fnb{tag}k{k}"));
+            let net = format!("10.{}.{}", 220 + k, tag % 250);
+            ip(&["link", "add", &a, "type", "veth", "peer", "name", &b])?;
+            p.ours.push(a.clone());
+            ip(&["link", "set", &b, "netns", &p.ns])?;
+            p.theirs.push(b.clone());
+            ip(&["addr", "add", &format!("{net}.1/24"), "dev", &a])?;
+            ip(&["link", "set", &a, "up"])?;
+            ip(&["-n", &p.ns, "addr", "add", &format!("{net}.2/24"), "dev", &b])?;
+            ip(&["-n", &p.ns, "link", "set", &b, "up"])?;
+        }
+        Ok(p)
+    }
+
+    /// Bytes interface `ours[k]` has sent.
+    fn tx_bytes(&self, k: usize) -> Result<u64, String> {
+        let f = format!("/sys/class/net/{}/statistics/tx_bytes", self.ours[k]);
+        std::fs::read_to_string(&f).map_err(|e| format!("{f}: {e}"))?.trim().parse().map_err(|e| format!("{f}: {e}"))
+    }
+}
+
+impl Drop for Pairs {
+    fn drop(&mut self) {
+        for a in &self.ours {
+            let _ = ip(&["link", "del", a]);
+        }
+        let _ = ip(&["netns", "del", &self.ns]);
+    }
+}
+
+unsafe extern "C" {
+    fn geteuid() -> u32;
+}
+
+pub fn two_nics_carry_a_paged_write(prov: &str, domains: usize) -> TestResult {
+    if !prov.starts_with("tcp") || domains != 2 {
+        eprintln!("    (runs on tcp with 2 domains: one per NIC)");
+        return Ok(());
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { geteuid() } != 0 {
+        eprintln!("    skipped: network namespaces need root");
+        return Ok(());
+    }
+    const PAGES: usize = 4096;
+    const R: usize = PAGES * 4096;
+    let pairs = Pairs::up(2)?;
+    // Named NICs: no bind address, every domain on its own veth.
+    let cfg = EngineConfig { domains: 2, nics: pairs.ours.clone(), ..Default::default() };
+    let l = local_with(cfg, prov, R, 41)?;
+    let names: Vec<&str> = l.engine.nics().iter().map(|n| n.name.as_str()).collect();
+    if names != pairs.ours {
+        return Err(format!("domains opened on {names:?}, asked for {:?}", pairs.ours));
+    }
+    let bind = format!("nics={}", pairs.theirs.join(","));
+    let mut p = Peer::spawn_in(Some(&pairs.ns), &bind, prov, 2, R)?;
+    let d = desc(&p);
+    let before = [pairs.tx_bytes(0)?, pairs.tx_bytes(1)?];
+    let mut rng = Rng(42);
+    let (src, dst) = (rng.perm(PAGES), rng.perm(PAGES));
+    p.expect(0x61, PAGES as u32);
+    let f = flag();
+    let (sp, dp) = (Pages { indices: &src, stride: 4096, offset: 0 }, Pages { indices: &dst, stride: 4096, offset: 0 });
+    l.engine.submit_paged_writes(4096, Some(0x61), &l.mr, sp, &d, dp, OnDone::Flag(f.clone())).map_err(e2s)?;
+    wait_flag(&f)?;
+    p.fired(0x61)?;
+    let mut want = vec![0u8; R];
+    for (s, t) in src.iter().zip(&dst) {
+        let (s, t) = (*s as usize * 4096, *t as usize * 4096);
+        want[t..t + 4096].copy_from_slice(&l.mem[s..s + 4096]);
+    }
+    check_hash(&mut p, &want)?;
+    let sent = [pairs.tx_bytes(0)? - before[0], pairs.tx_bytes(1)? - before[1]];
+    eprintln!("    {R} bytes in {PAGES} pages: {} bytes out of {}, {} out of {}", sent[0], names[0], sent[1], names[1]);
+    // Pages alternate between the domains: each NIC carries half, plus headers.
+    for (k, s) in sent.iter().enumerate() {
+        if *s < (R as u64) * 45 / 100 {
+            return Err(format!("{} sent {s} bytes of a {R}-byte write spread over two NICs", names[k]));
+        }
+    }
+    Ok(())
+}
+
+/// NIC names the provider does not have, or a count that is not the
+/// domain count, are refused when the engine is made.
+pub fn nic_names_are_checked(prov: &str, domains: usize) -> TestResult {
+    if domains != 1 {
+        return Ok(());
+    }
+    let refused = |nics: Vec<String>, domains: usize, what: &str| -> TestResult {
+        let cfg = EngineConfig { provider: Some(prov.into()), domains, nics, ..Default::default() };
+        match TransferEngine::new(&cfg) {
+            Err(e) if e.status == Status::InvalidArgument && e.message.contains(what) => Ok(()),
+            Err(e) => Err(format!("expected InvalidArgument mentioning {what:?}, got {e}")),
+            Ok(_) => Err(format!("an engine was made ({what})")),
+        }
+    };
+    refused(vec!["no-such-nic0".into()], 1, "no NIC named \"no-such-nic0\"; the provider has:")?;
+    refused(vec!["a".into(), "b".into()], 1, "2 NICs named for 1 domains")?;
+    // The provider's own name for its one NIC works (shm: "shm"; tcp: the
+    // NIC of the first address it lists, here asked for by name).
+    let any = TransferEngine::new(&EngineConfig { provider: Some(prov.into()), ..Default::default() }).map_err(e2s)?;
+    let name = any.nics()[0].name.clone();
+    drop(any);
+    let e = TransferEngine::new(&EngineConfig {
+        provider: Some(prov.into()),
+        nics: vec![name.clone()],
+        ..Default::default()
+    })
+    .map_err(e2s)?;
+    if e.nics()[0].name != name {
+        return Err(format!("asked for {name}, opened on {:?}", e.nics()[0]));
+    }
+    Ok(())
+}
