@@ -274,6 +274,21 @@ typedef void (*fabriclib_peer_cb)(void *user_data,
                                   int32_t state,
                                   fabriclib_status why);
 
+// Work requests and bytes one NIC posted and completed for the
+// application, and its failed work requests, since the engine started
+// (`fabriclib_engine_counters`). Zero-initialise and set `struct_size =
+// sizeof(fabriclib_counters)`; the library writes the fields that fit in
+// `struct_size` (fields a later version adds stay as they are).
+typedef struct fabriclib_counters {
+  size_t struct_size;
+  uint64_t wrs_posted;
+  uint64_t bytes_posted;
+  uint64_t wrs_completed;
+  uint64_t bytes_completed;
+  // Work requests that failed, or were given up with their peer.
+  uint64_t errors;
+} fabriclib_counters;
+
 // Called once when a request ends: `status` is `FABRICLIB_STATUS_OK` or why
 // it failed; during a call with an error, `fabriclib_last_error_message()`
 // gives the details (for `FABRICLIB_STATUS_PROVIDER`, libfabric's error text
@@ -599,6 +614,20 @@ fabriclib_status fabriclib_engine_nic(const struct fabriclib_engine *engine,
                                       uint32_t domain,
                                       const char **out,
                                       int32_t *numa);
+
+// Reads the counters of domain `domain`'s NIC into `*out`: its totals
+// with `peer` NULL, else what it did for the peer whose engine address
+// (`fabriclib_engine_address`'s blob) is `peer`/`peer_len` (zeros if
+// none). The application's requests only, not the engine's own messages.
+// `INVALID_ARGUMENT` for a domain not below the domain count, a
+// `struct_size` below this version's, NULL `out`; `MALFORMED` for a bad
+// address. Any thread; a control call (it waits for the worker, or
+// progresses a manual-progress engine).
+fabriclib_status fabriclib_engine_counters(const struct fabriclib_engine *engine,
+                                           uint32_t domain,
+                                           const uint8_t *peer,
+                                           size_t peer_len,
+                                           struct fabriclib_counters *out);
 
 // Writes the largest message `fabriclib_submit_send` takes on this engine
 // to `*out`: 64 KiB, or 4 KiB on `shm`, whose larger

@@ -24,4 +24,5 @@ pub use config::{EngineConfig, IdlePolicy, PeerState};
 pub use domain::nic::Nic;
 pub use engine::{MrHandle, Pages, PeerGroup, ScatterDst, TransferEngine};
 pub use error::{Error, Result, Status};
+pub use group::counters::{Count, Counters, NicCount};
 pub use wire::{MrDesc, NetAddr};

@@ -186,6 +186,79 @@ pub extern "C" fn fabriclib_engine_nic(
     })
 }
 
+/// Work requests and bytes one NIC posted and completed for the
+/// application, and its failed work requests, since the engine started
+/// (`fabriclib_engine_counters`). Zero-initialise and set `struct_size =
+/// sizeof(fabriclib_counters)`; the library writes the fields that fit in
+/// `struct_size` (fields a later version adds stay as they are).
+#[repr(C)]
+pub struct fabriclib_counters {
+    pub struct_size: usize,
+    pub wrs_posted: u64,
+    pub bytes_posted: u64,
+    pub wrs_completed: u64,
+    pub bytes_completed: u64,
+    /// Work requests that failed, or were given up with their peer.
+    pub errors: u64,
+}
+
+/// The smallest `struct_size` accepted (0.3's layout). Never grows.
+const COUNTERS_V1: usize = size_of::<fabriclib_counters>();
+
+/// Reads the counters of domain `domain`'s NIC into `*out`: its totals
+/// with `peer` NULL, else what it did for the peer whose engine address
+/// (`fabriclib_engine_address`'s blob) is `peer`/`peer_len` (zeros if
+/// none). The application's requests only, not the engine's own messages.
+/// `INVALID_ARGUMENT` for a domain not below the domain count, a
+/// `struct_size` below this version's, NULL `out`; `MALFORMED` for a bad
+/// address. Any thread; a control call (it waits for the worker, or
+/// progresses a manual-progress engine).
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_engine_counters(
+    engine: *const fabriclib_engine,
+    domain: u32,
+    peer: *const u8,
+    peer_len: usize,
+    out: *mut fabriclib_counters,
+) -> fabriclib_status {
+    ffi(|| {
+        let e = handle(engine)?;
+        super::non_null(out, "out")?;
+        // SAFETY: non-null; the caller's struct starts with its size (API contract).
+        let size = unsafe { out.cast::<usize>().read_unaligned() };
+        if size < COUNTERS_V1 {
+            crate::bail!(
+                InvalidArgument,
+                "fabriclib_counters.struct_size is {size}: set it to sizeof (at least {COUNTERS_V1})"
+            );
+        }
+        let want = match peer.is_null() {
+            true => None,
+            // SAFETY: the caller passes peer_len readable bytes (API contract).
+            false => Some(crate::wire::NetAddr::parse(unsafe { std::slice::from_raw_parts(peer, peer_len) })?),
+        };
+        let all = e.engine.counters()?;
+        let Some(nic) = all.nics.get(domain as usize) else {
+            crate::bail!(InvalidArgument, "domain {domain}: the engine has {}", all.nics.len());
+        };
+        let c = match &want {
+            None => nic.total,
+            Some(a) => nic.peers.iter().find(|(p, _)| p == a).map(|(_, c)| *c).unwrap_or_default(),
+        };
+        let v = fabriclib_counters {
+            struct_size: size,
+            wrs_posted: c.wrs_posted,
+            bytes_posted: c.bytes_posted,
+            wrs_completed: c.wrs_completed,
+            bytes_completed: c.bytes_completed,
+            errors: c.errors,
+        };
+        // SAFETY: the caller's struct has at least COUNTERS_V1 (= size_of) bytes.
+        unsafe { out.write_unaligned(v) };
+        Ok(())
+    })
+}
+
 /// Writes the largest message `fabriclib_submit_send` takes on this engine
 /// to `*out`: 64 KiB, or 4 KiB on `shm`, whose larger
 /// messages wait on the receiver's answer (a receiver that died would stall

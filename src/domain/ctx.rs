@@ -15,6 +15,8 @@ struct CtxSlot {
     token: u64,
     /// The op's peer (`NO_PEER` for receives), for `abandon`.
     peer: PeerId,
+    /// Bytes it carries (the worker's counters).
+    bytes: u64,
     state: SlotState,
 }
 
@@ -57,6 +59,7 @@ impl CtxPool {
             fi: fi_context2::default(),
             token: 0,
             peer: NO_PEER,
+            bytes: 0,
             state: SlotState::Free,
         });
         self.chunks.push(chunk.collect());
@@ -65,9 +68,9 @@ impl CtxPool {
     fn slot(&mut self, i: usize) -> &mut CtxSlot {
         &mut self.chunks[i / self.depth][i % self.depth]
     }
-    /// A context for an op to `peer`, or why not: `Again` (the pool is full)
-    /// or `Busy` (this peer has its window full).
-    pub(super) fn take(&mut self, token: u64, peer: PeerId) -> std::result::Result<*mut c_void, Post> {
+    /// A context for an op of `bytes` to `peer`, or why not: `Again` (the
+    /// pool is full) or `Busy` (this peer has its window full).
+    pub(super) fn take(&mut self, token: u64, peer: PeerId, bytes: u64) -> std::result::Result<*mut c_void, Post> {
         if self.busy >= self.depth {
             return Err(Post::Again);
         }
@@ -87,7 +90,7 @@ impl CtxPool {
         let i = self.free.pop().expect("grown") as usize;
         self.busy += 1;
         let s = self.slot(i);
-        (s.token, s.peer, s.state) = (token, peer, SlotState::Busy);
+        (s.token, s.peer, s.bytes, s.state) = (token, peer, bytes, SlotState::Busy);
         Ok(s as *mut CtxSlot as *mut c_void)
     }
     fn unpeer(&mut self, peer: PeerId) {
@@ -102,11 +105,12 @@ impl CtxPool {
             (off % size_of::<CtxSlot>() == 0 && i < self.depth).then_some(c * self.depth + i)
         })
     }
-    /// Frees the slot of a completed op; its token and peer unless it was abandoned.
-    pub(super) fn release(&mut self, ctx: *mut c_void) -> Option<(u64, PeerId)> {
+    /// Frees the slot of a completed op; its token, peer and bytes unless it
+    /// was abandoned.
+    pub(super) fn release(&mut self, ctx: *mut c_void) -> Option<(u64, PeerId, u64)> {
         let i = self.index(ctx)?;
         let s = self.slot(i);
-        let (state, token, peer) = (s.state, s.token, s.peer);
+        let (state, token, peer, bytes) = (s.state, s.token, s.peer, s.bytes);
         if state == SlotState::Free {
             return None;
         }
@@ -115,7 +119,7 @@ impl CtxPool {
         if state == SlotState::Busy {
             self.busy -= 1;
             self.unpeer(peer);
-            Some((token, peer))
+            Some((token, peer, bytes))
         } else {
             None
         }
@@ -144,12 +148,12 @@ mod tests {
     #[test]
     fn a_context_maps_back_to_its_token_and_peer_once() {
         let mut p = CtxPool::new(4, 4);
-        let a = p.take(11, 0).unwrap();
-        let b = p.take(22, 1).unwrap();
+        let a = p.take(11, 0, 0).unwrap();
+        let b = p.take(22, 1, 0).unwrap();
         assert_ne!(a, b);
         assert_eq!(p.in_use(), 2);
-        assert_eq!(p.release(b), Some((22, 1)));
-        assert_eq!(p.release(a), Some((11, 0)));
+        assert_eq!(p.release(b), Some((22, 1, 0)));
+        assert_eq!(p.release(a), Some((11, 0, 0)));
         assert_eq!(p.release(a), None, "a context is released once");
         assert_eq!(p.in_use(), 0);
         assert_eq!(p.release(std::ptr::null_mut()), None, "not one of ours");
@@ -160,40 +164,40 @@ mod tests {
     #[test]
     fn depth_bounds_the_pool_and_the_window_bounds_a_peer() {
         let mut p = CtxPool::new(3, 2);
-        p.take(1, 5).unwrap();
-        let c = p.take(2, 5).unwrap();
-        assert_eq!(p.take(3, 5), Err(Post::Busy), "peer 5 has its window full");
-        let r = p.take(4, NO_PEER).unwrap();
-        assert_eq!(p.take(5, 6), Err(Post::Again), "the pool is full");
+        p.take(1, 5, 0).unwrap();
+        let c = p.take(2, 5, 0).unwrap();
+        assert_eq!(p.take(3, 5, 0), Err(Post::Busy), "peer 5 has its window full");
+        let r = p.take(4, NO_PEER, 0).unwrap();
+        assert_eq!(p.take(5, 6, 0), Err(Post::Again), "the pool is full");
         p.release(c);
-        assert!(p.take(6, 5).is_ok(), "a completion reopens the peer's window");
+        assert!(p.take(6, 5, 0).is_ok(), "a completion reopens the peer's window");
         p.release(r);
-        assert!(p.take(7, NO_PEER).is_ok(), "receives count against depth only");
+        assert!(p.take(7, NO_PEER, 0).is_ok(), "receives count against depth only");
     }
 
     #[test]
     fn abandoned_contexts_free_their_room_and_are_swallowed_later() {
         let mut p = CtxPool::new(2, 2);
-        let a = p.take(1, 3).unwrap();
-        let b = p.take(2, 3).unwrap();
-        assert_eq!(p.take(9, 4), Err(Post::Again));
+        let a = p.take(1, 3, 0).unwrap();
+        let b = p.take(2, 3, 0).unwrap();
+        assert_eq!(p.take(9, 4, 0), Err(Post::Again));
         let mut out = Vec::new();
         p.abandon(3, &mut out);
         out.sort();
         assert_eq!(out, [1, 2]);
         assert_eq!(p.in_use(), 0);
         // Both slots are still the provider's: the pool grows a chunk rather than reuse them.
-        let c = p.take(3, 4).unwrap();
-        let d = p.take(4, 3).unwrap();
+        let c = p.take(3, 4, 0).unwrap();
+        let d = p.take(4, 3, 0).unwrap();
         assert!(![a, b].contains(&c) && ![a, b].contains(&d));
         assert_eq!(p.release(a), None, "a late completion of an abandoned op is swallowed");
         assert_eq!(p.release(b), None);
-        assert_eq!(p.release(d), Some((4, 3)));
-        assert_eq!(p.release(c), Some((3, 4)));
+        assert_eq!(p.release(d), Some((4, 3, 0)));
+        assert_eq!(p.release(c), Some((3, 4, 0)));
         // Both chunks' slots are reused, and map back across chunks.
-        let e = p.take(5, NO_PEER).unwrap();
-        let f = p.take(6, NO_PEER).unwrap();
+        let e = p.take(5, NO_PEER, 0).unwrap();
+        let f = p.take(6, NO_PEER, 0).unwrap();
         assert_ne!(e, f);
-        assert_eq!((p.release(f), p.release(e)), (Some((6, NO_PEER)), Some((5, NO_PEER))));
+        assert_eq!((p.release(f), p.release(e)), (Some((6, NO_PEER, 0)), Some((5, NO_PEER, 0))));
     }
 }

@@ -529,7 +529,7 @@ impl Domain for FabricDomain {
     }
 
     fn post_write(&mut self, wr: &WriteWr, token: u64) -> Result<Post> {
-        let ctx = match self.ctx.take(token, wr.peer) {
+        let ctx = match self.ctx.take(token, wr.peer, wr.len as u64) {
             Ok(c) => c,
             Err(p) => return Ok(p),
         };
@@ -563,7 +563,7 @@ impl Domain for FabricDomain {
         desc: *mut c_void,
         token: u64,
     ) -> Result<Post> {
-        let ctx = match self.ctx.take(token, peer) {
+        let ctx = match self.ctx.take(token, peer, len as u64) {
             Ok(c) => c,
             Err(p) => return Ok(p),
         };
@@ -578,7 +578,7 @@ impl Domain for FabricDomain {
     }
 
     fn post_recv(&mut self, chan: Chan, buf: *mut u8, len: usize, desc: *mut c_void, token: u64) -> Result<Post> {
-        let ctx = match self.ctx.take(token, NO_PEER) {
+        let ctx = match self.ctx.take(token, NO_PEER, 0) {
             Ok(c) => c,
             Err(p) => return Ok(p),
         };
@@ -600,14 +600,14 @@ impl Domain for FabricDomain {
                 let e = self.cq_buf[i];
                 let has_data = e.flags & FI_REMOTE_CQ_DATA as u64 != 0;
                 if e.flags & FI_RECV as u64 != 0 {
-                    if let Some((token, _)) = self.ctx.release(e.op_context) {
+                    if let Some((token, ..)) = self.ctx.release(e.op_context) {
                         let imm = has_data.then_some(e.data as u32);
                         out.push(Completion::Recv { token, len: e.len, imm });
                     }
                 } else if has_data {
                     out.push(Completion::RemoteWrite { imm: e.data as u32 });
-                } else if let Some((token, _)) = self.ctx.release(e.op_context) {
-                    out.push(Completion::Done { token });
+                } else if let Some((token, peer, bytes)) = self.ctx.release(e.op_context) {
+                    out.push(Completion::Done { token, peer, bytes });
                 }
             }
             return Ok(n as usize);
@@ -618,7 +618,7 @@ impl Domain for FabricDomain {
             let r = unsafe { fi_cq_readerr(self.fe.cq, &mut err, 0) };
             if r == 1 {
                 // A failed remote-side event has no context of ours: nothing to fail locally.
-                if let Some((token, peer)) = self.ctx.release(err.op_context) {
+                if let Some((token, peer, _)) = self.ctx.release(err.op_context) {
                     out.push(Completion::Failed { token, peer, error: failure(err.err) });
                 }
             }

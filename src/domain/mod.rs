@@ -83,8 +83,9 @@ pub enum Post {
 /// backend's error numbers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Completion {
-    /// A write or send posted with `token` finished (its source buffer is free again).
-    Done { token: u64 },
+    /// A write or send of `bytes` to `peer` posted with `token` finished (its
+    /// source buffer is free again).
+    Done { token: u64, peer: PeerId, bytes: u64 },
     /// A write, send or receive posted with `token` (to `peer`; `u64::MAX`
     /// for a receive) failed. The domain classifies its backend's error into
     /// `error.status` (`PeerDown`, `RemoteAccess`, `LocalAccess`, `Truncated`,

@@ -18,17 +18,18 @@ const DEPTH: usize = 1024;
 
 pub struct NullDomain {
     addr: Vec<u8>,
-    done: VecDeque<u64>,
+    /// Posted work requests: (token, peer, bytes).
+    done: VecDeque<(u64, PeerId, u64)>,
     peers: HashMap<Box<[u8]>, PeerId>,
     next_key: u64,
 }
 
 impl NullDomain {
-    fn post(&mut self, token: u64) -> Result<Post> {
+    fn post(&mut self, token: u64, peer: PeerId, bytes: usize) -> Result<Post> {
         if self.done.len() >= DEPTH {
             return Ok(Post::Again);
         }
-        self.done.push_back(token);
+        self.done.push_back((token, peer, bytes as u64));
         Ok(Post::Posted)
     }
 }
@@ -64,19 +65,19 @@ impl Domain for NullDomain {
         let n = self.peers.len() as PeerId;
         Ok(*self.peers.entry(addr.into()).or_insert(n))
     }
-    fn post_write(&mut self, _wr: &WriteWr, token: u64) -> Result<Post> {
-        self.post(token)
+    fn post_write(&mut self, wr: &WriteWr, token: u64) -> Result<Post> {
+        self.post(token, wr.peer, wr.len)
     }
     fn post_send(
         &mut self,
         _chan: Chan,
-        _peer: PeerId,
+        peer: PeerId,
         _buf: *const u8,
-        _len: usize,
+        len: usize,
         _desc: *mut c_void,
         token: u64,
     ) -> Result<Post> {
-        self.post(token)
+        self.post(token, peer, len)
     }
     /// Receives never complete (nothing arrives on the null provider).
     fn post_recv(&mut self, _chan: Chan, _buf: *mut u8, _len: usize, _desc: *mut c_void, _token: u64) -> Result<Post> {
@@ -84,7 +85,7 @@ impl Domain for NullDomain {
     }
     fn poll(&mut self, out: &mut Vec<Completion>) -> Result<usize> {
         let n = self.done.len().min(64);
-        out.extend(self.done.drain(..n).map(|token| Completion::Done { token }));
+        out.extend(self.done.drain(..n).map(|(token, peer, bytes)| Completion::Done { token, peer, bytes }));
         Ok(n)
     }
     fn in_flight(&self) -> usize {

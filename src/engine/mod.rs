@@ -179,6 +179,14 @@ impl TransferEngine {
         &self.info.address
     }
 
+    /// Work requests and bytes posted and completed, and failures, per NIC
+    /// (domain) and per peer, since the engine started: the application's
+    /// requests only (not the engine's handshakes and keepalives). Counted
+    /// by the worker and read through it (a control call).
+    pub fn counters(&self) -> Result<crate::group::counters::Counters> {
+        self.rpc(|reply| Ctrl::Counters { reply })
+    }
+
     /// The NIC each domain is open on, in domain order.
     pub fn nics(&self) -> &[crate::domain::nic::Nic] {
         &self.info.nics

@@ -136,6 +136,7 @@ impl<D: Domain> Worker<D> {
                 Ctrl::ImmCount { reply, .. } => drop(reply.send(Err(err.clone()))),
                 Ctrl::MirrorImm { reply, .. } => drop(reply.send(Err(err.clone()))),
                 Ctrl::PeerState { reply, .. } => drop(reply.send(Err(err.clone()))),
+                Ctrl::Counters { reply } => drop(reply.send(Err(err.clone()))),
                 Ctrl::Deregister { .. } | Ctrl::Repost { .. } => {}
             }
         }

@@ -4,6 +4,7 @@
 //! software providers only progress when polled), aggregates per-unit
 //! completions into one per request and counts immediates.
 mod control;
+pub mod counters;
 mod ending;
 mod held;
 mod peers;
@@ -195,6 +196,8 @@ struct Worker<D: Domain> {
     regions: Regions,
     /// The destination descriptors requests write to.
     dsts: Dsts,
+    /// Work requests and bytes per NIC and peer (counters.rs).
+    tally: counters::Tally,
     imm: ImmCounter,
     pools: Vec<RecvPool>,
     repost: VecDeque<(u32, u32)>,
@@ -258,6 +261,7 @@ impl<D: Domain> Worker<D> {
         }
         let now = Instant::now();
         let dsts = Dsts::new(shared.tag);
+        let domains_n = domains.len();
         Ok(Worker {
             pending: (0..domains.len()).map(|_| VecDeque::new()).collect(),
             splits: Splits::new(domains.len()),
@@ -269,6 +273,7 @@ impl<D: Domain> Worker<D> {
             slots: Slots::default(),
             rr: 0,
             regions: Regions::default(),
+            tally: counters::Tally::new(domains_n),
             dsts,
             imm: ImmCounter::default(),
             pools: Vec::new(),
@@ -547,7 +552,7 @@ impl<D: Domain> Worker<D> {
                 Some(u) => self.peers.id(u[k], d),
                 None => self.peers.id(a.peer, d),
             };
-            let res = if let Shape::Send { msg, .. } = &a.req.shape {
+            let (res, bytes) = if let Shape::Send { msg, .. } = &a.req.shape {
                 if a.stage.is_none() {
                     let Some(s) = self.stage.stage(msg) else {
                         break;
@@ -555,11 +560,11 @@ impl<D: Domain> Worker<D> {
                     a.stage = Some(s);
                 }
                 let buf = self.stage.buf(a.stage.unwrap());
-                self.domains[d].post_send(Chan::User, peer, buf, msg.len(), self.stage.desc(), tok)
+                (self.domains[d].post_send(Chan::User, peer, buf, msg.len(), self.stage.desc(), tok), msg.len())
             } else {
                 let src = a.req.region.map(|i| &self.regions.locals(i)[d]);
                 let wr = a.req.write_wr(k, d, peer, src, scratch, &self.dsts);
-                if wr.imm.is_some() && wr.len > self.domains[d].answer_free_limit() {
+                let r = if wr.imm.is_some() && wr.len > self.domains[d].answer_free_limit() {
                     let (bytes, i) = self.splits.start(&wr, Token::Request { slot, epoch });
                     let r = self.domains[d].post_write(&bytes, Token::Split(i).encode());
                     if !matches!(r, Ok(Post::Posted)) {
@@ -568,10 +573,12 @@ impl<D: Domain> Worker<D> {
                     r
                 } else {
                     self.domains[d].post_write(&wr, tok)
-                }
+                };
+                (r, wr.len)
             };
             match res {
                 Ok(Post::Posted) => {
+                    self.tally.posted(d, peer, bytes);
                     a.next[d] += n;
                     a.posted += 1;
                     a.outstanding += 1;
@@ -614,7 +621,12 @@ impl<D: Domain> Worker<D> {
     fn complete(&mut self, d: usize, c: Completion) {
         let (token, res) = match c {
             Completion::RemoteWrite { imm } => return self.imm.arrived(imm, &self.notifier),
-            Completion::Done { token } => (token, Ok(0)),
+            Completion::Done { token, peer, bytes } => {
+                if matches!(Token::decode(token), Token::Request { .. } | Token::Split(_)) {
+                    self.tally.completed(d, peer, bytes);
+                }
+                (token, Ok(0))
+            }
             Completion::Recv { token, len, .. } => (token, Ok(len)),
             Completion::Failed { token, peer, error } => (token, Err((peer, error))),
         };
@@ -628,6 +640,7 @@ impl<D: Domain> Worker<D> {
             (Token::Split(i), Ok(_)) => self.split_done(d, i),
             (t, Ok(_)) => self.wr_done(t, None),
             (t, Err((peer, e))) => {
+                self.tally.failed(d, peer);
                 let err = Error::new(e.status, format!("work request failed: {}", e.message));
                 self.wr_done(t, Some(err.clone()));
                 // An unreachable peer fails everything else sent to it too.

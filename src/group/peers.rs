@@ -158,6 +158,11 @@ impl Peers {
         self.list[p as usize].ids[d]
     }
 
+    /// The address of entry `p`.
+    pub(super) fn address(&self, p: u32) -> &NetAddr {
+        &self.list[p as usize].addr
+    }
+
     pub(super) fn by_id(&self, d: usize, id: PeerId) -> Option<u32> {
         self.by_id[d].get(&id).copied()
     }
@@ -465,12 +470,16 @@ impl<D: Domain> Worker<D> {
         for d in 0..self.domains.len() {
             let id = self.peers.id(p, d);
             self.domains[d].abandon(id, &mut tokens);
-        }
-        for t in tokens.drain(..) {
-            match Token::decode(t) {
-                Token::EngineSend { slot, .. } => self.peers.send_free.push(slot as u32),
-                t => self.wr_done(t, Some(err.clone())),
+            for &t in &tokens {
+                match Token::decode(t) {
+                    Token::EngineSend { slot, .. } => self.peers.send_free.push(slot as u32),
+                    t => {
+                        self.tally.failed(d, id);
+                        self.wr_done(t, Some(err.clone()));
+                    }
+                }
             }
+            tokens.clear();
         }
         self.abandoned = tokens;
     }

@@ -247,6 +247,10 @@ pub enum Ctrl {
         word: Option<crate::completion::imm::MirrorWord>,
         reply: Sender<crate::error::Result<()>>,
     },
+    /// A snapshot of the counters (counters.rs).
+    Counters {
+        reply: Sender<crate::error::Result<super::counters::Counters>>,
+    },
     /// The state of `addr`, if the engine knows it.
     PeerState {
         addr: NetAddr,

@@ -68,7 +68,10 @@ impl<D: Domain> Worker<D> {
             let live = self.slots.current(slot, epoch).is_some_and(|a| a.error.is_none());
             let res = if live { self.domains[d].post_write(&wr, token.encode()) } else { Ok(Post::Posted) };
             match res {
-                Ok(Post::Posted) if live => busy = true,
+                Ok(Post::Posted) if live => {
+                    self.tally.posted(d, wr.peer, 0);
+                    busy = true
+                }
                 Ok(Post::Posted) => self.wr_done(token, None),
                 Ok(_) => break,
                 Err(e) => self.wr_done(token, Some(e)),

@@ -119,6 +119,15 @@ int main(void) {
     EXPECT(fabriclib_engine_nic(e, 0, &s, NULL), FABRICLIB_STATUS_OK);
     EXPECT(fabriclib_engine_nic(e, 1, &s, &numa), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_engine_nic(e, 0, NULL, &numa), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    fabriclib_counters ctr = {.struct_size = sizeof ctr};
+    EXPECT(fabriclib_engine_counters(e, 0, NULL, 0, &ctr), FABRICLIB_STATUS_OK);
+    checks++;
+    if (ctr.wrs_posted != 0 || ctr.bytes_completed != 0) failures++, fprintf(stderr, "FAIL: a new engine counted work\n");
+    EXPECT(fabriclib_engine_counters(e, 1, NULL, 0, &ctr), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_engine_counters(e, 0, NULL, 0, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_engine_counters(e, 0, (const uint8_t *)"junk", 4, &ctr), FABRICLIB_STATUS_MALFORMED);
+    ctr.struct_size = 8;
+    EXPECT(fabriclib_engine_counters(e, 0, NULL, 0, &ctr), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_engine_max_send(e, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_engine_max_send(e, &n), FABRICLIB_STATUS_OK);
     checks++;

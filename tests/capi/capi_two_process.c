@@ -238,6 +238,19 @@ static int initiator(const char *prov, int fd) {
         if (now() - t0 > 30) DIE("paged write callback never came");
         nap();
     }
+    /* The counters of the one NIC: every byte written went out and completed,
+     * all of it for the one peer. */
+    fabriclib_counters all = {.struct_size = sizeof all}, to_peer = {.struct_size = sizeof to_peer};
+    CHECK(fabriclib_engine_counters(e, 0, NULL, 0, &all));
+    CHECK(fabriclib_engine_counters(e, 0, peer, peer_len, &to_peer));
+    uint64_t written = 100000 + (uint64_t)PAGES * PAGE;
+    if (all.bytes_completed < written || all.wrs_completed != all.wrs_posted || all.errors != 0 ||
+        all.wrs_completed < 1 + PAGES + 1 + 50 || to_peer.bytes_completed != all.bytes_completed ||
+        to_peer.wrs_posted != all.wrs_posted)
+        DIE("counters: %llu/%llu WRs, %llu/%llu bytes (want >= %llu), %llu errors; peer %llu bytes",
+            (unsigned long long)all.wrs_completed, (unsigned long long)all.wrs_posted,
+            (unsigned long long)all.bytes_completed, (unsigned long long)all.bytes_posted,
+            (unsigned long long)written, (unsigned long long)all.errors, (unsigned long long)to_peer.bytes_completed);
     put_blob(fd, "done", 4);
     fabriclib_remote_mr_free(rmr);
     fabriclib_mr_deregister(mr);

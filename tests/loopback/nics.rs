@@ -103,6 +103,15 @@ pub fn two_nics_carry_a_paged_write(prov: &str, domains: usize) -> TestResult {
         want[t..t + 4096].copy_from_slice(&l.mem[s..s + 4096]);
     }
     check_hash(&mut p, &want)?;
+    // The engine's own counters say the same: half the pages on each NIC.
+    let c = l.engine.counters().map_err(e2s)?;
+    for (k, n) in c.nics.iter().enumerate() {
+        let half = (PAGES / 2) as u64;
+        let t = n.total;
+        if (t.wrs_completed, t.bytes_completed, t.errors) != (half, half * 4096, 0) || n.nic != names[k] {
+            return Err(format!("NIC {k} ({}) counted {t:?}, expected {half} pages", n.nic));
+        }
+    }
     let sent = [pairs.tx_bytes(0)? - before[0], pairs.tx_bytes(1)? - before[1]];
     eprintln!("    {R} bytes in {PAGES} pages: {} bytes out of {}, {} out of {}", sent[0], names[0], sent[1], names[1]);
     // Pages alternate between the domains: each NIC carries half, plus headers.
@@ -145,4 +154,51 @@ pub fn nic_names_are_checked(prov: &str, domains: usize) -> TestResult {
         return Err(format!("asked for {name}, opened on {:?}", e.nics()[0]));
     }
     Ok(())
+}
+
+/// The counters prove where the bytes went: a paged write of 1000 pages
+/// puts exactly 1000 / domains of them on each NIC, all for the one peer,
+/// and both ends of each work request are counted.
+pub fn counters_count_every_page(prov: &str, domains: usize) -> TestResult {
+    const PAGES: usize = 1000;
+    const R: usize = PAGES * 4096;
+    let l = local(prov, domains, R, 51)?;
+    let mut p = Peer::spawn(prov, domains, R)?;
+    let d = desc(&p);
+    p.expect(0x62, 1);
+    l.engine.submit_single_write(0, Some(0x62), &l.mr, 0, &d, 0, OnDone::Nothing).map_err(e2s)?;
+    p.fired(0x62)?; // the peer is up; that write counts as one zero-byte work request
+    let before = l.engine.counters().map_err(e2s)?;
+    let mut rng = Rng(52);
+    let (src, dst) = (rng.perm(PAGES), rng.perm(PAGES));
+    let f = flag();
+    let (sp, dp) = (Pages { indices: &src, stride: 4096, offset: 0 }, Pages { indices: &dst, stride: 4096, offset: 0 });
+    l.engine.submit_paged_writes(4096, None, &l.mr, sp, &d, dp, OnDone::Flag(f.clone())).map_err(e2s)?;
+    wait_flag(&f)?;
+    let after = l.engine.counters().map_err(e2s)?;
+    let each = (PAGES / domains) as u64;
+    for (k, (a, b)) in after.nics.iter().zip(&before.nics).enumerate() {
+        let (t, u) = (a.total, b.total);
+        let delta =
+            (t.wrs_posted - u.wrs_posted, t.wrs_completed - u.wrs_completed, t.bytes_completed - u.bytes_completed);
+        if delta != (each, each, each * 4096) || t.errors != 0 {
+            return Err(format!(
+                "NIC {k} ({}): {delta:?} (posted, completed, bytes), want {each} pages each; {t:?}",
+                a.nic
+            ));
+        }
+        let to_peer: Vec<_> = a.peers.iter().filter(|(who, _)| *who == addr(&p)).collect();
+        if to_peer.len() != 1 || to_peer[0].1 != t || a.peers.len() != 1 {
+            return Err(format!("NIC {k}: per-peer counts {:?} do not match the total {t:?}", a.peers));
+        }
+    }
+    if after.nics.len() != domains {
+        return Err(format!("{} NICs counted for {domains} domains", after.nics.len()));
+    }
+    let mut want = vec![0u8; R];
+    for (s, t) in src.iter().zip(&dst) {
+        let (s, t) = (*s as usize * 4096, *t as usize * 4096);
+        want[t..t + 4096].copy_from_slice(&l.mem[s..s + 4096]);
+    }
+    wait_hash(&mut p, &want)
 }
