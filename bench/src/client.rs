@@ -342,6 +342,11 @@ impl Session {
         })
     }
 
+    /// The client engine's counters (per NIC: what the engine rows posted).
+    pub fn counters(&self) -> R<fabriclib::Counters> {
+        self.engine.counters().map_err(|e| e.to_string())
+    }
+
     pub fn close(mut self) {
         if let Some(s) = self.src.take() {
             s.close(&mut self.raw);

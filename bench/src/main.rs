@@ -368,6 +368,7 @@ fn run(o: &Opts) -> R<bool> {
         let _ = std::io::stderr().flush();
     };
     let mut results: Vec<Row> = Vec::new();
+    let mut nic_counters: Vec<(String, usize, fabriclib::NicCount)> = Vec::new();
     let need = rows.iter().map(|s| s.kind.peers(s)).max().unwrap_or(0);
     if need > 0 {
         let mut peers = servers(o, need)?;
@@ -382,6 +383,9 @@ fn run(o: &Opts) -> R<bool> {
                 let what = format!("{} {}", s.provider, spec.kind.name());
                 let row = s.run(spec, &mut peers, &|m| say(done, &what, m)).map_err(|e| format!("{what}: {e}"))?;
                 results.push(row);
+            }
+            for (d, n) in s.counters()?.nics.into_iter().enumerate() {
+                nic_counters.push((s.provider.clone(), d, n));
             }
             s.close();
         }
@@ -401,6 +405,16 @@ fn run(o: &Opts) -> R<bool> {
     report::print_table(&results);
     let targets = report::targets(&results);
     report::print_targets(&targets);
+    if !nic_counters.is_empty() {
+        println!("\nclient engine counters, per NIC (the engine rows' work requests):");
+        for (p, d, n) in &nic_counters {
+            let t = n.total;
+            println!(
+                "  {p:<12} domain {d} {:<10} {:>9} WRs posted {:>9} completed {:>14} bytes {:>3} errors",
+                n.nic, t.wrs_posted, t.wrs_completed, t.bytes_completed, t.errors
+            );
+        }
+    }
     let verified = results.iter().all(|r| r.verified != Some(false));
     println!(
         "\n{} rows in {:.1} s; bytes verified: {}",
@@ -421,6 +435,16 @@ fn run(o: &Opts) -> R<bool> {
             "verified": verified,
             "rows": results.iter().map(report::row_json).collect::<Vec<_>>(),
             "targets": report::targets_json(&targets),
+            "nic_counters": nic_counters.iter().map(|(p, d, n)| json!({
+                "provider": p,
+                "domain": d,
+                "nic": n.nic,
+                "wrs_posted": n.total.wrs_posted,
+                "wrs_completed": n.total.wrs_completed,
+                "bytes_posted": n.total.bytes_posted,
+                "bytes_completed": n.total.bytes_completed,
+                "errors": n.total.errors,
+            })).collect::<Vec<_>>(),
         });
         std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap() + "\n").map_err(|e| format!("{path}: {e}"))?;
     }

@@ -52,6 +52,13 @@ fn smoke_suite_reports_verified_rows_as_json_and_svg() {
         }
     }
     assert!(doc["targets"].as_array().unwrap().iter().all(|t| t["met"].is_boolean()));
+    // The client engine's counters, per provider and NIC: every work request posted completed.
+    let nics = doc["nic_counters"].as_array().unwrap();
+    assert!(nics.len() >= 2, "{nics:?}");
+    for n in nics {
+        assert!(n["wrs_posted"].as_u64().unwrap() > 0 && n["wrs_posted"] == n["wrs_completed"], "{n}");
+        assert_eq!(n["errors"], 0, "{n}");
+    }
     let plot = std::fs::read_to_string(&svg).unwrap();
     assert!(
         plot.starts_with("<svg") && plot.contains("shm engine") && plot.contains("tcp;ofi_rxm raw"),
