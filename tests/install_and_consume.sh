@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs fabriclib into a staging prefix, then builds and runs c_examples
 # against it twice: with find_package(fabriclib) and with pkg-config; checks
-# that the installed fabriclib-bench runs.
+# that the installed fabriclib-bench and fabriclib-info run.
 # Usage: install_and_consume.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$1 src=$2
@@ -25,6 +25,9 @@ echo "DT_NEEDED: $needed"
 test -x "$stage/usr/bin/fabriclib-bench"
 "$stage/usr/bin/fabriclib-bench" --workload single --sizes 64K --provider shm --reps 1 | grep -q "bytes verified: all"
 echo "installed fabriclib-bench runs"
+test -x "$stage/usr/bin/fabriclib-info"
+"$stage/usr/bin/fabriclib-info" --provider shm | grep -q "NIC shm"
+echo "installed fabriclib-info runs"
 
 echo "== find_package(fabriclib)"
 cmake -S "$src/c_examples" -B "$stage/cm" -DCMAKE_PREFIX_PATH="$stage/usr" >/dev/null

@@ -142,3 +142,29 @@ fn the_bare_loop_reports_its_bandwidth() {
     // The target counted every immediate of the warm-up and measured repetitions.
     assert!(String::from_utf8_lossy(&out.stderr).contains("bare target: 192 completions"));
 }
+
+fn info() -> std::process::Command {
+    std::process::Command::new(env!("CARGO_BIN_EXE_fabriclib-info"))
+}
+
+#[test]
+fn fabriclib_info_lists_providers_and_their_nics() {
+    let out = info().args(["--json", "--provider", "tcp;ofi_rxm,shm,no-such-provider"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let p = doc["providers"].as_array().unwrap();
+    let nics = |i: usize| {
+        p[i]["nics"].as_array().unwrap().iter().map(|n| n["name"].as_str().unwrap().to_string()).collect::<Vec<_>>()
+    };
+    assert_eq!(p[0]["available"], true);
+    assert!(nics(0).contains(&"lo".to_string()), "{:?}", nics(0));
+    assert_eq!(nics(1), ["shm"]);
+    assert_eq!(p[1]["default_placement"].as_array().unwrap().len(), 2);
+    assert_eq!(p[2]["available"], false);
+    assert!(p[2]["why"].as_str().unwrap().contains("no-such-provider"));
+    assert!(doc["gpus"].is_array() || doc["gpus_why_none"].is_string());
+    assert!(!doc["numa_nodes"].as_array().unwrap().is_empty());
+    let text = info().args(["--provider", "shm"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&text.stdout).contains("NIC shm"));
+    assert_eq!(info().arg("--bogus").output().unwrap().status.code(), Some(2));
+}

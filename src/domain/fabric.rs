@@ -144,6 +144,23 @@ impl FabricEndpoint {
         }
     }
 
+    /// The NICs `provider` offers here (`fi_getinfo` with fabriclib's hints,
+    /// no address), each once, in its order; `Unsupported` if it offers none.
+    pub fn list_nics(provider: &str) -> Result<Vec<Nic>> {
+        let list = Self::getinfo(provider, None)?;
+        // SAFETY: list is a valid fi_info list until freed below; `pick`
+        // returns entries of it.
+        unsafe {
+            let nics = super::nic::names(list)
+                .iter()
+                .filter_map(|n| super::nic::pick(list, n))
+                .map(|e| super::nic::describe(e))
+                .collect();
+            fi_freeinfo(list);
+            Ok(nics)
+        }
+    }
+
     /// Work requests the endpoint's transmit and receive queues hold.
     pub fn depth(&self) -> usize {
         // SAFETY: info is valid for the endpoint's life.

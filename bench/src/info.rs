@@ -1,0 +1,174 @@
+//! fabriclib-info: what fabriclib sees on this machine, the first thing to
+//! run on a new one. The libfabric providers fabriclib can open, with their
+//! NICs (name, PCI address, NUMA node), the GPUs the CUDA driver reports
+//! (PCI address, NUMA node), the NUMA nodes with their CPUs, and where an
+//! engine would put its domains by default.
+//!
+//! ```text
+//! fabriclib-info [--json] [--provider LIST] [--domains N]
+//! ```
+use fabriclib::domain::fabric::FabricEndpoint;
+use fabriclib::domain::nic::{Nic, numa_of_pci, spread};
+use serde_json::{Value, json};
+
+const USAGE: &str = "usage: fabriclib-info [--json] [--provider LIST] [--domains N]
+  --json           print JSON instead of text
+  --provider LIST  providers to look at, comma-separated
+                   (default: efa, verbs;ofi_rxm, tcp;ofi_rxm, shm)
+  --domains N      show where an engine of N domains would put them (default 2)";
+
+struct Opts {
+    json: bool,
+    providers: Vec<String>,
+    domains: usize,
+}
+
+fn parse(args: &[String]) -> Result<Opts, String> {
+    let mut o = Opts {
+        json: false,
+        providers: ["efa", "verbs;ofi_rxm", "tcp;ofi_rxm", "shm"].iter().map(|s| s.to_string()).collect(),
+        domains: 2,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--json" => o.json = true,
+            "--provider" => {
+                o.providers = it.next().ok_or("--provider: missing value")?.split(',').map(String::from).collect()
+            }
+            "--domains" => {
+                o.domains = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|&n| (1..=8).contains(&n))
+                    .ok_or("--domains takes 1..=8")?
+            }
+            "-h" | "--help" => return Err(String::new()),
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    Ok(o)
+}
+
+fn nic_json(n: &Nic) -> Value {
+    json!({ "name": n.name, "pci": n.pci, "numa": n.numa })
+}
+
+/// Each NUMA node with its CPU list (sysfs); empty where sysfs has none.
+fn numa_nodes() -> Vec<(u32, String)> {
+    let mut out: Vec<(u32, String)> = std::fs::read_dir("/sys/devices/system/node")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let n: u32 = name.strip_prefix("node")?.parse().ok()?;
+            let cpus = std::fs::read_to_string(e.path().join("cpulist")).unwrap_or_default();
+            Some((n, cpus.trim().to_string()))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The GPUs the CUDA driver reports, or why there are none.
+fn gpus() -> Result<Vec<Value>, String> {
+    if std::env::var_os("FABRICLIB_NO_CUDA").is_some() {
+        return Err("CUDA is disabled (FABRICLIB_NO_CUDA is set)".into());
+    }
+    let cuda = fabriclib::gpu::cuda::cuda().map_err(|e| e.message)?;
+    let n = cuda.device_count().map_err(|e| e.message)?;
+    (0..n)
+        .map(|i| {
+            let pci = cuda.pci_bus_id(i).map_err(|e| e.message)?.to_lowercase();
+            Ok(json!({ "device": i, "pci": pci, "numa": numa_of_pci(&pci) }))
+        })
+        .collect()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let o = match parse(&args) {
+        Ok(o) => o,
+        Err(e) => {
+            if !e.is_empty() {
+                eprintln!("fabriclib-info: {e}");
+            }
+            eprintln!("{USAGE}");
+            std::process::exit(if e.is_empty() { 0 } else { 2 });
+        }
+    };
+    // SAFETY: fi_version has no preconditions.
+    let v = unsafe { fabriclib::sys::fi_version() };
+    let providers: Vec<Value> = o
+        .providers
+        .iter()
+        .map(|p| match FabricEndpoint::list_nics(p) {
+            Ok(nics) => {
+                let names: Vec<String> = nics.iter().map(|n| n.name.clone()).collect();
+                let placement: Vec<Option<String>> = (0..o.domains).map(|i| spread(&names, i)).collect();
+                json!({
+                    "provider": p,
+                    "available": true,
+                    "nics": nics.iter().map(nic_json).collect::<Vec<_>>(),
+                    "default_placement": placement,
+                })
+            }
+            Err(e) => json!({ "provider": p, "available": false, "why": e.message }),
+        })
+        .collect();
+    let gpus = gpus();
+    let doc = json!({
+        // SAFETY: a static NUL-terminated string.
+        "fabriclib": unsafe { std::ffi::CStr::from_ptr(fabriclib::capi::fabriclib_version()) }.to_string_lossy(),
+        "libfabric": format!("{}.{}", v >> 16, v & 0xffff),
+        "cpus": std::thread::available_parallelism().map_or(1, |n| n.get()),
+        "numa_nodes": numa_nodes().iter().map(|(n, c)| json!({ "node": n, "cpus": c })).collect::<Vec<_>>(),
+        "providers": providers,
+        "gpus": gpus.as_ref().ok(),
+        "gpus_why_none": gpus.as_ref().err(),
+        "domains_shown": o.domains,
+    });
+    if o.json {
+        println!("{}", serde_json::to_string_pretty(&doc).unwrap());
+        return;
+    }
+    print_text(&doc);
+}
+
+fn print_text(doc: &Value) {
+    let s = |v: &Value| v.as_str().map(String::from).unwrap_or_else(|| "-".into());
+    println!("fabriclib {} with libfabric {}, {} CPUs", s(&doc["fabriclib"]), s(&doc["libfabric"]), doc["cpus"]);
+    for n in doc["numa_nodes"].as_array().into_iter().flatten() {
+        println!("NUMA node {}: CPUs {}", n["node"], s(&n["cpus"]));
+    }
+    println!("\nproviders:");
+    for p in doc["providers"].as_array().into_iter().flatten() {
+        if p["available"] != true {
+            println!("  {:<14} not available: {}", s(&p["provider"]), s(&p["why"]));
+            continue;
+        }
+        println!("  {}", s(&p["provider"]));
+        for n in p["nics"].as_array().into_iter().flatten() {
+            let numa = n["numa"].as_u64().map_or("-".to_string(), |x| x.to_string());
+            println!("    NIC {:<20} PCI {:<14} NUMA {numa}", s(&n["name"]), s(&n["pci"]));
+        }
+        let place: Vec<String> = p["default_placement"].as_array().into_iter().flatten().map(&s).collect();
+        println!("    {} domains without a bind address: {}", place.len(), place.join(", "));
+    }
+    println!("\nGPUs:");
+    match doc["gpus"].as_array() {
+        Some(g) if !g.is_empty() => {
+            for d in g {
+                let numa = d["numa"].as_u64().map_or("-".to_string(), |x| x.to_string());
+                println!("  CUDA device {}: PCI {} NUMA {numa}", d["device"], s(&d["pci"]));
+            }
+        }
+        Some(_) => println!("  none (the CUDA driver reports no device)"),
+        None => println!("  none: {}", s(&doc["gpus_why_none"])),
+    }
+    println!(
+        "\nAn engine runs one worker thread, unpinned, for all its domains; name NICs with \
+         fabriclib_config_set_nics (EngineConfig::nics)."
+    );
+}
