@@ -186,6 +186,12 @@ typedef struct fabriclib_remote_mr *const *fabriclib_remote_mr_list;
 // (`cuMemHostAlloc` with `PORTABLE | DEVICEMAP`); `UNSUPPORTED` without CUDA.
 #define FABRICLIB_MEMORY_CUDA_MAPPED 2
 
+// `fabriclib_submit_opts.route`: over all NICs (the default).
+#define FABRICLIB_ROUTE_SHARD 0
+
+// `fabriclib_submit_opts.route`: on NIC `nic` only.
+#define FABRICLIB_ROUTE_NIC 1
+
 // `fabriclib_submit_opts.timeout_us` for a request with no deadline.
 #define FABRICLIB_NO_TIMEOUT UINT64_MAX
 
@@ -299,8 +305,8 @@ typedef struct fabriclib_counters {
 // header's preamble).
 typedef void (*fabriclib_done_cb)(void *user_data, fabriclib_status status);
 
-// Options of one request: how it reports its end, and its deadline (later
-// versions add fields at the end: a NIC, a shard mode, a CUDA stream).
+// Options of one request: how it reports its end, its deadline, and which
+// NICs carry it (later versions add fields at the end: a CUDA stream).
 // Pass NULL for no report and the engine's default deadline. Zero-initialise
 // it, set `struct_size = sizeof(fabriclib_submit_opts)`, then at most one of
 // `callback` and `flag`:
@@ -314,6 +320,16 @@ typedef void (*fabriclib_done_cb)(void *user_data, fabriclib_status status);
 // none, any other value is this request's own deadline in microseconds
 // after the submit. A request that misses it ends with
 // `FABRICLIB_STATUS_TIMED_OUT`.
+//
+// `route` (since 0.3): `FABRICLIB_ROUTE_SHARD` (0, the default) spreads the
+// request over all the engine's NICs (domains): unit `k` (a page, a chunk
+// of a single write of 256 KiB or more, a scatter or barrier destination)
+// on NIC `(k + r) mod n`, `r` rotating from request to request;
+// `FABRICLIB_ROUTE_NIC` puts all of it on NIC `nic` (a domain index, as in
+// `fabriclib_engine_nic`), in order, and a single write is not cut into
+// chunks. Immediate counts are the same either way. `INVALID_ARGUMENT` for
+// a NIC not below the domain count, or a send on a NIC other than 0
+// (receive buffers are posted on NIC 0).
 //
 // `struct_size` is how the library tells which fields the caller knows: a
 // program built against this header keeps working with later libraries
@@ -332,6 +348,8 @@ typedef struct fabriclib_submit_opts {
   void *user_data;
   uint32_t *flag;
   uint64_t timeout_us;
+  uint32_t route;
+  uint32_t nic;
 } fabriclib_submit_opts;
 
 // Called on the engine's watcher thread when it sees a watched word change:

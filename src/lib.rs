@@ -19,7 +19,7 @@ pub mod watcher;
 pub mod wire;
 
 pub use completion::flag::wait as wait_flag;
-pub use completion::notify::{Deadline, FLAG_DONE, OnDone, RequestId, RequestOpts};
+pub use completion::notify::{Deadline, FLAG_DONE, OnDone, RequestId, RequestOpts, Route};
 pub use config::{EngineConfig, IdlePolicy, PeerState};
 pub use domain::nic::Nic;
 pub use engine::{MrHandle, Pages, PeerGroup, ScatterDst, TransferEngine};

@@ -26,8 +26,8 @@ pub type fabriclib_done_cb = Option<unsafe extern "C" fn(user_data: *mut c_void,
 pub type fabriclib_recv_cb =
     Option<unsafe extern "C" fn(user_data: *mut c_void, status: fabriclib_status, data: *const u8, len: usize)>;
 
-/// Options of one request: how it reports its end, and its deadline (later
-/// versions add fields at the end: a NIC, a shard mode, a CUDA stream).
+/// Options of one request: how it reports its end, its deadline, and which
+/// NICs carry it (later versions add fields at the end: a CUDA stream).
 /// Pass NULL for no report and the engine's default deadline. Zero-initialise
 /// it, set `struct_size = sizeof(fabriclib_submit_opts)`, then at most one of
 /// `callback` and `flag`:
@@ -41,6 +41,16 @@ pub type fabriclib_recv_cb =
 /// none, any other value is this request's own deadline in microseconds
 /// after the submit. A request that misses it ends with
 /// `FABRICLIB_STATUS_TIMED_OUT`.
+///
+/// `route` (since 0.3): `FABRICLIB_ROUTE_SHARD` (0, the default) spreads the
+/// request over all the engine's NICs (domains): unit `k` (a page, a chunk
+/// of a single write of 256 KiB or more, a scatter or barrier destination)
+/// on NIC `(k + r) mod n`, `r` rotating from request to request;
+/// `FABRICLIB_ROUTE_NIC` puts all of it on NIC `nic` (a domain index, as in
+/// `fabriclib_engine_nic`), in order, and a single write is not cut into
+/// chunks. Immediate counts are the same either way. `INVALID_ARGUMENT` for
+/// a NIC not below the domain count, or a send on a NIC other than 0
+/// (receive buffers are posted on NIC 0).
 ///
 /// `struct_size` is how the library tells which fields the caller knows: a
 /// program built against this header keeps working with later libraries
@@ -60,7 +70,14 @@ pub struct fabriclib_submit_opts {
     pub user_data: *mut c_void,
     pub flag: *mut u32,
     pub timeout_us: u64,
+    pub route: u32,
+    pub nic: u32,
 }
+
+/// `fabriclib_submit_opts.route`: over all NICs (the default).
+pub const FABRICLIB_ROUTE_SHARD: u32 = 0;
+/// `fabriclib_submit_opts.route`: on NIC `nic` only.
+pub const FABRICLIB_ROUTE_NIC: u32 = 1;
 
 /// Why request `request_id` (a submit's or an expectation's id) failed, for
 /// callers that watch a flag rather than take a callback: writes its status
@@ -166,8 +183,9 @@ fn status_of(r: &Result<()>) -> fabriclib_status {
     r.as_ref().map(|_| 0).unwrap_or_else(|e| e.status as i32)
 }
 
-/// The smallest `struct_size` accepted: the options as of 0.2. Never grows.
-const SUBMIT_OPTS_V1: usize = size_of::<fabriclib_submit_opts>();
+/// The smallest `struct_size` accepted: the options as of 0.2 (up to
+/// `timeout_us`; `route` and `nic` came in 0.3). Never grows.
+const SUBMIT_OPTS_V1: usize = std::mem::offset_of!(fabriclib_submit_opts, route);
 
 /// Reads a caller's size-prefixed options struct `p` (whose first field is
 /// its `struct_size`) into this version's `T`: sizes below `min` are
@@ -209,7 +227,15 @@ pub(crate) fn on_done(d: *const fabriclib_submit_opts) -> Result<RequestOpts> {
         FABRICLIB_NO_TIMEOUT => Deadline::Never,
         us => Deadline::After(std::time::Duration::from_micros(us)),
     };
-    notify_of(d).map(|done| done.deadline(deadline))
+    let opts = notify_of(d)?.deadline(deadline);
+    match d.route {
+        FABRICLIB_ROUTE_SHARD => Ok(opts),
+        FABRICLIB_ROUTE_NIC => Ok(opts.on_nic(d.nic as usize)),
+        r => Err(Error::new(
+            Status::InvalidArgument,
+            format!("fabriclib_submit_opts.route {r}: not a FABRICLIB_ROUTE_*"),
+        )),
+    }
 }
 
 fn notify_of(d: &fabriclib_submit_opts) -> Result<OnDone> {

@@ -45,7 +45,12 @@ impl OnDone {
 
     /// This notification with a deadline of its own (instead of the engine's).
     pub fn deadline(self, deadline: Deadline) -> RequestOpts {
-        RequestOpts { done: self, deadline }
+        RequestOpts { done: self, deadline, route: Route::Shard }
+    }
+
+    /// This notification, the request on NIC (domain) `k` only.
+    pub fn on_nic(self, k: usize) -> RequestOpts {
+        RequestOpts { done: self, deadline: Deadline::EngineDefault, route: Route::Nic(k) }
     }
 }
 
@@ -60,16 +65,39 @@ pub enum Deadline {
     After(std::time::Duration),
 }
 
-/// How a request reports its end, and when it times out. An `OnDone`
-/// converts into one with the engine's default deadline.
+/// Which NICs a request's work requests go through.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Route {
+    /// Over all of the engine's NICs (domains): unit `k` of a request (a
+    /// page, a chunk of a single write of 256 KiB or more, a scatter or
+    /// barrier destination) on NIC `(k + r) mod n`, `r` rotating from
+    /// request to request, so that pages and destinations spread evenly.
+    #[default]
+    Shard,
+    /// On NIC (domain) `k` only, as one stream: a single write is not cut
+    /// into chunks for sharding.
+    Nic(usize),
+}
+
+/// How a request reports its end, when it times out, and which NICs carry
+/// it. An `OnDone` converts into one with the engine's default deadline,
+/// sharded over every NIC.
 pub struct RequestOpts {
     pub done: OnDone,
     pub deadline: Deadline,
+    pub route: Route,
+}
+
+impl RequestOpts {
+    /// These options, the request on NIC (domain) `k` only.
+    pub fn on_nic(self, k: usize) -> RequestOpts {
+        RequestOpts { route: Route::Nic(k), ..self }
+    }
 }
 
 impl From<OnDone> for RequestOpts {
     fn from(done: OnDone) -> RequestOpts {
-        RequestOpts { done, deadline: Deadline::EngineDefault }
+        RequestOpts { done, deadline: Deadline::EngineDefault, route: Route::Shard }
     }
 }
 

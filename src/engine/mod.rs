@@ -10,7 +10,7 @@
 //! - `submit_barrier`: **1 per destination**.
 //! - Writes without an immediate deliver none; sends never count.
 use crate::bail;
-use crate::completion::notify::{self, Deadline, RequestId, RequestOpts};
+use crate::completion::notify::{self, Deadline, RequestId, RequestOpts, Route};
 use crate::config::EngineConfig;
 use crate::domain::{Memory, fabric::FabricDomain, null::NullDomain};
 use crate::error::{Error, Result, Status};
@@ -335,6 +335,20 @@ impl TransferEngine {
         Dst::of(self.shared.tag, desc)
     }
 
+    /// The one domain a request with `route` goes through (`None`: sharded).
+    fn nic_of(&self, route: Route, send: bool) -> Result<Option<u8>> {
+        match route {
+            Route::Shard => Ok(None),
+            Route::Nic(k) if k >= self.domains() => {
+                bail!(InvalidArgument, "NIC {k}: the engine has {} (0..{})", self.domains(), self.domains())
+            }
+            Route::Nic(k) if send && k != 0 => {
+                bail!(InvalidArgument, "NIC {k}: sends travel through NIC 0, where receive buffers are posted")
+            }
+            Route::Nic(k) => Ok(Some(k as u8)),
+        }
+    }
+
     fn timeout(&self, d: Deadline) -> Option<std::time::Duration> {
         match d {
             Deadline::EngineDefault => self.request_timeout,
@@ -351,6 +365,7 @@ impl TransferEngine {
         opts: RequestOpts,
     ) -> Result<RequestId> {
         self.alive()?;
+        let nic = self.nic_of(opts.route, matches!(shape, Shape::Send { .. }))?;
         // The completion path is bounded too: requests not yet reported
         // (callbacks not yet returned) count until they are.
         if self.shared.inflight.fetch_add(1, Ordering::Acquire) >= self.max_inflight {
@@ -359,7 +374,7 @@ impl TransferEngine {
         }
         let id = self.next_request.fetch_add(1, Ordering::Relaxed);
         let timeout = self.timeout(opts.deadline);
-        let req = Request { id, timeout, shape, imm, done: opts.done, region: src_mr.map(|m| m.0.index) };
+        let req = Request { id, timeout, shape, imm, done: opts.done, region: src_mr.map(|m| m.0.index), nic };
         if let Err(req) = self.shared.data.push(req) {
             // Dropped unfired: a submit that returns an error never calls back.
             drop(req);
@@ -517,6 +532,8 @@ impl TransferEngine {
         }
         check_range(|| "single write source", src_offset, len, src.len() as u64)?;
         check_range(|| "single write destination", dst_offset, len, dst.len)?;
+        let opts = done.into();
+        let sharded = self.nic_of(opts.route, false)?.is_none() && self.domains() > 1;
         let max = self.max_msg_size() as u64;
         let chunk = match imm {
             Some(_) if len > max => bail!(
@@ -524,14 +541,12 @@ impl TransferEngine {
                 "a write with an immediate is one work request: {len} bytes is over max_msg_size {max}; use paged writes"
             ),
             Some(_) => len.max(1),
-            None if len >= SHARD_MIN && self.domains() > 1 => {
-                len.div_ceil(self.domains() as u64).next_multiple_of(4096).min(max)
-            }
+            None if len >= SHARD_MIN && sharded => len.div_ceil(self.domains() as u64).next_multiple_of(4096).min(max),
             None => len.min(max),
         };
         let shape =
             Shape::Single { src: src.0.ptr + src_offset as usize, dst: self.dst(dst), dst_off: dst_offset, len, chunk };
-        self.submit(shape, imm, Some(src), done.into())
+        self.submit(shape, imm, Some(src), opts)
     }
 
     /// Writes `src_pages.indices.len()` pages of `page_len` bytes; page `i`

@@ -509,8 +509,14 @@ impl<D: Domain> Worker<D> {
         if a.units == 0 {
             return self.maybe_finish(slot); // a connect: its peer is up
         }
-        // Sends always go through domain 0; everything else rotates the first domain.
-        let rr = if matches!(a.req.shape, Shape::Send { .. }) { 0 } else { self.rr };
+        // A request on one NIC posts every unit there, in order; sends go
+        // through domain 0; everything else rotates the first domain.
+        if let Some(k) = a.req.nic.map(usize::from).or(matches!(a.req.shape, Shape::Send { .. }).then_some(0)) {
+            a.next[k] = 0;
+            self.pending[k].push_back((slot, a.epoch));
+            return;
+        }
+        let rr = self.rr;
         self.rr = (self.rr + a.units) % n;
         for d in 0..n {
             a.next[d] = (d + n - rr % n) % n;
@@ -579,7 +585,8 @@ impl<D: Domain> Worker<D> {
             match res {
                 Ok(Post::Posted) => {
                     self.tally.posted(d, peer, bytes);
-                    a.next[d] += n;
+                    // On one NIC the units follow each other; sharded, every n-th.
+                    a.next[d] += if a.req.nic.is_some() || matches!(a.req.shape, Shape::Send { .. }) { 1 } else { n };
                     a.posted += 1;
                     a.outstanding += 1;
                     posted += 1;

@@ -1,7 +1,8 @@
 //! What travels from the API to the worker, and how a request becomes work
 //! requests: a request is a list of `units` (one page, one chunk of a single
 //! write, one scatter destination, one barrier destination, one message);
-//! unit `k` goes to domain `(k + rr) % N`. Units are generated on the fly
+//! unit `k` goes to domain `(k + rr) % N` (all of them to domain `k`, in
+//! order, for a request on one NIC: `Route::Nic`). Units are generated on the fly
 //! from the request's shape, so posting allocates nothing per page.
 use super::Shared;
 pub use super::held::Dst;
@@ -74,6 +75,8 @@ pub struct Request {
     /// The source region's index in the worker's table (held.rs), which
     /// keeps it registered until the request ends.
     pub region: Option<u32>,
+    /// The one domain it goes through (`Route::Nic`); `None`: sharded.
+    pub nic: Option<u8>,
 }
 
 impl Request {
@@ -262,7 +265,7 @@ pub enum Ctrl {
 impl Request {
     /// A request with no source region and nobody to tell (unit tests).
     pub(crate) fn test(shape: Shape) -> Request {
-        Request { id: 1, timeout: None, shape, imm: None, done: OnDone::Nothing, region: None }
+        Request { id: 1, timeout: None, shape, imm: None, done: OnDone::Nothing, region: None, nic: None }
     }
 }
 

@@ -205,8 +205,10 @@ int main(void) {
     /* Options of another version: struct_size says which fields the caller knows. */
     fabriclib_submit_opts unsized = {.timeout_us = 1000};
     EXPECT(fabriclib_expect_imm_count(e, 20, 1, &unsized, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
-    unsized.struct_size = sizeof(fabriclib_submit_opts) - 8;
+    unsized.struct_size = 32; /* below 0.2's 40 bytes */
     EXPECT(fabriclib_expect_imm_count(e, 20, 1, &unsized, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    unsized.struct_size = 40; /* a program built against 0.2: no route, no nic */
+    EXPECT(fabriclib_expect_imm_count(e, 23, 1, &unsized, NULL), FABRICLIB_STATUS_OK);
     struct { fabriclib_submit_opts base; uint64_t nic, stream; } later = {.base = {.struct_size = sizeof later}};
     EXPECT(fabriclib_expect_imm_count(e, 21, 1, &later.base, NULL), FABRICLIB_STATUS_OK); /* later fields zero */
     later.stream = 7;
@@ -223,6 +225,12 @@ int main(void) {
     EXPECT(fabriclib_submit_single_write(e, 16, NULL, foreign, 0, rmr, 0, NULL, NULL), FABRICLIB_STATUS_BAD_HANDLE);
     EXPECT(fabriclib_submit_single_write(e, 16, NULL, (fabriclib_mr *)rmr, 0, rmr, 0, NULL, NULL), FABRICLIB_STATUS_BAD_HANDLE);
     EXPECT(fabriclib_submit_single_write(NULL, 16, NULL, mr, 0, rmr, 0, NULL, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+
+    /* Routes: a NIC the engine does not have, an unknown route. */
+    fabriclib_submit_opts on_nic1 = {.struct_size = sizeof(fabriclib_submit_opts), .route = FABRICLIB_ROUTE_NIC, .nic = 1};
+    EXPECT(fabriclib_submit_single_write(e, 16, NULL, mr, 0, rmr, 0, &on_nic1, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    fabriclib_submit_opts bad_route = {.struct_size = sizeof(fabriclib_submit_opts), .route = 7};
+    EXPECT(fabriclib_submit_single_write(e, 16, NULL, mr, 0, rmr, 0, &bad_route, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
 
     /* Paged writes: page indices outside either region, counts. */
     fabriclib_pages ok = {idx_ok, 2, 1024, 0}, badp = {idx_bad, 2, 1024, 0}, zero = {idx_ok, 0, 1024, 0};

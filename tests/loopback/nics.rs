@@ -202,3 +202,69 @@ pub fn counters_count_every_page(prov: &str, domains: usize) -> TestResult {
     }
     wait_hash(&mut p, &want)
 }
+
+/// Per-request routing: a request pinned to one NIC puts all its bytes
+/// there, a sharded one spreads them evenly; the receiver counts the same
+/// immediates either way.
+pub fn requests_pinned_to_a_nic_or_sharded(prov: &str, domains: usize) -> TestResult {
+    const PAGES: usize = 1000;
+    const R: usize = PAGES * 4096;
+    let l = local(prov, domains, R, 61)?;
+    let mut p = Peer::spawn(prov, domains, R)?;
+    let d = desc(&p);
+    let last = domains - 1;
+    let bytes = |c: &fabriclib::Counters| c.nics.iter().map(|n| n.total.bytes_completed).collect::<Vec<_>>();
+    let delta = |a: &[u64], b: &[u64]| a.iter().zip(b).map(|(x, y)| x - y).collect::<Vec<_>>();
+    let idx: Vec<u32> = (0..PAGES as u32).collect();
+    let pages = Pages { indices: &idx, stride: 4096, offset: 0 };
+    let mut want = vec![0u8; R];
+    want.copy_from_slice(&l.mem);
+    // Pinned to the last NIC, with an immediate per page.
+    p.expect(0x71, PAGES as u32);
+    let c0 = bytes(&l.engine.counters().map_err(e2s)?);
+    let f = flag();
+    let pinned = OnDone::Flag(f.clone()).on_nic(last);
+    l.engine.submit_paged_writes(4096, Some(0x71), &l.mr, pages, &d, pages, pinned).map_err(e2s)?;
+    wait_flag(&f)?;
+    p.fired(0x71)?;
+    let c1 = bytes(&l.engine.counters().map_err(e2s)?);
+    let mut on_last = vec![0; domains];
+    on_last[last] = R as u64;
+    if delta(&c1, &c0) != on_last {
+        return Err(format!("pinned to NIC {last}: bytes per NIC {:?}, want {on_last:?}", delta(&c1, &c0)));
+    }
+    // Sharded (the default), same immediate count.
+    p.expect(0x72, PAGES as u32);
+    let f = flag();
+    l.engine.submit_paged_writes(4096, Some(0x72), &l.mr, pages, &d, pages, OnDone::Flag(f.clone())).map_err(e2s)?;
+    wait_flag(&f)?;
+    p.fired(0x72)?;
+    let c2 = bytes(&l.engine.counters().map_err(e2s)?);
+    if delta(&c2, &c1) != vec![(R / domains) as u64; domains] {
+        return Err(format!("sharded: bytes per NIC {:?}, want {} each", delta(&c2, &c1), R / domains));
+    }
+    // A 1 MiB single write pinned to NIC 0 is not cut for sharding.
+    let f = flag();
+    l.engine.submit_single_write(1 << 20, None, &l.mr, 0, &d, 0, OnDone::Flag(f.clone()).on_nic(0)).map_err(e2s)?;
+    wait_flag(&f)?;
+    let c3 = bytes(&l.engine.counters().map_err(e2s)?);
+    let mut on_first = vec![0; domains];
+    on_first[0] = 1 << 20;
+    if delta(&c3, &c2) != on_first {
+        return Err(format!("single write on NIC 0: bytes per NIC {:?}", delta(&c3, &c2)));
+    }
+    check_hash(&mut p, &want)?;
+    // NICs the engine does not have; sends only on NIC 0.
+    let refused = |r: fabriclib::Result<fabriclib::RequestId>, what: &str| match r {
+        Err(e) if e.status == Status::InvalidArgument => Ok(()),
+        other => Err(format!("{what}: {other:?}")),
+    };
+    refused(
+        l.engine.submit_single_write(8, None, &l.mr, 0, &d, 0, OnDone::Nothing.on_nic(domains)),
+        "NIC out of range",
+    )?;
+    if domains > 1 {
+        refused(l.engine.submit_send(&addr(&p), b"hi", OnDone::Nothing.on_nic(1)), "a send on NIC 1")?;
+    }
+    Ok(())
+}
