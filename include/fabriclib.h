@@ -103,12 +103,12 @@
 // The version of this header (Cargo.toml's; the library's own at run time:
 // fabriclib_version(), fabriclib_version_number()).
 #define FABRICLIB_VERSION_MAJOR 0
-#define FABRICLIB_VERSION_MINOR 2
+#define FABRICLIB_VERSION_MINOR 3
 #define FABRICLIB_VERSION_PATCH 0
-#define FABRICLIB_VERSION_STRING "0.2.0"
+#define FABRICLIB_VERSION_STRING "0.3.0"
 // One number per version, comparable: major * 1000000 + minor * 1000 + patch.
 #define FABRICLIB_VERSION_NUMBER(major, minor, patch) ((major) * 1000000u + (minor) * 1000u + (patch))
-#define FABRICLIB_VERSION FABRICLIB_VERSION_NUMBER(0, 2, 0)
+#define FABRICLIB_VERSION FABRICLIB_VERSION_NUMBER(0, 3, 0)
 // True when this header is at least version major.minor.patch.
 #define FABRICLIB_VERSION_AT_LEAST(major, minor, patch) (FABRICLIB_VERSION >= FABRICLIB_VERSION_NUMBER(major, minor, patch))
 
@@ -408,7 +408,7 @@ typedef struct fabriclib_scatter_dst {
 extern "C" {
 #endif // __cplusplus
 
-// The library's version, e.g. `"0.2.0"` (the header's is
+// The library's version, e.g. `"0.3.0"` (the header's is
 // `FABRICLIB_VERSION_STRING`). Static string; never fails.
 const char *fabriclib_version(void);
 

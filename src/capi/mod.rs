@@ -163,7 +163,7 @@ pub(crate) fn address(p: *const u8, len: usize, what: &str) -> Result<crate::wir
     crate::wire::NetAddr::parse(bytes(p, len, what)?)
 }
 
-/// The library's version, e.g. `"0.2.0"` (the header's is
+/// The library's version, e.g. `"0.3.0"` (the header's is
 /// `FABRICLIB_VERSION_STRING`). Static string; never fails.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_version() -> *const c_char {
