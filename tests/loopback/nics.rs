@@ -4,7 +4,9 @@
 //! (`EngineConfig::nics`); a paged write spread over the two domains must
 //! leave through both interfaces (the kernel's byte counters say so), and
 //! every byte must land.
+use super::faults::Ends;
 use super::*;
+use fabriclib::{Deadline, PeerState};
 use std::process::Command;
 
 fn ip(args: &[&str]) -> Result<(), String> {
@@ -43,6 +45,11 @@ impl Pairs {
             ip(&["-n", &p.ns, "link", "set", &b, "up"])?;
         }
         Ok(p)
+    }
+
+    /// Takes pair `k`'s link up or down (at our end).
+    fn link(&self, k: usize, up: bool) -> Result<(), String> {
+        ip(&["link", "set", &self.ours[k], if up { "up" } else { "down" }])
     }
 
     /// Bytes interface `ours[k]` has sent.
@@ -265,6 +272,86 @@ pub fn requests_pinned_to_a_nic_or_sharded(prov: &str, domains: usize) -> TestRe
     )?;
     if domains > 1 {
         refused(l.engine.submit_send(&addr(&p), b"hi", OnDone::Nothing.on_nic(1)), "a send on NIC 1")?;
+    }
+    Ok(())
+}
+
+/// One of two NICs loses its link in the middle of a stream of writes
+/// (documented in README, "NICs"): nothing tells the engine (TCP retries in
+/// silence), so requests with work on that NIC end `TimedOut` at their
+/// deadline, while requests on the other NIC go on and the peer stays up
+/// (the engine's keepalives travel on NIC 0). Once the link is back,
+/// sharded requests complete again.
+pub fn one_nic_down_mid_transfer(prov: &str, domains: usize) -> TestResult {
+    if !prov.starts_with("tcp") || domains != 2 {
+        eprintln!("    (runs on tcp with 2 domains: one per NIC)");
+        return Ok(());
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { geteuid() } != 0 {
+        eprintln!("    skipped: network namespaces need root");
+        return Ok(());
+    }
+    const R: usize = 8 << 20;
+    let pairs = Pairs::up(2)?;
+    let cfg = EngineConfig { domains: 2, nics: pairs.ours.clone(), ..Default::default() };
+    let l = local_with(cfg, prov, R, 71)?;
+    let bind = format!("nics={}", pairs.theirs.join(","));
+    let mut p = Peer::spawn_in(Some(&pairs.ns), &bind, prov, 2, R)?;
+    let d = desc(&p);
+    still_up(&l, &d)?;
+    let idx: Vec<u32> = (0..256).collect();
+    let pages = |i: usize| Pages { indices: &idx, stride: 4096, offset: (i * 256 * 4096) as u64 % R as u64 };
+    // 0..8: sharded over both NICs, 2 s deadline; 8..16: on NIC 0 only.
+    let ends = Ends::new(16);
+    let soon = |i: usize| ends.on(i).deadline(Deadline::After(Duration::from_secs(2)));
+    for i in 0..8 {
+        if i == 2 {
+            pairs.link(1, false)?;
+        }
+        l.engine.submit_paged_writes(4096, None, &l.mr, pages(i), &d, pages(i), soon(i)).map_err(e2s)?;
+    }
+    for i in 8..16 {
+        let on0 = soon(i).on_nic(0);
+        l.engine.submit_paged_writes(4096, None, &l.mr, pages(i), &d, pages(i), on0).map_err(e2s)?;
+    }
+    ends.wait_all(Duration::from_secs(10))?;
+    ends.only(&[Status::Ok, Status::TimedOut])?;
+    if (8..16).any(|i| ends.status(i) != Status::Ok) {
+        return Err(format!("a write on the live NIC did not complete: {:?}", ends.tally()));
+    }
+    if !(2..8).any(|i| ends.status(i) == Status::TimedOut) {
+        return Err(format!("writes sharded over the dead NIC all completed: {:?}", ends.tally()));
+    }
+    if l.engine.peer_state(&addr(&p)).map_err(e2s)? != Some(PeerState::Up) {
+        return Err("the peer went down with one of its two NICs".into());
+    }
+    eprintln!("    NIC 1 down: {:?} (0..8 sharded, 8..16 on NIC 0)", ends.tally());
+    // The link comes back: sharded writes complete again (TCP resends).
+    pairs.link(1, true)?;
+    let t = Instant::now();
+    loop {
+        let f = flag();
+        let done = OnDone::Flag(f.clone()).deadline(Deadline::After(Duration::from_secs(5)));
+        l.engine.submit_paged_writes(4096, None, &l.mr, pages(0), &d, pages(0), done).map_err(e2s)?;
+        if wait_flag(&f).is_ok() {
+            break;
+        }
+        if t.elapsed() > Duration::from_secs(60) {
+            return Err("sharded writes did not complete again after the link came back".into());
+        }
+    }
+    eprintln!("    link back: sharded writes complete again after {:.1?}", t.elapsed());
+    let _ = p.hash()?;
+    Ok(())
+}
+
+/// A write to `d` on each NIC completes.
+fn still_up(l: &Local, d: &Arc<MrDesc>) -> TestResult {
+    for k in 0..2 {
+        let f = flag();
+        l.engine.submit_single_write(4096, None, &l.mr, 0, d, 0, OnDone::Flag(f.clone()).on_nic(k)).map_err(e2s)?;
+        wait_flag(&f)?;
     }
     Ok(())
 }
