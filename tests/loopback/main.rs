@@ -550,7 +550,7 @@ const TESTS: &[(&str, Test)] = &[
     ("nic_names_are_checked", nics::nic_names_are_checked),
     ("counters_count_every_page", nics::counters_count_every_page),
     ("requests_pinned_to_a_nic_or_sharded", nics::requests_pinned_to_a_nic_or_sharded),
-    ("netns_two_nics_carry_a_paged_write", nics::two_nics_carry_a_paged_write),
+    ("netns_2_and_4_nics_carry_a_paged_write", nics::nics_carry_a_paged_write),
     ("netns_one_nic_down_mid_transfer", nics::one_nic_down_mid_transfer),
     ("no_stale_immediate_counts", imm::no_stale_immediate_counts),
     ("watcher_drives_layer_writes", imm::watcher_drives_layer_writes),
