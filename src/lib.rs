@@ -15,6 +15,7 @@ pub mod error;
 pub mod gpu;
 pub mod group;
 pub mod sys;
+pub mod topo;
 pub mod watcher;
 pub mod wire;
 

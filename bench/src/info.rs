@@ -5,22 +5,25 @@
 //! engine would put its domains by default.
 //!
 //! ```text
-//! fabriclib-info [--json] [--provider LIST] [--domains N]
+//! fabriclib-info [--json] [--provider LIST] [--domains N] [--nics-per-gpu N]
 //! ```
 use fabriclib::domain::fabric::FabricEndpoint;
 use fabriclib::domain::nic::{Nic, numa_of_pci, spread};
+use fabriclib::topo::Topo;
 use serde_json::{Value, json};
 
-const USAGE: &str = "usage: fabriclib-info [--json] [--provider LIST] [--domains N]
+const USAGE: &str = "usage: fabriclib-info [--json] [--provider LIST] [--domains N] [--nics-per-gpu N]
   --json           print JSON instead of text
   --provider LIST  providers to look at, comma-separated
                    (default: efa, verbs;ofi_rxm, tcp;ofi_rxm, shm)
-  --domains N      show where an engine of N domains would put them (default 2)";
+  --domains N      show where an engine of N domains would put them (default 2)
+  --nics-per-gpu N the topology plan: each GPU's N nearest NICs (default 1)";
 
 struct Opts {
     json: bool,
     providers: Vec<String>,
     domains: usize,
+    nics_per_gpu: usize,
 }
 
 fn parse(args: &[String]) -> Result<Opts, String> {
@@ -28,6 +31,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         json: false,
         providers: ["efa", "verbs;ofi_rxm", "tcp;ofi_rxm", "shm"].iter().map(|s| s.to_string()).collect(),
         domains: 2,
+        nics_per_gpu: 1,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -42,6 +46,13 @@ fn parse(args: &[String]) -> Result<Opts, String> {
                     .and_then(|v| v.parse().ok())
                     .filter(|&n| (1..=8).contains(&n))
                     .ok_or("--domains takes 1..=8")?
+            }
+            "--nics-per-gpu" => {
+                o.nics_per_gpu = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|&n| (1..=8).contains(&n))
+                    .ok_or("--nics-per-gpu takes 1..=8")?
             }
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other}")),
@@ -86,6 +97,32 @@ fn gpus() -> Result<Vec<Value>, String> {
         .collect()
 }
 
+/// hwloc's view (`fabriclib::topo`): GPUs and NICs with their PCI address,
+/// NUMA node and CPUs, and the plan of one group per GPU (its nearest NICs,
+/// a worker CPU) plus one per NUMA node for host memory.
+fn topology(nics_per_gpu: usize) -> Value {
+    let t = match Topo::system() {
+        Ok(t) => t,
+        Err(e) => return json!({ "error": e.message }),
+    };
+    let dev = |d: &fabriclib::topo::Device| json!({ "name": d.name, "pci": d.pci, "numa": d.numa, "cpus": d.cpus });
+    let per_gpu = nics_per_gpu.min(t.nics.len().max(1));
+    let plan = match t.plan(per_gpu) {
+        Ok(p) => json!(
+            p.iter()
+                .map(|g| json!({ "gpu": g.gpu, "nics": g.nics, "numa": g.numa, "worker_cpu": g.worker_cpu }))
+                .collect::<Vec<_>>()
+        ),
+        Err(e) => json!({ "error": e.message }),
+    };
+    json!({
+        "gpus": t.gpus.iter().map(dev).collect::<Vec<_>>(),
+        "nics": t.nics.iter().map(dev).collect::<Vec<_>>(),
+        "nics_per_gpu": per_gpu,
+        "plan": plan,
+    })
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let o = match parse(&args) {
@@ -118,6 +155,7 @@ fn main() {
         })
         .collect();
     let gpus = gpus();
+    let topo = topology(o.nics_per_gpu);
     let doc = json!({
         // SAFETY: a static NUL-terminated string.
         "fabriclib": unsafe { std::ffi::CStr::from_ptr(fabriclib::capi::fabriclib_version()) }.to_string_lossy(),
@@ -128,6 +166,7 @@ fn main() {
         "gpus": gpus.as_ref().ok(),
         "gpus_why_none": gpus.as_ref().err(),
         "domains_shown": o.domains,
+        "topology": topo,
     });
     if o.json {
         println!("{}", serde_json::to_string_pretty(&doc).unwrap());
@@ -167,8 +206,27 @@ fn print_text(doc: &Value) {
         Some(_) => println!("  none (the CUDA driver reports no device)"),
         None => println!("  none: {}", s(&doc["gpus_why_none"])),
     }
+    let t = &doc["topology"];
+    println!("\ntopology (hwloc):");
+    if let Some(e) = t["error"].as_str() {
+        println!("  unavailable: {e}");
+    } else {
+        for (what, list) in [("GPU", &t["gpus"]), ("NIC", &t["nics"])] {
+            for d in list.as_array().into_iter().flatten() {
+                let numa = d["numa"].as_u64().map_or("-".to_string(), |x| x.to_string());
+                println!("  {what} {:<14} PCI {:<14} NUMA {numa:<3} CPUs {}", s(&d["name"]), s(&d["pci"]), d["cpus"]);
+            }
+        }
+        println!("  plan, {} NIC(s) per GPU:", t["nics_per_gpu"]);
+        for g in t["plan"].as_array().into_iter().flatten() {
+            let who = g["gpu"].as_u64().map_or("host memory".to_string(), |x| format!("GPU {x}"));
+            let numa = g["numa"].as_u64().map_or("-".to_string(), |x| x.to_string());
+            println!("    {who:<12} NICs {} NUMA {numa} worker on CPU {}", g["nics"], g["worker_cpu"]);
+        }
+    }
     println!(
-        "\nAn engine runs one worker thread, unpinned, for all its domains; name NICs with \
+        "\nToday an engine runs one worker thread, unpinned, for all its domains (the plan above \
+         is what one engine per host with a group per GPU will follow); name NICs with \
          fabriclib_config_set_nics (EngineConfig::nics)."
     );
 }

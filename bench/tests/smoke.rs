@@ -164,6 +164,9 @@ fn fabriclib_info_lists_providers_and_their_nics() {
     assert!(p[2]["why"].as_str().unwrap().contains("no-such-provider"));
     assert!(doc["gpus"].is_array() || doc["gpus_why_none"].is_string());
     assert!(!doc["numa_nodes"].as_array().unwrap().is_empty());
+    // hwloc's view: at least a host-memory group in the plan.
+    let plan = doc["topology"]["plan"].as_array().unwrap_or_else(|| panic!("{}", doc["topology"]));
+    assert!(plan.iter().any(|g| g["gpu"].is_null() && g["worker_cpu"].is_u64()), "{plan:?}");
     let text = info().args(["--provider", "shm"]).output().unwrap();
     assert!(String::from_utf8_lossy(&text.stdout).contains("NIC shm"));
     assert_eq!(info().arg("--bogus").output().unwrap().status.code(), Some(2));
