@@ -40,25 +40,18 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "--provider" => {
                 o.providers = it.next().ok_or("--provider: missing value")?.split(',').map(String::from).collect()
             }
-            "--domains" => {
-                o.domains = it
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .filter(|&n| (1..=8).contains(&n))
-                    .ok_or("--domains takes 1..=8")?
-            }
-            "--nics-per-gpu" => {
-                o.nics_per_gpu = it
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .filter(|&n| (1..=8).contains(&n))
-                    .ok_or("--nics-per-gpu takes 1..=8")?
-            }
+            "--domains" => o.domains = one_to_eight(it.next(), a)?,
+            "--nics-per-gpu" => o.nics_per_gpu = one_to_eight(it.next(), a)?,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other}")),
         }
     }
     Ok(o)
+}
+
+/// The value of option `what`, a number 1..=8.
+fn one_to_eight(v: Option<&String>, what: &str) -> Result<usize, String> {
+    v.and_then(|v| v.parse().ok()).filter(|n| (1..=8).contains(n)).ok_or_else(|| format!("{what} takes 1..=8"))
 }
 
 fn nic_json(n: &Nic) -> Value {

@@ -126,26 +126,30 @@ fn names(d: &[&Device]) -> Vec<String> {
     d.iter().map(|d| d.name.clone()).collect()
 }
 
-/// A p5.48xlarge-like host: 2 sockets of 8 CPUs, 4 GPUs per socket, each
-/// behind its own PCIe switch with 4 EFA NICs.
-fn p5() -> String {
+/// An 8-GPU host on 2 sockets of `cpus` CPUs each: GPU g behind its own
+/// PCIe switch with the NICs `nics(g)`.
+fn eight_gpus(cpus: u32, nics: impl Fn(usize) -> Vec<Dev>) -> String {
     let mut bus = 0x10u8;
     let pkgs: Vec<Pkg> = (0..2u32)
         .map(|s| Pkg {
             node: s,
-            cpus: s * 8..s * 8 + 8,
+            cpus: s * cpus..(s + 1) * cpus,
             switches: (0..4)
                 .map(|k| {
                     let g = (s * 4 + k) as usize;
-                    let mut devs = vec![gpu(g)];
-                    devs.extend((0..4).map(|n| (EFA, Some((OSDEV_OPENFABRICS, format!("rdmap{g}s{n}"))))));
                     bus += 0x10;
-                    Switch { bus, devs }
+                    Switch { bus, devs: [vec![gpu(g)], nics(g)].concat() }
                 })
                 .collect(),
         })
         .collect();
     xml(&pkgs, &[])
+}
+
+/// A p5.48xlarge-like host: 2 sockets of 8 CPUs, 4 GPUs per socket, each
+/// behind its own PCIe switch with 4 EFA NICs.
+fn p5() -> String {
+    eight_gpus(8, |g| (0..4).map(|n| (EFA, Some((OSDEV_OPENFABRICS, format!("rdmap{g}s{n}"))))).collect())
 }
 
 #[test]
@@ -180,21 +184,8 @@ fn a_p5_host_gives_each_gpu_the_four_efa_nics_behind_its_switch() {
 
 #[test]
 fn one_connectx_per_gpu_maps_one_to_one() {
-    let mut bus = 0x10u8;
-    let pkgs: Vec<Pkg> = (0..2u32)
-        .map(|s| Pkg {
-            node: s,
-            cpus: s * 4..s * 4 + 4,
-            switches: (0..4)
-                .map(|k| {
-                    let g = (s * 4 + k) as usize;
-                    bus += 0x10;
-                    Switch { bus, devs: vec![gpu(g), (CX7, Some((OSDEV_OPENFABRICS, format!("mlx5_{g}"))))] }
-                })
-                .collect(),
-        })
-        .collect();
-    let t = Topo::from_xml(&xml(&pkgs, &[])).unwrap();
+    let host = eight_gpus(4, |g| vec![(CX7, Some((OSDEV_OPENFABRICS, format!("mlx5_{g}"))))]);
+    let t = Topo::from_xml(&host).unwrap();
     for g in 0..8 {
         assert_eq!(names(&t.nearest_nics(g, 1).unwrap()), [format!("mlx5_{g}")]);
         let two = t.nearest_nics(g, 2).unwrap();

@@ -17,7 +17,7 @@ struct Net {
     prefix: String,
 }
 
-fn ip(args: &[&str]) -> Result<(), String> {
+pub fn ip(args: &[&str]) -> Result<(), String> {
     let out = Command::new("ip").args(args).output().map_err(|e| format!("ip: {e}"))?;
     if out.status.success() {
         Ok(())
@@ -72,9 +72,7 @@ pub fn link_down_mid_transfer(prov: &str, domains: usize) -> TestResult {
         eprintln!("    (not an IP provider: nothing to take down)");
         return Ok(());
     }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { geteuid() } != 0 {
-        eprintln!("    skipped: network namespaces need root");
+    if !root_or_skip() {
         return Ok(());
     }
     const PAGES: usize = 10_000;
@@ -149,4 +147,14 @@ pub fn link_down_mid_transfer(prov: &str, domains: usize) -> TestResult {
 
 unsafe extern "C" {
     fn geteuid() -> u32;
+}
+
+/// Whether network namespaces can be made here (root); says so if not.
+pub fn root_or_skip() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { geteuid() } == 0;
+    if !root {
+        eprintln!("    skipped: network namespaces need root");
+    }
+    root
 }

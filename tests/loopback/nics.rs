@@ -6,18 +6,9 @@
 //! counters say so), and every byte must land. Also: NIC names checked,
 //! per-request routing, one NIC losing its link mid transfer.
 use super::faults::Ends;
+use super::netns::{ip, root_or_skip};
 use super::*;
 use fabriclib::{Deadline, PeerState};
-use std::process::Command;
-
-fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip").args(args).output().map_err(|e| format!("ip: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
-    }
-}
 
 /// A namespace joined to this one by `n` veth pairs: pair `k` has the
 /// subnet 10.(220+k).X.0/24, `.1` here (`ours[k]`), `.2` there (`theirs[k]`).
@@ -69,18 +60,17 @@ impl Drop for Pairs {
     }
 }
 
-unsafe extern "C" {
-    fn geteuid() -> u32;
+/// The multi-NIC netns tests run on tcp, in the 2-domain round, as root.
+fn netns_round(prov: &str, domains: usize) -> bool {
+    if !prov.starts_with("tcp") || domains != 2 {
+        eprintln!("    (runs on tcp, in the 2-domain round)");
+        return false;
+    }
+    root_or_skip()
 }
 
 pub fn nics_carry_a_paged_write(prov: &str, domains: usize) -> TestResult {
-    if !prov.starts_with("tcp") || domains != 2 {
-        eprintln!("    (runs on tcp, in the 2-domain round: with 2 and with 4 NICs)");
-        return Ok(());
-    }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { geteuid() } != 0 {
-        eprintln!("    skipped: network namespaces need root");
+    if !netns_round(prov, domains) {
         return Ok(());
     }
     for n in [2, 4] {
@@ -292,13 +282,7 @@ pub fn requests_pinned_to_a_nic_or_sharded(prov: &str, domains: usize) -> TestRe
 /// (the engine's keepalives travel on NIC 0). Once the link is back,
 /// sharded requests complete again.
 pub fn one_nic_down_mid_transfer(prov: &str, domains: usize) -> TestResult {
-    if !prov.starts_with("tcp") || domains != 2 {
-        eprintln!("    (runs on tcp with 2 domains: one per NIC)");
-        return Ok(());
-    }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { geteuid() } != 0 {
-        eprintln!("    skipped: network namespaces need root");
+    if !netns_round(prov, domains) {
         return Ok(());
     }
     const R: usize = 8 << 20;
