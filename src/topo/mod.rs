@@ -87,6 +87,10 @@ impl Topo {
                 let order: Vec<String> =
                     (0..n).filter_map(|i| cuda.pci_bus_id(i).ok()).map(|p| p.to_lowercase()).collect();
                 topo.gpus.sort_by_key(|g| order.iter().position(|p| *p == g.pci).unwrap_or(usize::MAX));
+                // hwloc without CUDA support names no OS device: the driver's index does.
+                for (i, g) in topo.gpus.iter_mut().enumerate().filter(|(_, g)| order.contains(&g.pci)) {
+                    g.name = format!("cuda{i}");
+                }
             }
         }
         Ok(topo)
