@@ -452,13 +452,24 @@ fabriclib_status fabriclib_config_set_bind_address(struct fabriclib_config *conf
 // Names the NIC of each domain, comma-separated, by the provider's names
 // for them (`"rdmap16s27-rdm,rdmap32s27-rdm"`, `"eth1,eth2"`; `fi_info`'s
 // domain names), and sets the number of domains to their count (at most
-// 8). NULL or `""` goes back to the default: with a bind address every
-// domain opens on its NIC, without one the domains spread over the
-// provider's NICs, loopback last. Named NICs override the bind address.
+// 8). NULL or `""` goes back to the default (also undoing
+// `fabriclib_config_set_nics_near_gpu`): with a bind address every domain
+// opens on its NIC, without one the domains spread over the provider's
+// NICs, loopback last. Named NICs override the bind address.
 // Creating the engine fails with `INVALID_ARGUMENT` if the provider has no
 // NIC of a name, or if the domain count was set to another number
 // afterwards. The string is copied.
 fabriclib_status fabriclib_config_set_nics(struct fabriclib_config *config, const char *nics);
+
+// Puts the domains on the `n` NICs nearest CUDA device `gpu` (1..=8; by
+// PCI distance in hwloc's view of the machine, nearest first) and sets the
+// number of domains to `n`; `fabriclib-info` shows that view. Creating the
+// engine fails with `INVALID_ARGUMENT` if the machine has no such GPU,
+// fewer than `n` NICs, or no provider offers them. NICs named with
+// `fabriclib_config_set_nics` override it.
+fabriclib_status fabriclib_config_set_nics_near_gpu(struct fabriclib_config *config,
+                                                    uint32_t gpu,
+                                                    uint32_t n);
 
 // Sets the number of domains (NICs) the engine drives, 1..=8 (default 1).
 // Every peer must use the same number.

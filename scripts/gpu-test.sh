@@ -33,6 +33,8 @@ for l in sys.stdin:
     local soname
     soname=$(readelf -d build/lib/libfabriclib.so | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
     cp -L build/lib/libfabriclib.so "$dir/$soname"
+    # hwloc (topology) is a run-time dependency; the GPU machine may lack it.
+    cp -L "$(ldconfig -p | sed -n 's/.*libhwloc.so.15 .*=> //p' | head -1)" "$dir/"
     echo "bundle in $dir: $(du -sh "$dir" | cut -f1)"
 }
 

@@ -55,6 +55,12 @@ pub struct EngineConfig {
     /// spread over the provider's NICs in their order, loopback last,
     /// domain `i` on NIC `i mod n`.
     pub nics: Vec<String>,
+    /// `Some((g, n))`: the NICs of the domains are the `n` nearest GPU `g`
+    /// (hwloc's topology, `crate::topo`), nearest first, and there are `n`
+    /// domains. Fails with `InvalidArgument` if the machine has no GPU `g`,
+    /// fewer than `n` NICs, or the provider does not offer one of them.
+    /// `nics` overrides it.
+    pub nics_near_gpu: Option<(usize, usize)>,
     /// Domains (NICs) the engine's worker drives; 1..=8. Peers must use the same count.
     pub domains: usize,
     /// Capacity of the lock-free submission queue; a full queue makes submits return `Again`.
@@ -114,6 +120,7 @@ impl Default for EngineConfig {
             provider: None,
             bind_addr: None,
             nics: Vec::new(),
+            nics_near_gpu: None,
             domains: 1,
             submit_queue: 4096,
             max_msg_size: None,

@@ -100,9 +100,10 @@ pub extern "C" fn fabriclib_config_set_bind_address(
 /// Names the NIC of each domain, comma-separated, by the provider's names
 /// for them (`"rdmap16s27-rdm,rdmap32s27-rdm"`, `"eth1,eth2"`; `fi_info`'s
 /// domain names), and sets the number of domains to their count (at most
-/// 8). NULL or `""` goes back to the default: with a bind address every
-/// domain opens on its NIC, without one the domains spread over the
-/// provider's NICs, loopback last. Named NICs override the bind address.
+/// 8). NULL or `""` goes back to the default (also undoing
+/// `fabriclib_config_set_nics_near_gpu`): with a bind address every domain
+/// opens on its NIC, without one the domains spread over the provider's
+/// NICs, loopback last. Named NICs override the bind address.
 /// Creating the engine fails with `INVALID_ARGUMENT` if the provider has no
 /// NIC of a name, or if the domain count was set to another number
 /// afterwards. The string is copied.
@@ -118,8 +119,33 @@ pub extern "C" fn fabriclib_config_set_nics(config: *mut fabriclib_config, nics:
         }
         if !names.is_empty() {
             c.cfg.domains = names.len();
+        } else {
+            c.cfg.nics_near_gpu = None;
         }
         c.cfg.nics = names;
+        Ok(())
+    })
+}
+
+/// Puts the domains on the `n` NICs nearest CUDA device `gpu` (1..=8; by
+/// PCI distance in hwloc's view of the machine, nearest first) and sets the
+/// number of domains to `n`; `fabriclib-info` shows that view. Creating the
+/// engine fails with `INVALID_ARGUMENT` if the machine has no such GPU,
+/// fewer than `n` NICs, or no provider offers them. NICs named with
+/// `fabriclib_config_set_nics` override it.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_config_set_nics_near_gpu(
+    config: *mut fabriclib_config,
+    gpu: u32,
+    n: u32,
+) -> fabriclib_status {
+    ffi(|| {
+        let c = config_mut(config)?;
+        if n == 0 || n as usize > crate::wire::MAX_DOMAINS {
+            crate::bail!(InvalidArgument, "{n} NICs near GPU {gpu}: 1..={}", crate::wire::MAX_DOMAINS);
+        }
+        c.cfg.nics_near_gpu = Some((gpu as usize, n as usize));
+        c.cfg.domains = n as usize;
         Ok(())
     })
 }

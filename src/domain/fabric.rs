@@ -427,6 +427,11 @@ fn domain_bind(bind: &str, index: usize) -> String {
 }
 
 impl FabricDomain {
+    /// `FabricEndpoint::list_nics`.
+    pub fn list_nics(provider: &str) -> Result<Vec<Nic>> {
+        FabricEndpoint::list_nics(provider)
+    }
+
     fn open_with(provider: &str, node: Option<&str>, nic: &Choice, window: usize, wait: bool) -> Result<FabricDomain> {
         let fe = FabricEndpoint::open_on(provider, node, nic, 4096, wait)?;
         let ctx = CtxPool::new(fe.depth().max(256), window);

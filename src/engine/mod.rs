@@ -103,6 +103,36 @@ pub struct TransferEngine {
     watchers: crate::watcher::Watchers,
 }
 
+/// `cfg` with `nics_near_gpu` turned into NIC names (and the first
+/// provider that offers them all); `None` when it is not set or `nics` is.
+fn near_gpu(cfg: &EngineConfig) -> Result<Option<EngineConfig>> {
+    let Some((g, n)) = cfg.nics_near_gpu.filter(|_| cfg.nics.is_empty()) else {
+        return Ok(None);
+    };
+    if n == 0 || n > crate::wire::MAX_DOMAINS {
+        bail!(InvalidArgument, "{n} NICs near GPU {g}: 1..={}", crate::wire::MAX_DOMAINS);
+    }
+    let topo = crate::topo::Topo::system()?;
+    let mut why = Vec::new();
+    for p in cfg.providers() {
+        let nics = match FabricDomain::list_nics(&p) {
+            Ok(nics) => nics,
+            Err(e) => {
+                why.push(format!("{p}: {}", e.message));
+                continue;
+            }
+        };
+        match crate::topo::provider_nics_near(&topo, g, n, &nics) {
+            Ok(names) => {
+                return Ok(Some(EngineConfig { provider: Some(p), nics: names, domains: n, ..cfg.clone() }));
+            }
+            Err(e) if e.status == Status::InvalidArgument && topo.nearest_nics(g, n).is_err() => return Err(e),
+            Err(e) => why.push(format!("{p}: {}", e.message)),
+        }
+    }
+    bail!(InvalidArgument, "no provider offers the {n} NICs nearest GPU {g}: {}", why.join("; "))
+}
+
 /// Checks `[off, off+len)` against a region of `region` bytes; `what` names
 /// the range in the error (built only on failure: this runs per page and per
 /// destination).
@@ -117,6 +147,8 @@ impl TransferEngine {
     /// Opens `cfg.domains` domains of the configured provider and starts the
     /// worker and callback threads.
     pub fn new(cfg: &EngineConfig) -> Result<TransferEngine> {
+        let resolved = near_gpu(cfg)?;
+        let cfg = resolved.as_ref().unwrap_or(cfg);
         let (notifier, callbacks, inline) = if cfg.manual_progress {
             let (n, rx) = notify::inline_callbacks();
             (n, None, Some(Mutex::new(rx)))

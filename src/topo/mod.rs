@@ -207,6 +207,30 @@ impl Topo {
     }
 }
 
+/// The provider NICs (`nics`, as `FabricEndpoint::list_nics` gives them)
+/// that are the `n` NICs nearest GPU `g` of `topo`, nearest first, matched
+/// by PCI address; an error if the machine has fewer, or the provider does
+/// not offer one of them.
+pub fn provider_nics_near(topo: &Topo, g: usize, n: usize, nics: &[crate::Nic]) -> Result<Vec<String>> {
+    topo.nearest_nics(g, n)?
+        .iter()
+        .map(|d| {
+            nics.iter().find(|p| p.pci.as_deref() == Some(d.pci.as_str())).map(|p| p.name.clone()).ok_or_else(|| {
+                let have: Vec<&str> = nics.iter().map(|p| p.name.as_str()).collect();
+                Error::new(
+                    Status::InvalidArgument,
+                    format!(
+                        "NIC {} ({}) near GPU {g} is not one of the provider's ({})",
+                        d.name,
+                        d.pci,
+                        have.join(", ")
+                    ),
+                )
+            })
+        })
+        .collect()
+}
+
 /// The persistent indices from the root down to `o`.
 fn path_of(o: &TopologyObject) -> Vec<u64> {
     let mut p: Vec<u64> = o.ancestors().map(|a| a.global_persistent_index()).collect();

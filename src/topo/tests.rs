@@ -219,3 +219,17 @@ fn this_machine_has_a_topology() {
     let t = Topo::system().unwrap();
     assert!(!t.cpus.is_empty() && !t.numa_nodes.is_empty());
 }
+
+#[test]
+fn the_nics_near_a_gpu_are_matched_to_the_providers_by_pci_address() {
+    let t = Topo::from_xml(&p5()).unwrap();
+    // The provider lists GPU 2's NICs (EFA: `-rdm` domains) in another order, and others.
+    let nic = |name: &str, pci: &str| crate::Nic { name: name.into(), pci: Some(pci.into()), numa: None };
+    let mut provider: Vec<crate::Nic> = t.nics.iter().map(|d| nic(&format!("{}-rdm", d.name), &d.pci)).collect();
+    provider.reverse();
+    let got = provider_nics_near(&t, 2, 4, &provider).unwrap();
+    assert_eq!(got, (0..4).map(|n| format!("rdmap2s{n}-rdm")).collect::<Vec<_>>());
+    let e = provider_nics_near(&t, 2, 4, &provider[..4]).unwrap_err();
+    assert!(e.message.contains("is not one of the provider's"), "{e}");
+    assert!(provider_nics_near(&t, 9, 1, &provider).is_err(), "no GPU 9");
+}

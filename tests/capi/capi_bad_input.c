@@ -96,6 +96,12 @@ int main(void) {
     EXPECT(fabriclib_config_set_domains(cfg, 1), FABRICLIB_STATUS_OK);
     EXPECT(fabriclib_engine_create(cfg, &bad), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_config_set_nics(cfg, NULL), FABRICLIB_STATUS_OK);
+    EXPECT(fabriclib_config_set_nics_near_gpu(cfg, 0, 0), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_config_set_nics_near_gpu(cfg, 0, 9), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_config_set_nics_near_gpu(cfg, 1000, 1), FABRICLIB_STATUS_OK);
+    EXPECT(fabriclib_engine_create(cfg, &bad), FABRICLIB_STATUS_INVALID_ARGUMENT); /* no GPU 1000 */
+    EXPECT(fabriclib_config_set_nics(cfg, NULL), FABRICLIB_STATUS_OK);
+    EXPECT(fabriclib_config_set_domains(cfg, 1), FABRICLIB_STATUS_OK);
     EXPECT(fabriclib_config_set_provider(cfg, "no-such-provider"), FABRICLIB_STATUS_OK);
     EXPECT(fabriclib_engine_create(cfg, &bad), FABRICLIB_STATUS_UNSUPPORTED);
     EXPECT(fabriclib_engine_create(cfg, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);

@@ -145,6 +145,21 @@ pub fn nic_names_are_checked(prov: &str, domains: usize) -> TestResult {
     };
     refused(vec!["no-such-nic0".into()], 1, "no NIC named \"no-such-nic0\"; the provider has:")?;
     refused(vec!["a".into(), "b".into()], 1, "2 NICs named for 1 domains")?;
+    // NICs near a GPU: hwloc's nearest, by the provider's names.
+    let near =
+        |g: usize| EngineConfig { provider: Some(prov.into()), nics_near_gpu: Some((g, 1)), ..Default::default() };
+    match TransferEngine::new(&near(1000)) {
+        Err(e) if e.status == Status::InvalidArgument && e.message.contains("GPU 1000") => {}
+        other => return Err(format!("NICs near GPU 1000: {:?}", other.map(|_| ()))),
+    }
+    let gpus = fabriclib::topo::Topo::system().map_err(e2s)?.gpus.len();
+    match (gpus, TransferEngine::new(&near(0))) {
+        (0, Err(e)) if e.status == Status::InvalidArgument => {}
+        (n, Ok(e)) if n > 0 && e.domains() == 1 => eprintln!("    NIC near GPU 0: {:?}", e.nics()[0]),
+        // shm's one NIC is no PCI device: it is near no GPU.
+        (n, Err(e)) if n > 0 && e.message.contains("no provider offers") => {}
+        (n, other) => return Err(format!("{n} GPUs; NICs near GPU 0: {:?}", other.map(|_| ()))),
+    }
     // The provider's own name for its one NIC works (shm: "shm"; tcp: the
     // NIC of the first address it lists, here asked for by name).
     let any = TransferEngine::new(&EngineConfig { provider: Some(prov.into()), ..Default::default() }).map_err(e2s)?;
