@@ -35,6 +35,8 @@ for l in sys.stdin:
     cp -L build/lib/libfabriclib.so "$dir/$soname"
     # hwloc (topology) is a run-time dependency; the GPU machine may lack it.
     cp -L "$(ldconfig -p | sed -n 's/.*libhwloc.so.15 .*=> //p' | head -1)" "$dir/"
+    # Without debug info the bundle stays well under what a device run carries.
+    strip "$dir/gpu-suite" "$dir/fabriclib-bench" 2>/dev/null || true
     echo "bundle in $dir: $(du -sh "$dir" | cut -f1)"
 }
 
