@@ -10,21 +10,23 @@
 //! - `submit_barrier`: **1 per destination**.
 //! - Writes without an immediate deliver none; sends never count.
 use crate::bail;
-use crate::completion::notify::{self, Deadline, RequestId, RequestOpts, Route};
+use crate::completion::notify::{self, Deadline, RequestId, RequestOpts};
 use crate::config::EngineConfig;
-use crate::domain::{Memory, fabric::FabricDomain, null::NullDomain};
+use crate::domain::{fabric::FabricDomain, null::NullDomain};
 use crate::error::{Error, Result, Status};
-use crate::group::request::{Ctrl, Dst, MrInner, Request, ScatterItem, Shape};
+use crate::group::request::{Ctrl, Dst, Request, ScatterItem, Shape};
 use crate::group::{self, GroupInfo, MAX_SEND, Shared};
-use crate::wire::{MrDesc, NetAddr, RemoteKey};
+use crate::wire::{MrDesc, NetAddr};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 
-unsafe extern "C" {
-    fn close(fd: i32) -> i32;
-}
+mod memory;
+mod nics;
+mod progress;
+
+pub use memory::MrHandle;
 
 /// How long a control call polls for the worker's reply before sleeping on it.
 const RPC_POLL: std::time::Duration = std::time::Duration::from_micros(50);
@@ -36,32 +38,6 @@ pub const MAX_RECV_BUFFERS: usize = 4096;
 const SHARD_MIN: u64 = 256 * 1024;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
-/// A registered local region (source of writes, target of peers' writes).
-/// Cloning is cheap; the registration ends when the last clone and the last
-/// request using it are gone.
-#[derive(Clone)]
-pub struct MrHandle(pub(crate) Arc<MrInner>);
-
-impl MrHandle {
-    pub fn ptr(&self) -> *mut u8 {
-        self.0.ptr as *mut u8
-    }
-    pub fn len(&self) -> usize {
-        self.0.len
-    }
-    pub fn is_empty(&self) -> bool {
-        self.0.len == 0
-    }
-    /// The descriptor a peer needs to write here.
-    pub fn descriptor(&self) -> &Arc<MrDesc> {
-        &self.0.desc
-    }
-    /// The engine this region belongs to.
-    pub fn engine_id(&self) -> u64 {
-        self.0.engine_id
-    }
-}
 
 /// Pages on one side of a paged write: page `i` starts at `offset + indices[i] * stride`.
 #[derive(Clone, Copy, Debug)]
@@ -103,36 +79,6 @@ pub struct TransferEngine {
     watchers: crate::watcher::Watchers,
 }
 
-/// `cfg` with `nics_near_gpu` turned into NIC names (and the first
-/// provider that offers them all); `None` when it is not set or `nics` is.
-fn near_gpu(cfg: &EngineConfig) -> Result<Option<EngineConfig>> {
-    let Some((g, n)) = cfg.nics_near_gpu.filter(|_| cfg.nics.is_empty()) else {
-        return Ok(None);
-    };
-    if n == 0 || n > crate::wire::MAX_DOMAINS {
-        bail!(InvalidArgument, "{n} NICs near GPU {g}: 1..={}", crate::wire::MAX_DOMAINS);
-    }
-    let topo = crate::topo::Topo::system()?;
-    let mut why = Vec::new();
-    for p in cfg.providers() {
-        let nics = match FabricDomain::list_nics(&p) {
-            Ok(nics) => nics,
-            Err(e) => {
-                why.push(format!("{p}: {}", e.message));
-                continue;
-            }
-        };
-        match crate::topo::provider_nics_near(&topo, g, n, &nics) {
-            Ok(names) => {
-                return Ok(Some(EngineConfig { provider: Some(p), nics: names, domains: n, ..cfg.clone() }));
-            }
-            Err(e) if e.status == Status::InvalidArgument && topo.nearest_nics(g, n).is_err() => return Err(e),
-            Err(e) => why.push(format!("{p}: {}", e.message)),
-        }
-    }
-    bail!(InvalidArgument, "no provider offers the {n} NICs nearest GPU {g}: {}", why.join("; "))
-}
-
 /// Checks `[off, off+len)` against a region of `region` bytes; `what` names
 /// the range in the error (built only on failure: this runs per page and per
 /// destination).
@@ -147,7 +93,7 @@ impl TransferEngine {
     /// Opens `cfg.domains` domains of the configured provider and starts the
     /// worker and callback threads.
     pub fn new(cfg: &EngineConfig) -> Result<TransferEngine> {
-        let resolved = near_gpu(cfg)?;
+        let resolved = nics::near_gpu(cfg)?;
         let cfg = resolved.as_ref().unwrap_or(cfg);
         let (notifier, callbacks, inline) = if cfg.manual_progress {
             let (n, rx) = notify::inline_callbacks();
@@ -211,19 +157,6 @@ impl TransferEngine {
         &self.info.address
     }
 
-    /// Work requests and bytes posted and completed, and failures, per NIC
-    /// (domain) and per peer, since the engine started: the application's
-    /// requests only (not the engine's handshakes and keepalives). Counted
-    /// by the worker and read through it (a control call).
-    pub fn counters(&self) -> Result<crate::group::counters::Counters> {
-        self.rpc(|reply| Ctrl::Counters { reply })
-    }
-
-    /// The NIC each domain is open on, in domain order.
-    pub fn nics(&self) -> &[crate::domain::nic::Nic] {
-        &self.info.nics
-    }
-
     /// The libfabric provider in use (e.g. `tcp;ofi_rxm`).
     pub fn provider(&self) -> &str {
         &self.info.provider
@@ -272,83 +205,6 @@ impl TransferEngine {
         Ok(())
     }
 
-    /// Registers `len` bytes at `ptr` in every domain. The memory must stay
-    /// valid until the returned handle (and every request using it) is gone.
-    ///
-    /// # Safety
-    /// `ptr..ptr+len` must be readable and writable memory that outlives the registration.
-    pub unsafe fn register(&self, ptr: *mut u8, len: usize) -> Result<MrHandle> {
-        // Only a process that uses CUDA can hold device pointers: never load the driver to ask.
-        let device = if crate::gpu::cuda::loaded_by_process() {
-            crate::gpu::cuda::cuda().ok().and_then(|c| c.device_of(ptr))
-        } else {
-            None
-        };
-        // SAFETY: the caller's contract.
-        unsafe { self.register_memory(ptr, len, device) }
-    }
-
-    /// Registers `len` bytes at `ptr` that the caller says are host memory
-    /// (`device` `None`) or CUDA device memory of GPU `device` (the paper's
-    /// `reg_mr(ptr, len, device)`). Device memory goes to the provider as
-    /// such (a dma-buf where the driver exports one): a provider without
-    /// `FI_HMEM` refuses it with `Unsupported`, naming itself.
-    ///
-    /// # Safety
-    /// As `register`.
-    pub unsafe fn register_memory(&self, ptr: *mut u8, len: usize, device: Option<i32>) -> Result<MrHandle> {
-        if ptr.is_null() {
-            bail!(InvalidArgument, "register: NULL pointer");
-        }
-        if len == 0 {
-            bail!(InvalidArgument, "register: zero length");
-        }
-        if (ptr as usize).checked_add(len).is_none() {
-            bail!(InvalidArgument, "register: region wraps the address space");
-        }
-        let mem = match device {
-            None => Memory::Host,
-            Some(d) => {
-                let cuda = crate::gpu::cuda::cuda()?;
-                if cuda.device_of(ptr) != Some(d) {
-                    bail!(InvalidArgument, "register: {ptr:p} is not device memory of CUDA device {d}");
-                }
-                if !self.info.device_memory {
-                    return Err(crate::domain::no_device_memory(&self.info.provider, d));
-                }
-                Memory::Cuda { device: d, dmabuf: cuda.export_dmabuf(d, ptr, len).ok() }
-            }
-        };
-        let registered = self.rpc(|reply| Ctrl::Register { ptr: ptr as usize, len, mem, reply });
-        if let Memory::Cuda { dmabuf: Some((fd, _)), .. } = mem {
-            // SAFETY: our fd from the export; the provider holds its own reference now.
-            unsafe { close(fd) };
-        }
-        let (index, locals) = registered?;
-        let desc = Arc::new(MrDesc {
-            base: ptr as u64,
-            len: len as u64,
-            owner: self.info.address.clone(),
-            keys: locals.iter().map(|m| m.remote).collect::<Vec<RemoteKey>>(),
-            held: Default::default(),
-        });
-        Ok(MrHandle(Arc::new(MrInner {
-            index,
-            engine_id: self.id,
-            ptr: ptr as usize,
-            len,
-            desc,
-            shared: self.shared.clone(),
-        })))
-    }
-
-    fn own(&self, mr: &MrHandle) -> Result<()> {
-        if mr.0.engine_id != self.id {
-            bail!(BadHandle, "memory region belongs to another engine");
-        }
-        Ok(())
-    }
-
     fn check_peer(&self, owner: &NetAddr) -> Result<()> {
         if owner.domains.len() != self.domains() {
             bail!(
@@ -365,20 +221,6 @@ impl TransferEngine {
     /// worker's table once the worker holds it, else a clone.
     fn dst(&self, desc: &Arc<MrDesc>) -> Dst {
         Dst::of(self.shared.tag, desc)
-    }
-
-    /// The one domain a request with `route` goes through (`None`: sharded).
-    fn nic_of(&self, route: Route, send: bool) -> Result<Option<u8>> {
-        match route {
-            Route::Shard => Ok(None),
-            Route::Nic(k) if k >= self.domains() => {
-                bail!(InvalidArgument, "NIC {k}: the engine has {} (0..{})", self.domains(), self.domains())
-            }
-            Route::Nic(k) if send && k != 0 => {
-                bail!(InvalidArgument, "NIC {k}: sends travel through NIC 0, where receive buffers are posted")
-            }
-            Route::Nic(k) => Ok(Some(k as u8)),
-        }
     }
 
     fn timeout(&self, d: Deadline) -> Option<std::time::Duration> {
@@ -742,89 +584,6 @@ impl TransferEngine {
 
     /// Stops the engine: every pending request ends (`Shutdown` unless it had
     /// already finished on the wire), then both threads are joined. Called by Drop.
-    /// Watches a new 64-bit word (zero at first) of `kind` memory (for GPU
-    /// `device` when CUDA-mapped): the engine's watcher thread calls
-    /// `cb(old, new)` whenever it sees the word change (see `watcher`).
-    pub fn watch(
-        &self,
-        kind: crate::gpu::MemoryKind,
-        device: i32,
-        cb: crate::watcher::WatchCallback,
-    ) -> Result<crate::watcher::Watcher> {
-        self.alive()?;
-        self.watchers.watch(kind, device, cb)
-    }
-
-    /// Manual progress (`EngineConfig::manual_progress`): runs one pass of
-    /// the engine on the calling thread — take new requests and control
-    /// calls, post, poll the completion queues, count immediates, store
-    /// completion flags, look at deadlines and keepalives — and returns
-    /// whether anything happened. Any thread may call it; one at a time does
-    /// the work (a call while another thread is inside returns `false` at
-    /// once). Nothing moves, no deadline fires and no keepalive goes out
-    /// between calls, so call it while anything is in flight or expected.
-    /// Flags are stored and callbacks run inside this call (there is no
-    /// callback thread in this mode); a callback may submit, cancel or call
-    /// `progress` (which then does nothing). Destroying an engine says
-    /// goodbye to its peers and waits up to `drain_timeout` for their answer:
-    /// keep progressing manual peers in the same process meanwhile.
-    /// Control calls (`register`, `expect_imm_count`, …) progress by
-    /// themselves until answered. With a worker thread it does nothing
-    /// and returns `false`.
-    pub fn progress(&self) -> bool {
-        let Some(m) = &self.manual else {
-            return false;
-        };
-        let busy = match m.try_lock() {
-            Ok(mut g) => g.as_mut().is_some_and(|p| p.step()),
-            Err(_) => false,
-        };
-        // Callbacks run here, after the worker is unlocked: they may submit,
-        // progress (a nested call does nothing) or destroy the engine.
-        busy | self.run_callbacks()
-    }
-
-    fn run_callbacks(&self) -> bool {
-        match self.inline.as_ref().map(|q| q.try_lock()) {
-            Some(Ok(q)) => notify::run_queued(&q),
-            _ => false,
-        }
-    }
-
-    /// Whether the engine runs in manual-progress mode.
-    pub fn is_manual(&self) -> bool {
-        self.manual.is_some()
-    }
-
-    /// Waits until `flag` has `FLAG_DONE`, or `timeout`: in manual-progress
-    /// mode by progressing the engine on this thread, else by sleeping on
-    /// the flag (`wait_flag`). Returns the flag's value.
-    pub fn wait_flag(&self, flag: &std::sync::atomic::AtomicU32, timeout: std::time::Duration) -> Result<u32> {
-        if self.manual.is_none() {
-            return crate::completion::flag::wait(flag, Some(timeout))
-                .ok_or_else(|| Error::new(Status::Again, format!("the flag was not done within {timeout:?}")));
-        }
-        let deadline = std::time::Instant::now() + timeout;
-        let mut idle = 0u32;
-        loop {
-            let v = flag.load(Ordering::Acquire);
-            if v & crate::FLAG_DONE != 0 {
-                return Ok(v);
-            }
-            if self.progress() {
-                idle = 0;
-            } else {
-                idle = idle.wrapping_add(1);
-                if idle % 64 == 0 {
-                    if std::time::Instant::now() >= deadline {
-                        bail!(Again, "the flag was not done within {timeout:?}");
-                    }
-                    std::thread::yield_now();
-                }
-            }
-        }
-    }
-
     pub fn shutdown(&mut self) {
         // Watcher callbacks submit: they stop first.
         self.watchers.stop();

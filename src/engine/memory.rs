@@ -1,0 +1,118 @@
+//! Registering memory: `register`, `register_memory` and the handle they
+//! return (deregistered once its last clone and last request are gone).
+use super::TransferEngine;
+use crate::bail;
+use crate::domain::Memory;
+use crate::error::Result;
+use crate::group::request::{Ctrl, MrInner};
+use crate::wire::{MrDesc, RemoteKey};
+use std::sync::Arc;
+
+unsafe extern "C" {
+    fn close(fd: i32) -> i32;
+}
+
+/// A registered local region (source of writes, target of peers' writes).
+/// Cloning is cheap; the registration ends when the last clone and the last
+/// request using it are gone.
+#[derive(Clone)]
+pub struct MrHandle(pub(crate) Arc<MrInner>);
+
+impl MrHandle {
+    pub fn ptr(&self) -> *mut u8 {
+        self.0.ptr as *mut u8
+    }
+    pub fn len(&self) -> usize {
+        self.0.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.len == 0
+    }
+    /// The descriptor a peer needs to write here.
+    pub fn descriptor(&self) -> &Arc<MrDesc> {
+        &self.0.desc
+    }
+    /// The engine this region belongs to.
+    pub fn engine_id(&self) -> u64 {
+        self.0.engine_id
+    }
+}
+
+impl TransferEngine {
+    /// Registers `len` bytes at `ptr` in every domain. The memory must stay
+    /// valid until the returned handle (and every request using it) is gone.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be readable and writable memory that outlives the registration.
+    pub unsafe fn register(&self, ptr: *mut u8, len: usize) -> Result<MrHandle> {
+        // Only a process that uses CUDA can hold device pointers: never load the driver to ask.
+        let device = if crate::gpu::cuda::loaded_by_process() {
+            crate::gpu::cuda::cuda().ok().and_then(|c| c.device_of(ptr))
+        } else {
+            None
+        };
+        // SAFETY: the caller's contract.
+        unsafe { self.register_memory(ptr, len, device) }
+    }
+
+    /// Registers `len` bytes at `ptr` that the caller says are host memory
+    /// (`device` `None`) or CUDA device memory of GPU `device` (the paper's
+    /// `reg_mr(ptr, len, device)`). Device memory goes to the provider as
+    /// such (a dma-buf where the driver exports one): a provider without
+    /// `FI_HMEM` refuses it with `Unsupported`, naming itself.
+    ///
+    /// # Safety
+    /// As `register`.
+    pub unsafe fn register_memory(&self, ptr: *mut u8, len: usize, device: Option<i32>) -> Result<MrHandle> {
+        if ptr.is_null() {
+            bail!(InvalidArgument, "register: NULL pointer");
+        }
+        if len == 0 {
+            bail!(InvalidArgument, "register: zero length");
+        }
+        if (ptr as usize).checked_add(len).is_none() {
+            bail!(InvalidArgument, "register: region wraps the address space");
+        }
+        let mem = match device {
+            None => Memory::Host,
+            Some(d) => {
+                let cuda = crate::gpu::cuda::cuda()?;
+                if cuda.device_of(ptr) != Some(d) {
+                    bail!(InvalidArgument, "register: {ptr:p} is not device memory of CUDA device {d}");
+                }
+                if !self.info.device_memory {
+                    return Err(crate::domain::no_device_memory(&self.info.provider, d));
+                }
+                Memory::Cuda { device: d, dmabuf: cuda.export_dmabuf(d, ptr, len).ok() }
+            }
+        };
+        let registered = self.rpc(|reply| Ctrl::Register { ptr: ptr as usize, len, mem, reply });
+        if let Memory::Cuda { dmabuf: Some((fd, _)), .. } = mem {
+            // SAFETY: our fd from the export; the provider holds its own reference now.
+            unsafe { close(fd) };
+        }
+        let (index, locals) = registered?;
+        let desc = Arc::new(MrDesc {
+            base: ptr as u64,
+            len: len as u64,
+            owner: self.info.address.clone(),
+            keys: locals.iter().map(|m| m.remote).collect::<Vec<RemoteKey>>(),
+            held: Default::default(),
+        });
+        Ok(MrHandle(Arc::new(MrInner {
+            index,
+            engine_id: self.id,
+            ptr: ptr as usize,
+            len,
+            desc,
+            shared: self.shared.clone(),
+        })))
+    }
+
+    pub(super) fn own(&self, mr: &MrHandle) -> Result<()> {
+        if mr.0.engine_id != self.id {
+            bail!(BadHandle, "memory region belongs to another engine");
+        }
+        Ok(())
+    }
+}

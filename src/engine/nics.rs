@@ -1,0 +1,68 @@
+//! Which NICs: named, near a GPU (`nics_near_gpu`), per request
+//! (`Route`), and what each NIC did (`counters`).
+use super::TransferEngine;
+use crate::bail;
+use crate::completion::notify::Route;
+use crate::config::EngineConfig;
+use crate::domain::fabric::FabricDomain;
+use crate::error::{Result, Status};
+use crate::group::request::Ctrl;
+
+/// `cfg` with `nics_near_gpu` turned into NIC names (and the first
+/// provider that offers them all); `None` when it is not set or `nics` is.
+pub(super) fn near_gpu(cfg: &EngineConfig) -> Result<Option<EngineConfig>> {
+    let Some((g, n)) = cfg.nics_near_gpu.filter(|_| cfg.nics.is_empty()) else {
+        return Ok(None);
+    };
+    if n == 0 || n > crate::wire::MAX_DOMAINS {
+        bail!(InvalidArgument, "{n} NICs near GPU {g}: 1..={}", crate::wire::MAX_DOMAINS);
+    }
+    let topo = crate::topo::Topo::system()?;
+    let mut why = Vec::new();
+    for p in cfg.providers() {
+        let nics = match FabricDomain::list_nics(&p) {
+            Ok(nics) => nics,
+            Err(e) => {
+                why.push(format!("{p}: {}", e.message));
+                continue;
+            }
+        };
+        match crate::topo::provider_nics_near(&topo, g, n, &nics) {
+            Ok(names) => {
+                return Ok(Some(EngineConfig { provider: Some(p), nics: names, domains: n, ..cfg.clone() }));
+            }
+            Err(e) if e.status == Status::InvalidArgument && topo.nearest_nics(g, n).is_err() => return Err(e),
+            Err(e) => why.push(format!("{p}: {}", e.message)),
+        }
+    }
+    bail!(InvalidArgument, "no provider offers the {n} NICs nearest GPU {g}: {}", why.join("; "))
+}
+
+impl TransferEngine {
+    /// Work requests and bytes posted and completed, and failures, per NIC
+    /// (domain) and per peer, since the engine started: the application's
+    /// requests only (not the engine's handshakes and keepalives). Counted
+    /// by the worker and read through it (a control call).
+    pub fn counters(&self) -> Result<crate::group::counters::Counters> {
+        self.rpc(|reply| Ctrl::Counters { reply })
+    }
+
+    /// The NIC each domain is open on, in domain order.
+    pub fn nics(&self) -> &[crate::domain::nic::Nic] {
+        &self.info.nics
+    }
+
+    /// The one domain a request with `route` goes through (`None`: sharded).
+    pub(super) fn nic_of(&self, route: Route, send: bool) -> Result<Option<u8>> {
+        match route {
+            Route::Shard => Ok(None),
+            Route::Nic(k) if k >= self.domains() => {
+                bail!(InvalidArgument, "NIC {k}: the engine has {} (0..{})", self.domains(), self.domains())
+            }
+            Route::Nic(k) if send && k != 0 => {
+                bail!(InvalidArgument, "NIC {k}: sends travel through NIC 0, where receive buffers are posted")
+            }
+            Route::Nic(k) => Ok(Some(k as u8)),
+        }
+    }
+}
