@@ -8,10 +8,6 @@ use crate::group::request::{Ctrl, MrInner};
 use crate::wire::{MrDesc, RemoteKey};
 use std::sync::Arc;
 
-unsafe extern "C" {
-    fn close(fd: i32) -> i32;
-}
-
 /// A registered local region (source of writes, target of peers' writes).
 /// Cloning is cheap; the registration ends when the last clone and the last
 /// request using it are gone.
@@ -89,7 +85,7 @@ impl TransferEngine {
         let registered = self.rpc(|reply| Ctrl::Register { ptr: ptr as usize, len, mem, reply });
         if let Memory::Cuda { dmabuf: Some((fd, _)), .. } = mem {
             // SAFETY: our fd from the export; the provider holds its own reference now.
-            unsafe { close(fd) };
+            unsafe { crate::group::close_fd(fd) };
         }
         let (index, locals) = registered?;
         let desc = Arc::new(MrDesc {

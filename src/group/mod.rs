@@ -83,6 +83,7 @@ pub struct GroupInfo {
 }
 
 pub use stage::MAX_SEND;
+pub(crate) use waiter::close as close_fd;
 /// Work requests posted per domain before the worker polls again.
 const POST_BURST: usize = 256;
 /// Empty polling passes between two `sched_yield`s.

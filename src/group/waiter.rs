@@ -11,7 +11,8 @@ unsafe extern "C" {
     fn eventfd(initval: u32, flags: i32) -> i32;
     fn read(fd: i32, buf: *mut u8, n: usize) -> isize;
     fn write(fd: i32, buf: *const u8, n: usize) -> isize;
-    fn close(fd: i32) -> i32;
+    /// Also used by the engine (a dma-buf fd once registered).
+    pub(crate) fn close(fd: i32) -> i32;
 }
 
 /// `struct epoll_event`: packed on x86-64 (the kernel ABI), natural elsewhere.
