@@ -1,0 +1,385 @@
+//! The libfabric domain: one `FI_EP_RDM` endpoint with its fabric, domain,
+//! address vector and completion queue.
+//!
+//! Provider quirks this file handles (measured, see the README's provider
+//! table): `mr_mode` bits are obeyed as returned (remote base = VA only with
+//! `FI_MR_VIRT_ADDR`, a unique requested key per domain, the local `desc`
+//! always passed, `fi_mr_bind`/`fi_mr_enable` with `FI_MR_ENDPOINT`); a remote
+//! write with immediate is recognised as `FI_REMOTE_CQ_DATA && !FI_RECV`
+//! (flags and `len` of that completion differ between providers); `-FI_EAGAIN`
+//! from a post means "progress, then retry"; every op gets an `fi_context2`
+//! slot so providers that require `FI_CONTEXT`/`FI_CONTEXT2` (EFA) work.
+// Buffers passed to the post_* methods are registered memory owned by the worker
+// (the Domain contract), so these methods stay safe to call from it.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+
+use super::ctx::{CtxPool, NO_PEER};
+use super::nic::{Choice, Nic};
+use super::{Chan, Completion, Domain, LocalMr, Memory, PeerId, Post, WriteWr};
+use crate::config::EngineConfig;
+use crate::error::{Error, Result, Status};
+use crate::sys::*;
+use std::collections::HashMap;
+use std::ffi::{CStr, c_char, c_void};
+use std::ptr::null_mut;
+
+unsafe extern "C" {
+    fn strdup(s: *const c_char) -> *mut c_char;
+}
+
+mod endpoint;
+pub use endpoint::FabricEndpoint;
+
+const CQ_BATCH: usize = 64;
+/// Address formats of IP-socket providers (tcp;ofi_rxm, ...): they bind to
+/// a configured host, and a restarted process can take an address again.
+pub(super) const IP_FORMATS: [u32; 3] = [FI_SOCKADDR, FI_SOCKADDR_IN, FI_SOCKADDR_IN6];
+/// The tag of the engine's own messages (`Chan::Engine`).
+const ENGINE_TAG: u64 = 0xfab1_0000_0000_0001;
+
+pub(super) fn fi_err(what: &str, ret: i64) -> Error {
+    // SAFETY: fi_strerror returns a pointer to a static string for any value.
+    let msg = unsafe { CStr::from_ptr(fi_strerror((-ret) as i32)) }.to_string_lossy();
+    Error::new(Status::Provider, format!("{what}: {msg} ({ret})"))
+}
+
+pub(super) fn check(what: &str, ret: i64) -> Result<()> {
+    if ret < 0 { Err(fi_err(what, ret)) } else { Ok(()) }
+}
+
+pub struct FabricDomain {
+    fe: FabricEndpoint,
+    /// `Domain::answer_free_limit`: shm's inject size, else unlimited.
+    answer_free: usize,
+    /// `Domain::addresses_come_back`: the provider uses IP addresses.
+    ip: bool,
+    peers: HashMap<Box<[u8]>, PeerId>,
+    ctx: CtxPool,
+    cq_buf: Vec<fi_cq_data_entry>,
+}
+
+// SAFETY: as for FabricEndpoint; the completion buffer holds plain data.
+unsafe impl Send for FabricDomain {}
+
+/// Splits a bind address into host and port: `host`, `host:port`,
+/// `[v6]` or `[v6]:port` (a bare IPv6 address has no port).
+pub fn split_bind(bind: &str) -> (String, Option<u16>) {
+    if let Some(rest) = bind.strip_prefix('[') {
+        if let Some((host, tail)) = rest.split_once(']') {
+            return (host.to_string(), tail.strip_prefix(':').and_then(|p| p.parse().ok()));
+        }
+    }
+    match bind.split_once(':') {
+        Some((host, port)) if !port.contains(':') => match port.parse() {
+            Ok(p) => (host.to_string(), Some(p)),
+            Err(_) => (bind.to_string(), None),
+        },
+        _ => (bind.to_string(), None),
+    }
+}
+
+/// Domain `index`'s bind address: with a port, domain i binds port + i.
+fn domain_bind(bind: &str, index: usize) -> String {
+    match split_bind(bind) {
+        (host, Some(p)) if host.contains(':') => format!("[{host}]:{}", p as usize + index),
+        (host, Some(p)) => format!("{host}:{}", p as usize + index),
+        _ => bind.to_string(),
+    }
+}
+
+impl FabricDomain {
+    /// `FabricEndpoint::list_nics`.
+    pub fn list_nics(provider: &str) -> Result<Vec<Nic>> {
+        FabricEndpoint::list_nics(provider)
+    }
+
+    fn open_with(provider: &str, node: Option<&str>, nic: &Choice, window: usize, wait: bool) -> Result<FabricDomain> {
+        let fe = FabricEndpoint::open_on(provider, node, nic, 4096, wait)?;
+        let ctx = CtxPool::new(fe.depth().max(256), window);
+        // shm (1.17) carries an operation up to its inject size inside the
+        // command it queues at the target, and completes it at once; a larger
+        // one is completed when the target answers, in the order posted (a
+        // write without an immediate is the exception: with CMA the sender
+        // copies it itself). Measured: one dead peer stalled every later
+        // large write-with-immediate of the engine.
+        // SAFETY: info is valid for the endpoint's life.
+        let inject = unsafe { (*(*fe.info).tx_attr).inject_size };
+        let answer_free = if fe.provider == "shm" { inject } else { usize::MAX };
+        // SAFETY: as above.
+        let ip = IP_FORMATS.contains(&unsafe { (*fe.info).addr_format });
+        let cq_buf = vec![fi_cq_data_entry::default(); CQ_BATCH];
+        Ok(FabricDomain { fe, answer_free, ip, peers: HashMap::new(), ctx, cq_buf })
+    }
+
+    fn post_result(&mut self, what: &str, ret: isize, ctx: *mut c_void) -> Result<Post> {
+        if ret == 0 {
+            return Ok(Post::Posted);
+        }
+        self.ctx.release(ctx);
+        if ret == -(FI_EAGAIN as isize) { Ok(Post::Again) } else { Err(fi_err(what, ret as i64)) }
+    }
+}
+
+impl Domain for FabricDomain {
+    fn open(cfg: &EngineConfig, index: usize) -> Result<Self> {
+        let bind = cfg.bind_addr().map(|b| domain_bind(&b, index));
+        // Named NICs first; else, with a bind address, its NIC; else spread.
+        if !cfg.nics.is_empty() && cfg.nics.len() != cfg.domains {
+            crate::bail!(
+                InvalidArgument,
+                "{} NICs named for {} domains: name one NIC per domain",
+                cfg.nics.len(),
+                cfg.domains
+            );
+        }
+        let nic = match (cfg.nics.get(index), &bind) {
+            (Some(n), _) => Choice::Named(n.clone()),
+            (None, Some(_)) => Choice::First,
+            (None, None) => Choice::Spread(index),
+        };
+        let mut errors = Vec::new();
+        for p in cfg.providers() {
+            let wait = cfg.idle_policy != crate::config::IdlePolicy::Spin;
+            match Self::open_with(&p, bind.as_deref(), &nic, cfg.peer_window, wait) {
+                Ok(d) => return Ok(d),
+                // The provider is there; the NIC asked for is not.
+                Err(e) if e.status == Status::InvalidArgument => return Err(e),
+                Err(e) => errors.push(format!("{p}: {}", e.message)),
+            }
+        }
+        Err(Error::new(Status::Unsupported, format!("no usable libfabric provider: {}", errors.join("; "))))
+    }
+
+    fn provider(&self) -> &str {
+        &self.fe.provider
+    }
+
+    fn nic(&self) -> Nic {
+        self.fe.nic.clone()
+    }
+
+    fn address(&self) -> &[u8] {
+        &self.fe.addr
+    }
+
+    fn max_msg_size(&self) -> usize {
+        self.fe.max_msg
+    }
+
+    fn answer_free_limit(&self) -> usize {
+        self.answer_free
+    }
+
+    fn addresses_come_back(&self) -> bool {
+        self.ip
+    }
+
+    fn register(&mut self, ptr: *mut u8, len: usize, mem: Memory) -> Result<LocalMr> {
+        self.fe.register(ptr, len, mem)
+    }
+
+    fn device_memory(&self) -> bool {
+        self.fe.hmem()
+    }
+
+    fn wait_fd(&self) -> Option<i32> {
+        self.fe.wait_fd
+    }
+
+    fn try_wait(&mut self) -> bool {
+        self.fe.try_wait()
+    }
+
+    fn deregister(&mut self, mr: &LocalMr) {
+        self.fe.deregister(mr)
+    }
+
+    fn resolve(&mut self, addr: &[u8]) -> Result<PeerId> {
+        if let Some(p) = self.peers.get(addr) {
+            return Ok(*p);
+        }
+        let mut fi_addr: fi_addr_t = FI_ADDR_UNSPEC_;
+        // SAFETY: av is open; addr is a provider address blob of addr.len() bytes.
+        let n = unsafe { fi_av_insert(self.fe.av, addr.as_ptr().cast(), 1, &mut fi_addr, 0, null_mut()) };
+        if n != 1 {
+            return Err(Error::new(
+                Status::Malformed,
+                format!("{}: fi_av_insert refused a peer address of {} bytes ({n})", self.fe.provider, addr.len()),
+            ));
+        }
+        self.peers.insert(addr.into(), fi_addr);
+        Ok(fi_addr)
+    }
+
+    fn post_write(&mut self, wr: &WriteWr, token: u64) -> Result<Post> {
+        let ctx = match self.ctx.take(token, wr.peer, wr.len as u64) {
+            Ok(c) => c,
+            Err(p) => return Ok(p),
+        };
+        // SAFETY: the local buffer and desc belong to a registered region that the
+        // request keeps alive until this op completes; ctx is a stable pool slot.
+        let ret = unsafe {
+            match wr.imm {
+                Some(imm) => fi_writedata(
+                    self.fe.ep,
+                    wr.local.cast(),
+                    wr.len,
+                    wr.desc,
+                    imm as u64,
+                    wr.peer,
+                    wr.remote_addr,
+                    wr.key,
+                    ctx,
+                ),
+                None => fi_write(self.fe.ep, wr.local.cast(), wr.len, wr.desc, wr.peer, wr.remote_addr, wr.key, ctx),
+            }
+        };
+        self.post_result("fi_write", ret, ctx)
+    }
+
+    fn post_send(
+        &mut self,
+        chan: Chan,
+        peer: PeerId,
+        buf: *const u8,
+        len: usize,
+        desc: *mut c_void,
+        token: u64,
+    ) -> Result<Post> {
+        let ctx = match self.ctx.take(token, peer, len as u64) {
+            Ok(c) => c,
+            Err(p) => return Ok(p),
+        };
+        // SAFETY: buf is a registered staging buffer owned by the worker until completion.
+        let ret = unsafe {
+            match chan {
+                Chan::User => fi_send(self.fe.ep, buf.cast(), len, desc, peer, ctx),
+                Chan::Engine => fi_tsend(self.fe.ep, buf.cast(), len, desc, peer, ENGINE_TAG, ctx),
+            }
+        };
+        self.post_result("fi_send", ret, ctx)
+    }
+
+    fn post_recv(&mut self, chan: Chan, buf: *mut u8, len: usize, desc: *mut c_void, token: u64) -> Result<Post> {
+        let ctx = match self.ctx.take(token, NO_PEER, 0) {
+            Ok(c) => c,
+            Err(p) => return Ok(p),
+        };
+        // SAFETY: buf is a registered receive buffer owned by the worker until completion.
+        let ret = unsafe {
+            match chan {
+                Chan::User => fi_recv(self.fe.ep, buf.cast(), len, desc, FI_ADDR_UNSPEC_, ctx),
+                Chan::Engine => fi_trecv(self.fe.ep, buf.cast(), len, desc, FI_ADDR_UNSPEC_, ENGINE_TAG, 0, ctx),
+            }
+        };
+        self.post_result("fi_recv", ret, ctx)
+    }
+
+    fn poll(&mut self, out: &mut Vec<Completion>) -> Result<usize> {
+        // SAFETY: cq_buf has CQ_BATCH entries; fi_cq_read writes at most that many.
+        let n = unsafe { fi_cq_read(self.fe.cq, self.cq_buf.as_mut_ptr().cast(), CQ_BATCH) };
+        if n > 0 {
+            for i in 0..n as usize {
+                let e = self.cq_buf[i];
+                let has_data = e.flags & FI_REMOTE_CQ_DATA as u64 != 0;
+                if e.flags & FI_RECV as u64 != 0 {
+                    if let Some((token, ..)) = self.ctx.release(e.op_context) {
+                        let imm = has_data.then_some(e.data as u32);
+                        out.push(Completion::Recv { token, len: e.len, imm });
+                    }
+                } else if has_data {
+                    out.push(Completion::RemoteWrite { imm: e.data as u32 });
+                } else if let Some((token, peer, bytes)) = self.ctx.release(e.op_context) {
+                    out.push(Completion::Done { token, peer, bytes });
+                }
+            }
+            return Ok(n as usize);
+        }
+        if n == -(FI_EAVAIL as isize) {
+            let mut err = fi_cq_err_entry::default();
+            // SAFETY: cq is open and reported an error entry.
+            let r = unsafe { fi_cq_readerr(self.fe.cq, &mut err, 0) };
+            if r == 1 {
+                // A failed remote-side event has no context of ours: nothing to fail locally.
+                if let Some((token, peer, _)) = self.ctx.release(err.op_context) {
+                    out.push(Completion::Failed { token, peer, error: failure(err.err) });
+                }
+            }
+            return Ok(1);
+        }
+        if n == -(FI_EAGAIN as isize) { Ok(0) } else { Err(fi_err("fi_cq_read", n as i64)) }
+    }
+
+    fn in_flight(&self) -> usize {
+        self.ctx.in_use()
+    }
+
+    fn abandon(&mut self, peer: PeerId, out: &mut Vec<u64>) {
+        self.ctx.abandon(peer, out);
+        // The peer stays in the address vector: removing it with operations
+        // queued on its connection crashed tcp;ofi_rxm 1.17 (measured). The
+        // per-peer window (`peer_window`) is what keeps a dead peer's stuck
+        // operations from starving the others.
+    }
+}
+
+/// The status a failed work request reports, from its libfabric error number.
+fn classify(errno: i32) -> Status {
+    const EPIPE: u32 = 32; // libfabric passes some socket errors through as plain errno
+    // FI_ECANCELED too: fabriclib never cancels a write or send itself, so a
+    // canceled one is the provider flushing a dead connection (tcp;ofi_rxm
+    // reports most of a killed peer's work requests so, before ENOTCONN).
+    const PEER: [u32; 11] = [
+        FI_ENOTCONN,
+        FI_ECONNRESET,
+        FI_ECONNREFUSED,
+        FI_ECONNABORTED,
+        FI_EHOSTUNREACH,
+        FI_ENETUNREACH,
+        FI_ENETDOWN,
+        FI_ETIMEDOUT,
+        EPIPE,
+        FI_ESHUTDOWN,
+        FI_ECANCELED,
+    ];
+    let e = errno.unsigned_abs();
+    if e == FI_ETRUNC {
+        Status::Truncated
+    } else if PEER.contains(&e) {
+        Status::PeerDown
+    } else if [FI_EACCES, FI_EKEYREJECTED, FI_EPERM, FI_EREMOTEIO].contains(&e) {
+        Status::RemoteAccess
+    } else if [FI_EFAULT, FI_EMSGSIZE, FI_EINVAL, FI_ETOOSMALL, FI_ENOMEM, FI_EMFILE].contains(&e) {
+        Status::LocalAccess
+    } else {
+        Status::Provider
+    }
+}
+
+/// A failed work request's error: its class and libfabric's words for it.
+fn failure(errno: i32) -> Error {
+    Error::new(classify(errno), format!("{} (libfabric error {})", strerror(errno), errno.abs()))
+}
+
+/// Human-readable text for a libfabric error number (positive errno).
+pub fn strerror(errno: i32) -> String {
+    // SAFETY: fi_strerror returns a static string.
+    unsafe { CStr::from_ptr(fi_strerror(errno.abs())) }.to_string_lossy().into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bind_addresses_with_and_without_a_port() {
+        assert_eq!(split_bind("127.0.0.1"), ("127.0.0.1".into(), None));
+        assert_eq!(split_bind("127.0.0.1:7000"), ("127.0.0.1".into(), Some(7000)));
+        assert_eq!(split_bind("::1"), ("::1".into(), None));
+        assert_eq!(split_bind("[::1]:7000"), ("::1".into(), Some(7000)));
+        assert_eq!(split_bind("[::1]"), ("::1".into(), None));
+        assert_eq!(domain_bind("10.0.0.2:7000", 1), "10.0.0.2:7001");
+        assert_eq!(domain_bind("[::1]:7000", 2), "[::1]:7002");
+        assert_eq!(domain_bind("10.0.0.2", 3), "10.0.0.2");
+    }
+}
