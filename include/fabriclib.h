@@ -154,6 +154,16 @@ typedef struct fabriclib_remote_mr *const *fabriclib_remote_mr_list;
 // Largest region descriptor blob (`fabriclib_mr_descriptor`).
 #define FABRICLIB_MAX_DESCRIPTOR_LEN 2225
 
+// `fabriclib_config_set_thread_cpus`: the worker thread (ignored in
+// manual-progress mode, which has none).
+#define FABRICLIB_THREAD_WORKER 0
+
+// `fabriclib_config_set_thread_cpus`: the callback thread.
+#define FABRICLIB_THREAD_CALLBACK 1
+
+// `fabriclib_config_set_thread_cpus`: the watcher thread.
+#define FABRICLIB_THREAD_WATCHER 2
+
 // `fabriclib_config_set_idle_policy`: keep spinning while an expectation is
 // armed (the lowest first-arrival latency; one core per engine). The default.
 #define FABRICLIB_IDLE_SPIN 0
@@ -470,6 +480,17 @@ fabriclib_status fabriclib_config_set_nics(struct fabriclib_config *config, cons
 fabriclib_status fabriclib_config_set_nics_near_gpu(struct fabriclib_config *config,
                                                     uint32_t gpu,
                                                     uint32_t n);
+
+// Pins one of the engine's threads (`FABRICLIB_THREAD_*`) to the CPUs of
+// `cpus`, a list such as `"0-3,8"` (NULL or `""`: anywhere, the default;
+// with `fabriclib_config_set_nics_near_gpu` the worker's default is the
+// CPU hwloc's plan gives that GPU's group). The worker pins itself before
+// it opens its domains, so their memory comes from its NUMA node. Creating
+// the engine fails with `INVALID_ARGUMENT` for a CPU that is not online.
+// The string is copied.
+fabriclib_status fabriclib_config_set_thread_cpus(struct fabriclib_config *config,
+                                                  uint32_t thread,
+                                                  const char *cpus);
 
 // Sets the number of domains (NICs) the engine drives, 1..=8 (default 1).
 // Every peer must use the same number.

@@ -61,6 +61,15 @@ pub struct EngineConfig {
     /// fewer than `n` NICs, or the provider does not offer one of them.
     /// `nics` overrides it.
     pub nics_near_gpu: Option<(usize, usize)>,
+    /// The CPUs the worker thread may run on (empty: anywhere; with
+    /// `nics_near_gpu`, the CPU hwloc's plan gives that GPU's group). The
+    /// worker pins itself before it opens its domains. Ignored with
+    /// `manual_progress` (no worker thread).
+    pub worker_cpus: Vec<u32>,
+    /// The CPUs of the callback thread (empty: anywhere).
+    pub callback_cpus: Vec<u32>,
+    /// The CPUs of the watcher thread (empty: anywhere).
+    pub watcher_cpus: Vec<u32>,
     /// Domains (NICs) the engine's worker drives; 1..=8. Peers must use the same count.
     pub domains: usize,
     /// Capacity of the lock-free submission queue; a full queue makes submits return `Again`.
@@ -121,6 +130,9 @@ impl Default for EngineConfig {
             bind_addr: None,
             nics: Vec::new(),
             nics_near_gpu: None,
+            worker_cpus: Vec::new(),
+            callback_cpus: Vec::new(),
+            watcher_cpus: Vec::new(),
             domains: 1,
             submit_queue: 4096,
             max_msg_size: None,

@@ -56,6 +56,8 @@ pub struct Watchers {
     handle: Mutex<Option<JoinHandle<()>>>,
     spin: Duration,
     nap: Duration,
+    /// The CPUs of its thread (empty: anywhere).
+    cpus: Vec<u32>,
 }
 
 /// A watched word. Dropping it (or `fabriclib_watcher_destroy`) stops the
@@ -68,8 +70,11 @@ pub struct Watcher {
 }
 
 impl Watchers {
-    pub fn new(spin: Duration, nap: Duration) -> Watchers {
-        Watchers { shared: Default::default(), handle: Mutex::new(None), spin, nap: nap.max(Duration::from_micros(1)) }
+    /// Watchers whose thread (started with the first) polls `spin`, then
+    /// naps `nap`, on `cpus` if any.
+    pub fn new(spin: Duration, nap: Duration, cpus: Vec<u32>) -> Watchers {
+        let nap = nap.max(Duration::from_micros(1));
+        Watchers { shared: Default::default(), handle: Mutex::new(None), spin, nap, cpus }
     }
 
     /// Allocates a word of `kind` memory (zero at first) and watches it.
@@ -97,11 +102,15 @@ impl Watchers {
         if h.is_some() {
             return Ok(());
         }
-        let (shared, spin, nap) = (self.shared.clone(), self.spin, self.nap);
-        let t =
-            std::thread::Builder::new().name("fabriclib-watch".into()).spawn(move || run(&shared, spin, nap)).map_err(
-                |e| crate::error::Error::new(crate::Status::Provider, format!("cannot start the watcher thread: {e}")),
-            )?;
+        let (shared, spin, nap, cpus) = (self.shared.clone(), self.spin, self.nap, self.cpus.clone());
+        let body = move || {
+            // Checked when the engine was made (`pin::check`).
+            let _ = crate::pin::pin_current_thread(&cpus);
+            run(&shared, spin, nap)
+        };
+        let t = std::thread::Builder::new().name("fabriclib-watch".into()).spawn(body).map_err(|e| {
+            crate::error::Error::new(crate::Status::Provider, format!("cannot start the watcher thread: {e}"))
+        })?;
         *self.shared.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some((t.thread().id(), t.thread().clone()));
         *h = Some(t);
         Ok(())
@@ -208,7 +217,7 @@ mod tests {
     use std::sync::mpsc::channel;
 
     fn watchers() -> Watchers {
-        Watchers::new(Duration::from_millis(5), Duration::from_micros(50))
+        Watchers::new(Duration::from_millis(5), Duration::from_micros(50), Vec::new())
     }
 
     #[test]

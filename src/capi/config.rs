@@ -150,6 +150,40 @@ pub extern "C" fn fabriclib_config_set_nics_near_gpu(
     })
 }
 
+/// `fabriclib_config_set_thread_cpus`: the worker thread (ignored in
+/// manual-progress mode, which has none).
+pub const FABRICLIB_THREAD_WORKER: u32 = 0;
+/// `fabriclib_config_set_thread_cpus`: the callback thread.
+pub const FABRICLIB_THREAD_CALLBACK: u32 = 1;
+/// `fabriclib_config_set_thread_cpus`: the watcher thread.
+pub const FABRICLIB_THREAD_WATCHER: u32 = 2;
+
+/// Pins one of the engine's threads (`FABRICLIB_THREAD_*`) to the CPUs of
+/// `cpus`, a list such as `"0-3,8"` (NULL or `""`: anywhere, the default;
+/// with `fabriclib_config_set_nics_near_gpu` the worker's default is the
+/// CPU hwloc's plan gives that GPU's group). The worker pins itself before
+/// it opens its domains, so their memory comes from its NUMA node. Creating
+/// the engine fails with `INVALID_ARGUMENT` for a CPU that is not online.
+/// The string is copied.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_config_set_thread_cpus(
+    config: *mut fabriclib_config,
+    thread: u32,
+    cpus: *const c_char,
+) -> fabriclib_status {
+    ffi(|| {
+        let c = config_mut(config)?;
+        let list = crate::pin::parse_cpu_list(&opt_str(cpus)?.unwrap_or_default())?;
+        match thread {
+            FABRICLIB_THREAD_WORKER => c.cfg.worker_cpus = list,
+            FABRICLIB_THREAD_CALLBACK => c.cfg.callback_cpus = list,
+            FABRICLIB_THREAD_WATCHER => c.cfg.watcher_cpus = list,
+            t => crate::bail!(InvalidArgument, "thread {t}: not a FABRICLIB_THREAD_*"),
+        }
+        Ok(())
+    })
+}
+
 /// Sets the number of domains (NICs) the engine drives, 1..=8 (default 1).
 /// Every peer must use the same number.
 #[unsafe(no_mangle)]

@@ -210,7 +210,7 @@ mod tests {
 
     #[test]
     fn early_arrivals_count_and_the_surplus_stays() {
-        let (n, _t) = spawn_callback_thread().unwrap();
+        let (n, _t) = spawn_callback_thread(Vec::new()).unwrap();
         let mut c = ImmCounter::default();
         for _ in 0..3 {
             c.arrived(7, &n);
@@ -231,7 +231,7 @@ mod tests {
     #[test]
     fn a_mirror_counts_every_arrival_whatever_expectations_take() {
         use std::sync::atomic::AtomicU64;
-        let (n, _t) = spawn_callback_thread().unwrap();
+        let (n, _t) = spawn_callback_thread(Vec::new()).unwrap();
         let mut c = ImmCounter::default();
         c.arrived(5, &n);
         c.arrived(5, &n);
@@ -256,7 +256,7 @@ mod tests {
 
     #[test]
     fn one_expectation_per_value_and_never_zero() {
-        let (n, _t) = spawn_callback_thread().unwrap();
+        let (n, _t) = spawn_callback_thread(Vec::new()).unwrap();
         let mut c = ImmCounter::default();
         c.expect(1, 1, OnDone::Nothing, 1, &n).unwrap();
         assert_eq!(c.expect(1, 1, OnDone::Nothing, 2, &n).unwrap_err().status, Status::AlreadyExists);
@@ -266,7 +266,7 @@ mod tests {
 
     #[test]
     fn a_failed_expectation_takes_its_count_with_it() {
-        let (n, _t) = spawn_callback_thread().unwrap();
+        let (n, _t) = spawn_callback_thread(Vec::new()).unwrap();
         let mut c = ImmCounter::default();
         let (f, done) = flag();
         c.expect(9, 5, done, 11, &n).unwrap();
@@ -291,7 +291,7 @@ mod tests {
 
     #[test]
     fn reset_keeps_an_armed_expectation() {
-        let (n, _t) = spawn_callback_thread().unwrap();
+        let (n, _t) = spawn_callback_thread(Vec::new()).unwrap();
         let mut c = ImmCounter::default();
         let (f, done) = flag();
         c.expect(4, 3, done, 1, &n).unwrap();
@@ -311,7 +311,7 @@ mod tests {
 
     #[test]
     fn shutdown_ends_every_armed_expectation() {
-        let (n, _t) = spawn_callback_thread().unwrap();
+        let (n, _t) = spawn_callback_thread(Vec::new()).unwrap();
         let mut c = ImmCounter::default();
         let (f1, d1) = flag();
         let (f2, d2) = flag();

@@ -233,12 +233,14 @@ pub fn recv_polling<T>(rx: &Receiver<T>, poll: Duration) -> Option<T> {
 /// completion of a request/response exchange then needs no futex wake.
 const CALLBACK_POLL: Duration = Duration::from_micros(50);
 
-/// Starts the callback thread. It ends when every `Notifier` is dropped, after
+/// Starts the callback thread (on `cpus`, if any). It ends when every `Notifier` is dropped, after
 /// running what was queued. A panicking callback is caught and reported on
 /// stderr; the thread goes on.
-pub fn spawn_callback_thread() -> std::io::Result<(Notifier, std::thread::JoinHandle<()>)> {
+pub fn spawn_callback_thread(cpus: Vec<u32>) -> std::io::Result<(Notifier, std::thread::JoinHandle<()>)> {
     let (tx, rx): (Sender<Job>, Receiver<Job>) = std::sync::mpsc::channel();
     let handle = std::thread::Builder::new().name("fabriclib-cb".into()).spawn(move || {
+        // Checked by the engine before the thread starts (`pin::check`).
+        let _ = crate::pin::pin_current_thread(&cpus);
         while let Some(job) = recv_polling(&rx, CALLBACK_POLL) {
             if catch_unwind(AssertUnwindSafe(job)).is_err() {
                 eprintln!("fabriclib: a completion callback panicked; the engine goes on");

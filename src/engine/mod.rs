@@ -95,11 +95,14 @@ impl TransferEngine {
     pub fn new(cfg: &EngineConfig) -> Result<TransferEngine> {
         let resolved = nics::near_gpu(cfg)?;
         let cfg = resolved.as_ref().unwrap_or(cfg);
+        crate::pin::check("worker_cpus", &cfg.worker_cpus)?;
+        crate::pin::check("callback_cpus", &cfg.callback_cpus)?;
+        crate::pin::check("watcher_cpus", &cfg.watcher_cpus)?;
         let (notifier, callbacks, inline) = if cfg.manual_progress {
             let (n, rx) = notify::inline_callbacks();
             (n, None, Some(Mutex::new(rx)))
         } else {
-            let (n, h) = notify::spawn_callback_thread()
+            let (n, h) = notify::spawn_callback_thread(cfg.callback_cpus.clone())
                 .map_err(|e| Error::new(Status::Provider, format!("cannot start the callback thread: {e}")))?;
             (n, Some(h), None)
         };
@@ -137,6 +140,7 @@ impl TransferEngine {
             watchers: crate::watcher::Watchers::new(
                 std::time::Duration::from_micros(cfg.watcher_spin_us),
                 std::time::Duration::from_micros(cfg.watcher_nap_us),
+                cfg.watcher_cpus.clone(),
             ),
         })
     }

@@ -29,7 +29,13 @@ pub(super) fn near_gpu(cfg: &EngineConfig) -> Result<Option<EngineConfig>> {
         };
         match crate::topo::provider_nics_near(&topo, g, n, &nics) {
             Ok(names) => {
-                return Ok(Some(EngineConfig { provider: Some(p), nics: names, domains: n, ..cfg.clone() }));
+                // The worker on the CPU the plan gives this GPU's group, unless configured.
+                let worker_cpus = match cfg.worker_cpus.is_empty() {
+                    true => topo.plan(n)?.get(g).and_then(|p| p.worker_cpu).into_iter().collect(),
+                    false => cfg.worker_cpus.clone(),
+                };
+                let c = EngineConfig { provider: Some(p), nics: names, domains: n, worker_cpus, ..cfg.clone() };
+                return Ok(Some(c));
             }
             Err(e) if e.status == Status::InvalidArgument && topo.nearest_nics(g, n).is_err() => return Err(e),
             Err(e) => why.push(format!("{p}: {}", e.message)),

@@ -156,8 +156,12 @@ pub fn spawn<D: Domain>(cfg: &EngineConfig, notifier: Notifier) -> Result<(Arc<S
     let handle = std::thread::Builder::new()
         .name("fabriclib-worker".into())
         .spawn(move || {
-            // Domains are opened on the worker thread, so that (once the worker is
-            // pinned, in a later version) their memory lands on its NUMA node.
+            // Pinned first, then the domains are opened on this thread: their
+            // memory lands on its NUMA node.
+            if let Err(e) = crate::pin::pin_current_thread(&cfg2.worker_cpus) {
+                let _ = tx.send(Err(e));
+                return;
+            }
             match Worker::<D>::new(cfg2, shared2, notifier) {
                 Ok(w) => {
                     let _ = tx.send(Ok(w.info()));

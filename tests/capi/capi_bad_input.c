@@ -102,6 +102,12 @@ int main(void) {
     EXPECT(fabriclib_engine_create(cfg, &bad), FABRICLIB_STATUS_INVALID_ARGUMENT); /* no GPU 1000 */
     EXPECT(fabriclib_config_set_nics(cfg, NULL), FABRICLIB_STATUS_OK);
     EXPECT(fabriclib_config_set_domains(cfg, 1), FABRICLIB_STATUS_OK);
+    /* Thread CPUs: a bad list, an unknown thread, a CPU that is not online. */
+    EXPECT(fabriclib_config_set_thread_cpus(cfg, FABRICLIB_THREAD_WORKER, "0-x"), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_config_set_thread_cpus(cfg, 7, "0"), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_config_set_thread_cpus(cfg, FABRICLIB_THREAD_CALLBACK, "1000"), FABRICLIB_STATUS_OK);
+    EXPECT(fabriclib_engine_create(cfg, &bad), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_config_set_thread_cpus(cfg, FABRICLIB_THREAD_CALLBACK, NULL), FABRICLIB_STATUS_OK);
     EXPECT(fabriclib_config_set_provider(cfg, "no-such-provider"), FABRICLIB_STATUS_OK);
     EXPECT(fabriclib_engine_create(cfg, &bad), FABRICLIB_STATUS_UNSUPPORTED);
     EXPECT(fabriclib_engine_create(cfg, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);

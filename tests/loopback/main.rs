@@ -550,6 +550,7 @@ const TESTS: &[(&str, Test)] = &[
     ("nic_names_are_checked", nics::nic_names_are_checked),
     ("counters_count_every_page", nics::counters_count_every_page),
     ("requests_pinned_to_a_nic_or_sharded", nics::requests_pinned_to_a_nic_or_sharded),
+    ("threads_are_pinned_where_asked", nics::threads_are_pinned_where_asked),
     ("netns_2_and_4_nics_carry_a_paged_write", nics::nics_carry_a_paged_write),
     ("netns_one_nic_down_mid_transfer", nics::one_nic_down_mid_transfer),
     ("no_stale_immediate_counts", imm::no_stale_immediate_counts),

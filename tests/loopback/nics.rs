@@ -363,3 +363,55 @@ fn still_up(l: &Local, d: &Arc<MrDesc>) -> TestResult {
     }
     Ok(())
 }
+
+/// The threads of `TransferEngine` by their (15-byte) names, with the CPUs
+/// each may run on, from /proc.
+fn threads() -> Vec<(String, String)> {
+    std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|t| {
+            let comm = std::fs::read_to_string(t.path().join("comm")).ok()?.trim().to_string();
+            let status = std::fs::read_to_string(t.path().join("status")).ok()?;
+            let cpus = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?.trim().to_string();
+            comm.starts_with("fabriclib-").then_some((comm, cpus))
+        })
+        .collect()
+}
+
+/// Worker, callback and watcher threads run on the CPUs asked for.
+pub fn threads_are_pinned_where_asked(prov: &str, domains: usize) -> TestResult {
+    if domains != 1 {
+        return Ok(());
+    }
+    let all = fabriclib::pin::current_thread_cpus();
+    let (last, first) = (*all.last().unwrap(), all[0]);
+    let cfg = EngineConfig {
+        domains,
+        worker_cpus: vec![last],
+        callback_cpus: vec![first],
+        watcher_cpus: vec![first],
+        ..Default::default()
+    };
+    let l = local_with(cfg, prov, 1 << 16, 81)?;
+    let w = l.engine.watch(fabriclib::gpu::MemoryKind::Host, 0, Box::new(|_, _| {})).map_err(e2s)?;
+    // A thread names and pins itself once it runs: look until it has.
+    let want = [("fabriclib-worke", last), ("fabriclib-cb", first), ("fabriclib-watch", first)];
+    let t = Instant::now();
+    for (name, cpu) in want {
+        while !threads().iter().any(|(n, c)| n == name && *c == cpu.to_string()) {
+            if t.elapsed() > Duration::from_secs(5) {
+                return Err(format!("no {name} thread on CPU {cpu}: {:?}", threads()));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    drop(w);
+    // A CPU that is not online is refused when the engine is made.
+    let bad = EngineConfig { provider: Some(prov.into()), worker_cpus: vec![1000], ..Default::default() };
+    match TransferEngine::new(&bad) {
+        Err(e) if e.status == Status::InvalidArgument && e.message.contains("not online") => Ok(()),
+        other => Err(format!("worker on CPU 1000: {:?}", other.map(|_| ()))),
+    }
+}
