@@ -3,6 +3,7 @@
 //! queues full, polls every completion queue continuously (libfabric's
 //! software providers only progress when polled), aggregates per-unit
 //! completions into one per request and counts immediates.
+mod accept;
 mod control;
 pub mod counters;
 mod ending;
@@ -36,7 +37,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
-use timers::{Timer, Timers};
+use timers::Timers;
 use token::Token;
 
 /// State shared between the API (any thread) and the worker.
@@ -228,18 +229,6 @@ fn release<D: Domain>(domains: &mut [D], locals: &[LocalMr]) {
     }
 }
 
-/// `Worker::put_refs`, on the worker's fields.
-fn put_refs<D: Domain>(regions: &mut Regions, dsts: &mut Dsts, domains: &mut [D], req: &Request, n: usize) {
-    if let Some(i) = req.region {
-        if let Some(locals) = regions.put(i) {
-            release(domains, &locals);
-        }
-    }
-    for j in 0..n {
-        dsts.put(req.dst(j));
-    }
-}
-
 /// A new engine epoch: random enough that a restarted engine never reuses it.
 fn new_epoch() -> u64 {
     crate::domain::random_u64().max(1)
@@ -407,130 +396,6 @@ impl<D: Domain> Worker<D> {
         busy
     }
 
-    /// What a request names, taken for as long as it is in the worker: its
-    /// source region and destinations (held.rs), and the peers it goes to
-    /// (indices into the peer table, added and greeted if new).
-    fn take_refs(&mut self, req: &mut Request) -> Result<(u32, Option<Arc<[u32]>>)> {
-        if let Shape::Send { to, .. } = &req.shape {
-            return Ok((self.peer_of(to)?, None));
-        }
-        if let Shape::Connect { to } = &req.shape {
-            self.add_peer(to)?;
-            return Ok((self.peer_of(to)?, None));
-        }
-        if let Some(i) = req.region {
-            self.regions.take(i)?;
-        }
-        // Peers per unit: for a scatter or barrier without a peer group.
-        let per_unit = req.multi_dst() && req.group().is_none();
-        let n = req.dst_count();
-        let mut peers = Vec::with_capacity(if per_unit { n } else { 0 });
-        let mut first = u32::MAX;
-        for j in 0..n {
-            let dst = req.dst_mut(j);
-            let peer = match self.dsts.take(dst) {
-                Some(p) => p,
-                None => {
-                    let held::Dst::Owned(d) = &*dst else { unreachable!("the table has every held descriptor") };
-                    let p = self.peer_of(&d.owner);
-                    if let Ok(p) = p {
-                        self.dsts.add(dst, p);
-                    }
-                    p
-                }
-            };
-            match peer {
-                Ok(p) => {
-                    if j == 0 {
-                        first = p;
-                    }
-                    if per_unit {
-                        peers.push(p);
-                    }
-                }
-                Err(e) => {
-                    self.put_refs(req, j);
-                    return Err(e);
-                }
-            }
-        }
-        if !req.multi_dst() {
-            return Ok((first, None));
-        }
-        if let Some(g) = req.group() {
-            return Ok((u32::MAX, Some(self.groups[g as usize - 1].clone())));
-        }
-        Ok((u32::MAX, Some(peers.into())))
-    }
-
-    /// Gives back what `take_refs` took for `req`: its region and its first
-    /// `dsts` destinations.
-    fn put_refs(&mut self, req: &Request, dsts: usize) {
-        put_refs(&mut self.regions, &mut self.dsts, &mut self.domains, req, dsts);
-    }
-
-    /// Takes a new request: finds its peers and queues its units on the
-    /// domains (or parks it until its peers have answered the handshake).
-    fn accept(&mut self, mut req: Request) {
-        let (peer, unit_peers) = match self.take_refs(&mut req) {
-            Ok(p) => p,
-            Err(e) => return self.notifier.fire_request(req.id, req.done, Err(e)),
-        };
-        let timeout = req.timeout;
-        let (slot, epoch) = self.slots.insert(req, peer, unit_peers);
-        if let Some(t) = timeout {
-            let in_order = timeout == self.cfg.request_timeout;
-            self.timers.add(self.now + t, Timer::Request { slot, epoch }, in_order);
-        }
-        self.admit(slot);
-    }
-
-    /// Queues a parked request's units once all its peers are up; fails it
-    /// if one is down. Leaves it parked otherwise.
-    fn admit(&mut self, slot: u32) {
-        let Some(a) = self.slots.get(slot).filter(|a| a.parked) else {
-            return;
-        };
-        let (one, many) = (a.peer, a.unit_peers.clone());
-        let (mut ready, mut down) = (true, None);
-        for &p in many.as_deref().unwrap_or(std::slice::from_ref(&one)) {
-            match self.peer_ready(p) {
-                Ok(r) => ready &= r,
-                Err(e) => {
-                    down = Some(e);
-                    break;
-                }
-            }
-        }
-        if !ready && down.is_none() {
-            return;
-        }
-        let n = self.domains.len();
-        let a = self.slots.get(slot).unwrap();
-        a.parked = false;
-        if let Some(e) = down {
-            return self.end(slot, e);
-        }
-        if a.units == 0 {
-            return self.maybe_finish(slot); // a connect: its peer is up
-        }
-        // A request on one NIC posts every unit there, in order; sends go
-        // through domain 0; everything else rotates the first domain.
-        if let Some(k) = a.req.nic.map(usize::from).or(matches!(a.req.shape, Shape::Send { .. }).then_some(0)) {
-            a.next[k] = 0;
-            self.pending[k].push_back((slot, a.epoch));
-            return;
-        }
-        let rr = self.rr;
-        self.rr = (self.rr + a.units) % n;
-        for d in 0..n {
-            a.next[d] = (d + n - rr % n) % n;
-            if a.next[d] < a.units {
-                self.pending[d].push_back((slot, a.epoch));
-            }
-        }
-    }
-
     fn post_all(&mut self) -> bool {
         // Receive buffers first, so that a peer's message always finds one.
         let mut busy = self.post_receives();
@@ -692,7 +557,7 @@ impl<D: Domain> Worker<D> {
             if let Some(s) = a.stage {
                 stage.release(s);
             }
-            put_refs(regions, dsts, domains, &a.req, a.req.dst_count());
+            accept::put_refs(regions, dsts, domains, &a.req, a.req.dst_count());
             let done = std::mem::replace(&mut a.req.done, OnDone::Nothing);
             notifier.fire_request(a.req.id, done, a.error.take().map_or(Ok(()), Err));
         });
