@@ -82,6 +82,11 @@ impl HeldMark {
         (tag != 0 && v >> 32 == tag as u64).then_some(v as u32)
     }
 
+    /// Whether an engine has marked it.
+    pub(crate) fn is_claimed(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Acquire) != 0
+    }
+
     /// Marks it for engine `tag`, index `i`, unless an engine already has.
     pub(crate) fn claim(&self, tag: u32, i: u32) -> bool {
         use std::sync::atomic::Ordering::{AcqRel, Acquire};

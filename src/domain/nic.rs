@@ -41,12 +41,13 @@ pub unsafe fn names(list: *const fi_info) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     let mut p = list;
     while !p.is_null() {
-        // SAFETY: p walks the caller's valid list.
-        let n = unsafe { name(p) };
+        // SAFETY: p is an entry of the caller's valid list (non-null, checked
+        // above); its `next` is the following entry or null.
+        let (n, next) = unsafe { (name(p), (*p).next) };
         if !out.contains(&n) {
             out.push(n);
         }
-        p = unsafe { (*p).next };
+        p = next;
     }
     out
 }

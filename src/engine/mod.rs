@@ -24,6 +24,7 @@ use std::thread::JoinHandle;
 
 mod memory;
 mod nics;
+mod peers;
 mod progress;
 
 pub use memory::MrHandle;
@@ -263,46 +264,6 @@ impl TransferEngine {
         Ok(RequestId(id))
     }
 
-    /// Cancels request (or immediate expectation) `id`. Nothing more of it is
-    /// posted; it ends with `Canceled` once the provider has given back its
-    /// work requests already on the wire, so after its callback (or flag) the
-    /// caller may reuse or free its buffers. Some, all or none of its bytes
-    /// (and immediates) may have landed. `NotFound` if it has already ended:
-    /// then it reports its own outcome.
-    pub fn cancel(&self, id: RequestId) -> Result<()> {
-        self.rpc(|reply| Ctrl::Cancel { id: id.0, reply })
-    }
-
-    /// Cancels every pending request to (or including) the engine at `peer`;
-    /// returns how many. Each ends as for `cancel`.
-    pub fn cancel_peer(&self, peer: &NetAddr) -> Result<usize> {
-        self.rpc(|reply| Ctrl::CancelPeer { addr: peer.clone(), reply })
-    }
-
-    /// Greets the engine at `peer` now (requests to a new peer do so
-    /// themselves). A peer that is down — for example one that was restarted
-    /// at the same address and epoch cannot be, so this is for a peer whose
-    /// link came back — is greeted afresh and comes up if it answers.
-    pub fn add_peer(&self, peer: &NetAddr) -> Result<()> {
-        self.check_peer(peer)?;
-        self.rpc(|reply| Ctrl::AddPeer { addr: peer.clone(), reply })
-    }
-
-    /// Greets `peer` as `add_peer` does, as a request: it ends `Ok` once the
-    /// peer has answered (at once if it is up), or with why not
-    /// (`PeerDown`, `Stale`, `TimedOut` at its deadline, `Canceled`,
-    /// `Shutdown`). For warming peers up before the first transfer.
-    pub fn connect(&self, peer: &NetAddr, done: impl Into<RequestOpts>) -> Result<RequestId> {
-        self.check_peer(peer)?;
-        self.submit(Shape::Connect { to: peer.clone() }, None, None, done.into())
-    }
-
-    /// The state of `peer` as this engine sees it; `None` if it has never
-    /// been in contact.
-    pub fn peer_state(&self, peer: &NetAddr) -> Result<Option<crate::config::PeerState>> {
-        self.rpc(|reply| Ctrl::PeerState { addr: peer.clone(), reply })
-    }
-
     /// Sends a copy of `msg` (at most `max_send_size()` bytes: 64 KiB, 4 KiB
     /// on shm) to domain 0 of the engine at `to`;
     /// `msg` may be reused as soon as this returns. The peer needs a posted
@@ -480,47 +441,6 @@ impl TransferEngine {
             dst_idx: dst_pages.indices.into(),
         };
         self.submit(shape, imm, Some(src), done.into())
-    }
-
-    /// Pre-resolves a list of peer engine addresses, so scatters and barriers
-    /// to them skip per-destination lookups. Destination `i` of a scatter or
-    /// barrier submitted with the group must belong to peer `i`.
-    pub fn add_peer_group(&self, addrs: &[NetAddr]) -> Result<PeerGroup> {
-        if addrs.is_empty() {
-            bail!(InvalidArgument, "add_peer_group: no peers");
-        }
-        for a in addrs {
-            self.check_peer(a)?;
-        }
-        let id = self.rpc(|reply| Ctrl::AddGroup { addrs: addrs.to_vec(), reply })?;
-        self.groups.lock().unwrap().insert(id, addrs.into());
-        Ok(PeerGroup(id))
-    }
-
-    fn check_group<'a>(
-        &self,
-        group: Option<PeerGroup>,
-        owners: impl ExactSizeIterator<Item = &'a NetAddr>,
-    ) -> Result<Option<u64>> {
-        let Some(PeerGroup(g)) = group else {
-            return Ok(None);
-        };
-        let members = self.groups.lock().unwrap().get(&g).cloned();
-        let Some(members) = members else { bail!(BadHandle, "unknown peer group {g}") };
-        if members.len() != owners.len() {
-            bail!(
-                InvalidArgument,
-                "peer group {g} has {} peers but {} destinations were given",
-                members.len(),
-                owners.len()
-            );
-        }
-        for (i, o) in owners.enumerate() {
-            if members[i] != *o {
-                bail!(InvalidArgument, "destination {i} does not belong to peer {i} of group {g}");
-            }
-        }
-        Ok(Some(g))
     }
 
     /// Writes a different slice of `src` to each destination (each to its own

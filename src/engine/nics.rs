@@ -5,7 +5,7 @@ use crate::bail;
 use crate::completion::notify::Route;
 use crate::config::EngineConfig;
 use crate::domain::fabric::FabricDomain;
-use crate::error::{Result, Status};
+use crate::error::Result;
 use crate::group::request::Ctrl;
 
 /// `cfg` with `nics_near_gpu` turned into NIC names (and the first
@@ -18,6 +18,8 @@ pub(super) fn near_gpu(cfg: &EngineConfig) -> Result<Option<EngineConfig>> {
         bail!(InvalidArgument, "{n} NICs near GPU {g}: 1..={}", crate::wire::MAX_DOMAINS);
     }
     let topo = crate::topo::Topo::system()?;
+    // No such GPU, or fewer NICs than asked: no provider can help.
+    topo.nearest_nics(g, n)?;
     let mut why = Vec::new();
     for p in cfg.providers() {
         let nics = match FabricDomain::list_nics(&p) {
@@ -37,7 +39,6 @@ pub(super) fn near_gpu(cfg: &EngineConfig) -> Result<Option<EngineConfig>> {
                 let c = EngineConfig { provider: Some(p), nics: names, domains: n, worker_cpus, ..cfg.clone() };
                 return Ok(Some(c));
             }
-            Err(e) if e.status == Status::InvalidArgument && topo.nearest_nics(g, n).is_err() => return Err(e),
             Err(e) => why.push(format!("{p}: {}", e.message)),
         }
     }

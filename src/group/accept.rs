@@ -133,10 +133,11 @@ impl<D: Domain> Worker<D> {
         // A request on one NIC posts every unit there, in order; sends go
         // through domain 0; everything else rotates the first domain.
         if let Some(k) = a.req.nic.map(usize::from).or(matches!(a.req.shape, Shape::Send { .. }).then_some(0)) {
-            a.next[k] = 0;
+            (a.next[k], a.step) = (0, 1);
             self.pending[k].push_back((slot, a.epoch));
             return;
         }
+        a.step = n;
         let rr = self.rr;
         self.rr = (self.rr + a.units) % n;
         for d in 0..n {

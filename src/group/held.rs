@@ -193,6 +193,10 @@ impl Dsts {
         let Dst::Owned(d) = dst else {
             return;
         };
+        // Marked by another engine (or this one has no tag): it stays a clone.
+        if self.tag == 0 || d.held.is_claimed() {
+            return;
+        }
         let i = self.table.insert(Entry { desc: d.clone(), peer, uses: 1 });
         if d.held.claim(self.tag, i) {
             *dst = Dst::Held(i);

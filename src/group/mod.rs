@@ -407,7 +407,6 @@ impl<D: Domain> Worker<D> {
     }
 
     fn post_domain(&mut self, d: usize) -> bool {
-        let n = self.domains.len();
         let scratch_mr = self.scratch_mr[d];
         let scratch = (self.scratch.ptr as *const u8, &scratch_mr);
         let (mut posted, mut busy_peers) = (self.post_split_imms(d) as usize, 0);
@@ -455,8 +454,7 @@ impl<D: Domain> Worker<D> {
             match res {
                 Ok(Post::Posted) => {
                     self.tally.posted(d, peer, bytes);
-                    // On one NIC the units follow each other; sharded, every n-th.
-                    a.next[d] += if a.req.nic.is_some() || matches!(a.req.shape, Shape::Send { .. }) { 1 } else { n };
+                    a.next[d] += a.step;
                     a.posted += 1;
                     a.outstanding += 1;
                     posted += 1;
@@ -496,18 +494,18 @@ impl<D: Domain> Worker<D> {
     }
 
     fn complete(&mut self, d: usize, c: Completion) {
-        let (token, res) = match c {
+        let (token, res, sent) = match c {
             Completion::RemoteWrite { imm } => return self.imm.arrived(imm, &self.notifier),
-            Completion::Done { token, peer, bytes } => {
-                if matches!(Token::decode(token), Token::Request { .. } | Token::Split(_)) {
-                    self.tally.completed(d, peer, bytes);
-                }
-                (token, Ok(0))
-            }
-            Completion::Recv { token, len, .. } => (token, Ok(len)),
-            Completion::Failed { token, peer, error } => (token, Err((peer, error))),
+            Completion::Done { token, peer, bytes } => (token, Ok(0), Some((peer, bytes))),
+            Completion::Recv { token, len, .. } => (token, Ok(len), None),
+            Completion::Failed { token, peer, error } => (token, Err((peer, error)), None),
         };
-        match (Token::decode(token), res) {
+        let t = Token::decode(token);
+        // The application's work requests count; the engine's messages do not.
+        if let (Some((peer, bytes)), Token::Request { .. } | Token::Split(_)) = (sent, t) {
+            self.tally.completed(d, peer, bytes);
+        }
+        match (t, res) {
             (Token::EngineRecv(i), res) => self.engine_recv(i, res.ok()),
             (Token::EngineSend { peer, slot }, res) => self.engine_sent(peer, slot, res.err().map(|(_, e)| e)),
             (Token::Recv { pool, index }, res) => {

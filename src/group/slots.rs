@@ -16,8 +16,11 @@ pub(super) struct Active {
     pub(super) units: usize,
     pub(super) posted: usize,
     pub(super) outstanding: usize,
-    /// Next unit each domain posts (steps by N).
+    /// Next unit each domain posts.
     pub(super) next: [usize; MAX_DOMAINS],
+    /// How far `next` moves per posted unit: N when sharded over the
+    /// domains, 1 when every unit goes through one (`admit`).
+    pub(super) step: usize,
     /// The destination peer (index into the peer table) of a
     /// single-destination request or a send.
     pub(super) peer: u32,
@@ -71,6 +74,7 @@ impl Slots {
             posted: 0,
             outstanding: 0,
             next: [usize::MAX; MAX_DOMAINS],
+            step: 1,
             peer,
             unit_peers,
             parked: true,

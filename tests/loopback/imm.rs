@@ -121,6 +121,8 @@ pub fn watcher_drives_layer_writes(prov: &str, domains: usize) -> TestResult {
     );
     // Receiver: one mirrored word per layer (mapped memory: host memory without CUDA).
     let words = fabriclib::gpu::Mapped::new(MemoryKind::Auto, 0, 8 * LAYERS as usize).map_err(e2s)?;
+    // SAFETY: layer l's word lies inside the 8 * LAYERS mapped bytes, is
+    // 8-byte aligned (the mapping is page-aligned) and outlives its uses.
     let word = |l: u32| unsafe { &*(words.host().add(8 * l as usize) as *const AtomicU64) };
     for l in 0..LAYERS {
         // SAFETY: `words` outlives the engine's use of it (mirrors stop before it drops, below).
