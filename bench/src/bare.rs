@@ -40,9 +40,59 @@ struct Ep {
     av: *mut fid_av,
     mr_mode: u64,
     addr: Vec<u8>,
+    /// Opened by fabriclib's own code instead (`--endpoint fabriclib`): its
+    /// objects are closed by its Drop.
+    fe: Option<fabriclib::domain::fabric::FabricEndpoint>,
 }
 
-fn open(provider: &str) -> R<Ep> {
+/// What the loop runs beside, to find what slows a loop down (docs/benchmarks.md).
+#[derive(Clone, Copy, Default)]
+pub struct Variant {
+    /// `--endpoint fabriclib`: the endpoints opened by fabriclib's
+    /// `FabricEndpoint` (the engine's and raw loop's `fi_info`, CQ and AV)
+    /// instead of the loop's own.
+    pub fabriclib_ep: bool,
+    /// `--idle-engine NAP_US`: an idle TransferEngine in both processes (as
+    /// beside the bench's raw loop), napping NAP_US at a time.
+    pub idle_engine: Option<u64>,
+}
+
+impl Variant {
+    /// The options that give the target process the same variant.
+    fn args(&self) -> Vec<String> {
+        let mut a = Vec::new();
+        if self.fabriclib_ep {
+            a.extend(["--endpoint".into(), "fabriclib".into()]);
+        }
+        if let Some(us) = self.idle_engine {
+            a.extend(["--idle-engine".into(), us.to_string()]);
+        }
+        a
+    }
+
+    fn idle_engine(&self, provider: &str) -> R<Option<fabriclib::TransferEngine>> {
+        let Some(nap) = self.idle_engine else { return Ok(None) };
+        let cfg = fabriclib::EngineConfig { provider: Some(provider.into()), idle_nap_us: nap, ..Default::default() };
+        fabriclib::TransferEngine::new(&cfg).map(Some).map_err(|e| e.to_string())
+    }
+}
+
+fn open(provider: &str, v: Variant) -> R<Ep> {
+    if v.fabriclib_ep {
+        let fe =
+            fabriclib::domain::fabric::FabricEndpoint::open(provider, None, 16384, false).map_err(|e| e.message)?;
+        return Ok(Ep {
+            fabric: fe.fabric,
+            domain: fe.domain,
+            mrs: Default::default(),
+            ep: fe.ep,
+            cq: fe.cq,
+            av: fe.av,
+            mr_mode: fe.mr_mode,
+            addr: fe.addr.clone(),
+            fe: Some(fe),
+        });
+    }
     let name = CString::new(provider).unwrap();
     // SAFETY: straight libfabric setup; every out-pointer is a local.
     unsafe {
@@ -74,7 +124,7 @@ fn open(provider: &str) -> R<Ep> {
         addr.truncate(len);
         let mr_mode = (*(*info).domain_attr).mr_mode as u64;
         fi_freeinfo(info);
-        Ok(Ep { fabric, domain, mrs: Default::default(), ep, cq, av, mr_mode, addr })
+        Ok(Ep { fabric, domain, mrs: Default::default(), ep, cq, av, mr_mode, addr, fe: None })
     }
 }
 
@@ -87,6 +137,12 @@ impl Drop for Ep {
     fn drop(&mut self) {
         // SAFETY: objects opened by `open`/`register`, each closed once, endpoint first.
         unsafe {
+            if self.fe.is_some() {
+                for &mr in self.mrs.borrow().iter() {
+                    fi_close(&mut (*mr).fid);
+                }
+                return;
+            }
             fi_close(&mut (*self.ep).fid);
             for &mr in self.mrs.borrow().iter() {
                 fi_close(&mut (*mr).fid);
@@ -138,8 +194,9 @@ fn unhex(s: &str) -> Vec<u8> {
 
 /// The target: registers `len` bytes, says `addr key base` on stdout, polls
 /// its CQ until stdin closes.
-pub fn target(provider: &str, len: usize) -> R<()> {
-    let ep = open(provider)?;
+pub fn target(provider: &str, len: usize, v: Variant) -> R<()> {
+    let _idle = v.idle_engine(provider)?;
+    let ep = open(provider, v)?;
     let mut mem = vec![0u8; len];
     // Written, as the bench's servers write theirs (not the zero page).
     fill(&mut mem, 0x7a59);
@@ -187,10 +244,12 @@ pub fn run(
     reps: usize,
     warmup: usize,
     target_args: &[String],
+    v: Variant,
 ) -> R<f64> {
     let len = size * pages;
     let total = pages * iters;
-    let target_args: Vec<String> = target_args.iter().cloned().chain(["--len".into(), len.to_string()]).collect();
+    let target_args: Vec<String> =
+        target_args.iter().cloned().chain(v.args()).chain(["--len".into(), len.to_string()]).collect();
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut child = std::process::Command::new(me)
         .args(["bare-target", "--provider", provider])
@@ -206,7 +265,8 @@ pub fn run(
         return Err(format!("bare target said {line:?}"));
     }
     let (peer_addr, key, base) = (unhex(f[0]), f[1].parse::<u64>().unwrap(), f[2].parse::<u64>().unwrap());
-    let ep = open(provider)?;
+    let _idle = v.idle_engine(provider)?;
+    let ep = open(provider, v)?;
     let mut src = vec![0u8; len];
     let (desc, _) = ep.register(src.as_mut_ptr(), len)?;
     let mut peer: fi_addr_t = 0;

@@ -291,6 +291,7 @@ impl Session {
             bind_addr: bind.map(String::from),
             domains,
             idle_policy: crate::idle_policy(),
+            idle_nap_us: crate::idle_nap_us(),
             manual_progress: crate::manual_progress(),
             ..Default::default()
         };

@@ -36,10 +36,12 @@ usage: fabriclib-bench [options]                 run the client; spawns its serv
                                                   GPU signalling latency (needs a CUDA driver;
                                                   says skipped without one): see docs/gpu.md
        fabriclib-bench bare [--provider P] [--size S] [--pages N] [--iters N] [--window W] [--reps N]
-                            [--cpus INITIATOR,TARGET | --no-pin]
+                            [--cpus INITIATOR,TARGET | --no-pin] [--endpoint own|fabriclib] [--idle-engine NAP_US]
                                                   a bare fi_writedata loop (own fi_getinfo, own objects,
                                                   no yields) doing the paged row's work: the reference
-                                                  the raw baseline is checked against (bench/src/bare.rs)
+                                                  the raw baseline is checked against (bench/src/bare.rs);
+                                                  --endpoint fabriclib: on fabriclib's endpoints instead;
+                                                  --idle-engine: beside an idle engine in both processes
        fabriclib-bench server [--listen ADDR:PORT] [--bind ADDR] [--cpu N]
                                                   one server process (prints its control address;
                                                   --bind: its address for socket providers)
@@ -469,6 +471,23 @@ pub fn idle_policy() -> fabriclib::IdlePolicy {
     }
 }
 
+/// How long the bench's engines nap once idle with nothing armed, in µs.
+/// An idle engine on a provider without a wait object (shm) naps
+/// `idle_nap_us` (500 µs) at a time, and each wake-up lands on the CPU its
+/// process is pinned to: beside the raw loop, that cost raw 10–15% of its
+/// bandwidth (`FABRICLIB_BARE_ENGINE=500 fabriclib-bench bare`), so the
+/// baseline ran slower than a bare loop. Between the engine's own
+/// repetitions its worker is woken by every submit (and spins while an
+/// expectation is armed), so a long nap costs the engine rows nothing;
+/// with `--idle-policy block` an armed expectation naps too, and the
+/// engine's default stays.
+pub fn idle_nap_us() -> u64 {
+    match idle_policy() {
+        fabriclib::IdlePolicy::Block => fabriclib::EngineConfig::default().idle_nap_us,
+        _ => 20_000,
+    }
+}
+
 fn machine() -> serde_json::Value {
     let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
     let cpu = read("/proc/cpuinfo")
@@ -487,6 +506,7 @@ fn machine() -> serde_json::Value {
         "libfabric": format!("{}.{}", fi_version >> 16, fi_version & 0xffff),
         "hugepages": mem::HUGE.load(std::sync::atomic::Ordering::Relaxed),
         "idle_policy": format!("{:?}", idle_policy()),
+        "idle_nap_us": idle_nap_us(),
         "manual_progress": manual_progress(),
         "thp": read("/sys/kernel/mm/transparent_hugepage/enabled").trim(),
         // The most of the client's anonymous memory seen backed by huge pages after an allocation.
@@ -501,6 +521,7 @@ fn bare_cmd(args: &[String], target: bool) -> R<bool> {
         ("shm".to_string(), 64usize << 10, 100usize, 10usize, 200usize, 0usize);
     let (mut reps, mut warmup) = (15usize, 1usize);
     let (mut pin, mut cpu_list) = (true, None);
+    let mut variant = bare::Variant::default();
     let mut it = args.iter();
     while let Some(a) = it.next() {
         if a == "--no-pin" {
@@ -518,7 +539,9 @@ fn bare_cmd(args: &[String], target: bool) -> R<bool> {
             "--reps" => reps = num(v)?,
             "--warmup" => warmup = num(v)?,
             "--len" => len = num(v)?,
-            _ => return Err(format!("bare: unknown option {a}\n{USAGE}")),
+            "--endpoint" if v == "fabriclib" || v == "own" => variant.fabriclib_ep = v == "fabriclib",
+            "--idle-engine" => variant.idle_engine = Some(num(v)? as u64),
+            _ => return Err(format!("bare: unknown option {a} {v}\n{USAGE}")),
         }
     }
     // As the bench pins its loopback processes, unless --cpus or --no-pin say
@@ -534,13 +557,13 @@ fn bare_cmd(args: &[String], target: bool) -> R<bool> {
         pin_to(Some(both[if target { 1 } else { 0 }]))?;
     }
     if target {
-        return bare::target(&provider, len).map(|_| true);
+        return bare::target(&provider, len, variant).map(|_| true);
     }
     let pass = match pin {
         true => vec!["--cpus".to_string(), format!("{},{}", both[0], both[1])],
         false => vec!["--no-pin".to_string()],
     };
-    bare::run(&provider, size, pages, iters, window.max(1), reps.max(1), warmup, &pass).map(|_| true)
+    bare::run(&provider, size, pages, iters, window.max(1), reps.max(1), warmup, &pass, variant).map(|_| true)
 }
 
 fn main() {
