@@ -291,7 +291,8 @@ impl Session {
             bind_addr: bind.map(String::from),
             domains,
             idle_policy: crate::idle_policy(),
-            idle_nap_us: crate::idle_nap_us(),
+            worker_cpus: crate::engine_cpus(),
+            callback_cpus: crate::engine_cpus(),
             manual_progress: crate::manual_progress(),
             ..Default::default()
         };

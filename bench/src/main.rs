@@ -42,7 +42,7 @@ usage: fabriclib-bench [options]                 run the client; spawns its serv
                                                   the raw baseline is checked against (bench/src/bare.rs);
                                                   --endpoint fabriclib: on fabriclib's endpoints instead;
                                                   --idle-engine: beside an idle engine in both processes
-       fabriclib-bench server [--listen ADDR:PORT] [--bind ADDR] [--cpu N]
+       fabriclib-bench server [--listen ADDR:PORT] [--bind ADDR] [--cpu N] [--engine-cpu N]
                                                   one server process (prints its control address;
                                                   --bind: its address for socket providers)
 
@@ -65,7 +65,8 @@ options:
                              application thread drives the engine (TransferEngine::progress)
   --idle-policy P            the engines' idle policy: spin (default), auto or block
   --no-pin                   do not pin processes to CPUs (default: client on CPU 0,
-                             server i on CPU (i+1) mod ncpus, on loopback)
+                             server i on CPU (i+1) mod ncpus, on loopback; with 4 or more CPUs
+                             each process's engine threads on CPU k + ncpus/2 of their own)
   --json FILE                write the JSON report
   --plot FILE                write an SVG plot: bandwidth vs. write size, engine vs. raw
 ";
@@ -291,6 +292,9 @@ fn servers(o: &Opts, n: usize) -> R<Vec<PeerConn>> {
             cmd.args(["server", "--listen", "127.0.0.1:0"]);
             if o.pin && cpus > 1 {
                 cmd.args(["--cpu", &loopback_cpu(i + 1, cpus).to_string()]);
+                if let Some(c) = loopback_engine_cpu(i + 1, cpus) {
+                    cmd.args(["--engine-cpu", &c.to_string()]);
+                }
             }
             let mut child = cmd.stdout(Stdio::piped()).spawn().map_err(|e| format!("spawn server: {e}"))?;
             let mut line = String::new();
@@ -355,6 +359,7 @@ fn run(o: &Opts) -> R<bool> {
     let pinned = o.pin && o.connect.is_empty() && cpus() > 1;
     if pinned {
         pin_to(Some(loopback_cpu(0, cpus())))?;
+        let _ = ENGINE_CPU.set(loopback_engine_cpu(0, cpus()));
     }
     let total = rows.len() * o.providers.len() + host.len();
     let tty = std::io::stderr().is_terminal();
@@ -471,21 +476,21 @@ pub fn idle_policy() -> fabriclib::IdlePolicy {
     }
 }
 
-/// How long the bench's engines nap once idle with nothing armed, in µs.
-/// An idle engine on a provider without a wait object (shm) naps
-/// `idle_nap_us` (500 µs) at a time, and each wake-up lands on the CPU its
-/// process is pinned to: beside the raw loop, that cost raw 10–15% of its
-/// bandwidth (`FABRICLIB_BARE_ENGINE=500 fabriclib-bench bare`), so the
-/// baseline ran slower than a bare loop. Between the engine's own
-/// repetitions its worker is woken by every submit (and spins while an
-/// expectation is armed), so a long nap costs the engine rows nothing;
-/// with `--idle-policy block` an armed expectation naps too, and the
-/// engine's default stays.
-pub fn idle_nap_us() -> u64 {
-    match idle_policy() {
-        fabriclib::IdlePolicy::Block => fabriclib::EngineConfig::default().idle_nap_us,
-        _ => 20_000,
-    }
+/// The CPU the engine threads (worker, callbacks) of loopback process `k`
+/// run on, when the bench pins: a CPU of their own (`k + cpus/2`) on a host
+/// with at least 4 CPUs, as the paper deploys a worker, so that
+/// neither the application thread nor the raw loop shares its CPU with
+/// them; `None` on smaller hosts (they share the process's CPU).
+fn loopback_engine_cpu(k: usize, cpus: usize) -> Option<usize> {
+    (cpus >= 4 && k + cpus / 2 < cpus).then_some(k + cpus / 2)
+}
+
+static ENGINE_CPU: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+
+/// The CPUs for this process's engine threads (`EngineConfig::worker_cpus`,
+/// `callback_cpus`): empty (the process's own) unless pinned apart.
+pub fn engine_cpus() -> Vec<u32> {
+    ENGINE_CPU.get().copied().flatten().map(|c| vec![c as u32]).unwrap_or_default()
 }
 
 fn machine() -> serde_json::Value {
@@ -506,7 +511,7 @@ fn machine() -> serde_json::Value {
         "libfabric": format!("{}.{}", fi_version >> 16, fi_version & 0xffff),
         "hugepages": mem::HUGE.load(std::sync::atomic::Ordering::Relaxed),
         "idle_policy": format!("{:?}", idle_policy()),
-        "idle_nap_us": idle_nap_us(),
+        "engine_cpu": ENGINE_CPU.get().copied().flatten(),
         "manual_progress": manual_progress(),
         "thp": read("/sys/kernel/mm/transparent_hugepage/enabled").trim(),
         // The most of the client's anonymous memory seen backed by huge pages after an allocation.
@@ -590,6 +595,9 @@ fn main() {
                         eprintln!("fabriclib-bench server: {e}");
                         std::process::exit(2);
                     }
+                }
+                ("--engine-cpu", Some(v)) => {
+                    let _ = ENGINE_CPU.set(num(v).ok());
                 }
                 _ => {
                     eprintln!("{USAGE}");

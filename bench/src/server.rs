@@ -66,7 +66,8 @@ impl Open {
             bind_addr: bind.or_else(|| cmd.get("bind").and_then(Value::as_str)).map(String::from),
             domains: field_u64(cmd, "domains")? as usize,
             idle_policy: crate::idle_policy(),
-            idle_nap_us: crate::idle_nap_us(),
+            worker_cpus: crate::engine_cpus(),
+            callback_cpus: crate::engine_cpus(),
             manual_progress: crate::manual_progress(),
             ..Default::default()
         };
