@@ -492,6 +492,48 @@ fabriclib_status fabriclib_config_set_thread_cpus(struct fabriclib_config *confi
                                                   uint32_t thread,
                                                   const char *cpus);
 
+// Adds a DomainGroup to the engine: its own NICs and worker thread, and
+// the memory whose registrations it takes. The first group added is group
+// 0, the home group (sends, receives, immediate expectations and peer
+// greetings go through it; it takes every registration no other group
+// claims); without any, the engine has one group made of the settings
+// above, as before.
+//
+// - `gpu`: registrations of this CUDA device's memory go to the group (-1: none).
+// - `numa`: registrations of host memory on this NUMA node go to the group (-1: none).
+// - `domains`: how many NICs the group drives (0: the engine's domain
+//   count, or as many as `nics` names).
+// - `nics`: the group's NICs by name, comma-separated, as
+//   `fabriclib_config_set_nics` (NULL or `""`: the engine's rule).
+// - `worker_cpus`: the CPUs of the group's worker, as
+//   `fabriclib_config_set_thread_cpus` (NULL or `""`: the engine's worker CPUs).
+//
+// `*index` (if not NULL) receives the group's index. A region's writes go
+// from its group's NICs, NIC k to NIC k of the destination's group, so the
+// two groups must have as many NICs (else the submit fails with
+// `INVALID_ARGUMENT`). `INVALID_ARGUMENT` here for a bad list, more than
+// 8 NICs or `FABRICLIB_MAX_GROUPS` groups; creating the engine fails for two groups on one GPU
+// or NUMA node, and for CPUs or NICs that do not exist. Strings are copied.
+fabriclib_status fabriclib_config_add_group(struct fabriclib_config *config,
+                                            int32_t gpu,
+                                            int32_t numa,
+                                            uint32_t domains,
+                                            const char *nics,
+                                            const char *worker_cpus,
+                                            uint32_t *index);
+
+// Gives the engine one DomainGroup per GPU of the machine, each with the
+// `n` NICs nearest its GPU (1..=8) and its worker on a CPU of that GPU's
+// locality, after one group per NUMA node for host memory (group 0, the
+// home group, is the first node's or the whole machine's), as hwloc's view
+// of the machine plans it (`fabriclib-info` prints the plan). Registrations
+// go to the group of their GPU or NUMA node. Groups added with
+// `fabriclib_config_add_group` override it; worker CPUs set with
+// `fabriclib_config_set_thread_cpus` override the plan's. Creating the
+// engine fails with `INVALID_ARGUMENT` on a machine without GPUs, or when
+// no provider offers the NICs.
+fabriclib_status fabriclib_config_set_groups_per_gpu(struct fabriclib_config *config, uint32_t n);
+
 // Sets the number of domains (NICs) the engine drives, 1..=8 (default 1).
 // Every peer must use the same number.
 fabriclib_status fabriclib_config_set_domains(struct fabriclib_config *config, uint32_t domains);
@@ -651,6 +693,21 @@ fabriclib_status fabriclib_engine_address(const struct fabriclib_engine *engine,
                                           size_t cap,
                                           size_t *len);
 
+// Writes how many DomainGroups the engine has to `*out` (1 unless
+// `fabriclib_config_add_group` added them). Any thread.
+fabriclib_status fabriclib_engine_group_count(const struct fabriclib_engine *engine, uint32_t *out);
+
+// Copies group `group`'s address (the same kind of blob as
+// `fabriclib_engine_address`, which is group 0's): the descriptors of
+// regions registered in the group carry it. Buffer rules as in
+// `fabriclib_engine_address`; `INVALID_ARGUMENT` for a group the engine
+// does not have. Any thread.
+fabriclib_status fabriclib_engine_group_address(const struct fabriclib_engine *engine,
+                                                uint32_t group,
+                                                uint8_t *buf,
+                                                size_t cap,
+                                                size_t *len);
+
 // Writes the name of the libfabric provider in use (e.g. `"tcp;ofi_rxm"`) to
 // `*out`; the string lives as long as the engine. Any thread.
 fabriclib_status fabriclib_engine_provider(const struct fabriclib_engine *engine, const char **out);
@@ -801,6 +858,23 @@ fabriclib_status fabriclib_mr_register(const struct fabriclib_engine *engine,
                                        void *ptr,
                                        size_t len,
                                        struct fabriclib_mr **out);
+
+// Registers `len` bytes at `ptr` in group `group` of the engine
+// (`fabriclib_config_add_group`) whatever memory it is, where
+// `fabriclib_mr_register` would choose the group of the memory's GPU or
+// NUMA node: host memory with `device` -1, else CUDA device memory of
+// `device` (as `fabriclib_mr_register_device`). `INVALID_ARGUMENT` for a
+// group the engine does not have. Otherwise as `fabriclib_mr_register`.
+fabriclib_status fabriclib_mr_register_in_group(const struct fabriclib_engine *engine,
+                                                uint32_t group,
+                                                void *ptr,
+                                                size_t len,
+                                                int32_t device,
+                                                struct fabriclib_mr **out);
+
+// Writes the index of the engine's group the region is registered in
+// (0 for an engine of one group) to `*out`. Any thread.
+fabriclib_status fabriclib_mr_group(const struct fabriclib_mr *mr, uint32_t *out);
 
 // Releases a registration (NULL is a no-op). Requests still using it keep it
 // alive until they complete; the memory may be freed once they have.

@@ -36,6 +36,24 @@ impl std::fmt::Debug for PeerCallback {
 /// Providers tried, in order, when neither the config nor `FABRICLIB_PROVIDER` names one.
 pub const DEFAULT_PROVIDERS: &[&str] = &["efa", "tcp;ofi_rxm"];
 
+/// One DomainGroup of an engine (`EngineConfig::groups`): its own NICs and
+/// worker thread, and the memory whose registrations it takes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GroupConfig {
+    /// Registrations of this CUDA device's memory go to this group.
+    pub gpu: Option<i32>,
+    /// Registrations of host memory on this NUMA node go to this group.
+    pub numa: Option<u32>,
+    /// How many NICs (domains) the group drives; 0: the engine's `domains`
+    /// (or as many as `nics` names).
+    pub domains: usize,
+    /// The group's NICs by name (as `EngineConfig::nics`); empty: the
+    /// engine's rule for choosing them.
+    pub nics: Vec<String>,
+    /// The CPUs of the group's worker (empty: the engine's `worker_cpus`).
+    pub worker_cpus: Vec<u32>,
+}
+
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
     /// libfabric provider name (`efa`, `tcp;ofi_rxm`, `shm`, `net`, ...).
@@ -68,6 +86,18 @@ pub struct EngineConfig {
     pub worker_cpus: Vec<u32>,
     /// The CPUs of the callback thread (empty: anywhere).
     pub callback_cpus: Vec<u32>,
+    /// The engine's DomainGroups, each with its own NICs and worker thread
+    /// (see `GroupConfig`). Empty (the default): one group, configured by
+    /// the fields above. Group 0 is the home group: sends, receives,
+    /// immediate expectations and peer greetings go through it, and it takes
+    /// every registration no other group claims. At most `MAX_GROUPS`.
+    pub groups: Vec<GroupConfig>,
+    /// `Some(n)` (and no `groups`): the groups come from the machine's
+    /// topology (hwloc, `crate::topo::groups_per_gpu`): one for host memory
+    /// per NUMA node (group 0 first), then one per GPU with the `n` NICs
+    /// nearest it, each worker on a CPU of its locality. Fails with
+    /// `InvalidArgument` on a machine without GPUs or with fewer NICs.
+    pub groups_per_gpu: Option<usize>,
     /// The CPUs of the watcher thread (empty: anywhere).
     pub watcher_cpus: Vec<u32>,
     /// Domains (NICs) the engine's worker drives; 1..=8. Peers must use the same count.
@@ -132,6 +162,8 @@ impl Default for EngineConfig {
             nics_near_gpu: None,
             worker_cpus: Vec::new(),
             callback_cpus: Vec::new(),
+            groups: Vec::new(),
+            groups_per_gpu: None,
             watcher_cpus: Vec::new(),
             domains: 1,
             submit_queue: 4096,
@@ -153,7 +185,56 @@ impl Default for EngineConfig {
     }
 }
 
+/// Most DomainGroups one engine may have.
+pub const MAX_GROUPS: usize = 16;
+
 impl EngineConfig {
+    /// The configuration of each group's worker: this one with the group's
+    /// NICs, domain count and worker CPUs (one group: this one unchanged).
+    /// A fixed bind port moves on by the domains of the groups before, so
+    /// that no two domains bind the same port.
+    pub fn group_configs(&self) -> crate::error::Result<Vec<EngineConfig>> {
+        if self.groups.is_empty() {
+            return Ok(vec![self.clone()]);
+        }
+        if self.groups.len() > MAX_GROUPS {
+            crate::bail!(InvalidArgument, "{} groups: at most {MAX_GROUPS}", self.groups.len());
+        }
+        let mut out = Vec::with_capacity(self.groups.len());
+        let mut first_domain = 0u32;
+        for (g, gc) in self.groups.iter().enumerate() {
+            let domains = match (gc.domains, gc.nics.len()) {
+                (0, 0) => self.domains,
+                (0, n) => n,
+                (d, _) => d,
+            };
+            if let Some(other) = self.groups[..g].iter().position(|o| o.gpu.is_some() && o.gpu == gc.gpu) {
+                crate::bail!(InvalidArgument, "groups {other} and {g} both claim GPU {}", gc.gpu.unwrap());
+            }
+            if let Some(other) = self.groups[..g].iter().position(|o| o.numa.is_some() && o.numa == gc.numa) {
+                crate::bail!(InvalidArgument, "groups {other} and {g} both claim NUMA node {}", gc.numa.unwrap());
+            }
+            let bind_addr = self.bind_addr().map(|b| match b.rsplit_once(':') {
+                Some((host, port)) if !host.ends_with(':') => match port.parse::<u32>() {
+                    Ok(p) if first_domain > 0 => format!("{host}:{}", p + first_domain),
+                    _ => b.clone(),
+                },
+                _ => b.clone(),
+            });
+            first_domain += domains as u32;
+            out.push(EngineConfig {
+                domains,
+                nics: if gc.nics.is_empty() { self.nics.clone() } else { gc.nics.clone() },
+                worker_cpus: if gc.worker_cpus.is_empty() { self.worker_cpus.clone() } else { gc.worker_cpus.clone() },
+                bind_addr,
+                groups: Vec::new(),
+                groups_per_gpu: None,
+                ..self.clone()
+            });
+        }
+        Ok(out)
+    }
+
     /// Sets the peer-state callback.
     pub fn on_peer_state(mut self, f: impl Fn(&NetAddr, PeerState, Option<&Error>) + Send + Sync + 'static) -> Self {
         self.on_peer_state = Some(PeerCallback(Arc::new(f)));

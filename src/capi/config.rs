@@ -184,6 +184,94 @@ pub extern "C" fn fabriclib_config_set_thread_cpus(
     })
 }
 
+/// The most groups `fabriclib_config_add_group` adds to one engine.
+pub const FABRICLIB_MAX_GROUPS: u32 = crate::config::MAX_GROUPS as u32;
+
+/// Adds a DomainGroup to the engine: its own NICs and worker thread, and
+/// the memory whose registrations it takes. The first group added is group
+/// 0, the home group (sends, receives, immediate expectations and peer
+/// greetings go through it; it takes every registration no other group
+/// claims); without any, the engine has one group made of the settings
+/// above, as before.
+///
+/// - `gpu`: registrations of this CUDA device's memory go to the group (-1: none).
+/// - `numa`: registrations of host memory on this NUMA node go to the group (-1: none).
+/// - `domains`: how many NICs the group drives (0: the engine's domain
+///   count, or as many as `nics` names).
+/// - `nics`: the group's NICs by name, comma-separated, as
+///   `fabriclib_config_set_nics` (NULL or `""`: the engine's rule).
+/// - `worker_cpus`: the CPUs of the group's worker, as
+///   `fabriclib_config_set_thread_cpus` (NULL or `""`: the engine's worker CPUs).
+///
+/// `*index` (if not NULL) receives the group's index. A region's writes go
+/// from its group's NICs, NIC k to NIC k of the destination's group, so the
+/// two groups must have as many NICs (else the submit fails with
+/// `INVALID_ARGUMENT`). `INVALID_ARGUMENT` here for a bad list, more than
+/// 8 NICs or `FABRICLIB_MAX_GROUPS` groups; creating the engine fails for two groups on one GPU
+/// or NUMA node, and for CPUs or NICs that do not exist. Strings are copied.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_config_add_group(
+    config: *mut fabriclib_config,
+    gpu: i32,
+    numa: i32,
+    domains: u32,
+    nics: *const c_char,
+    worker_cpus: *const c_char,
+    index: *mut u32,
+) -> fabriclib_status {
+    ffi(|| {
+        let c = config_mut(config)?;
+        let nics: Vec<String> = opt_str(nics)?
+            .map(|s| s.split(',').map(|n| n.trim().to_string()).filter(|n| !n.is_empty()).collect())
+            .unwrap_or_default();
+        let max = crate::wire::MAX_DOMAINS;
+        if nics.len() > max || domains as usize > max {
+            crate::bail!(InvalidArgument, "a group has at most {max} NICs");
+        }
+        if c.cfg.groups.len() >= crate::config::MAX_GROUPS {
+            crate::bail!(InvalidArgument, "at most {} groups", crate::config::MAX_GROUPS);
+        }
+        if gpu < -1 || numa < -1 {
+            crate::bail!(InvalidArgument, "gpu and numa are -1 (none) or an index, got {gpu} and {numa}");
+        }
+        let worker_cpus = crate::pin::parse_cpu_list(&opt_str(worker_cpus)?.unwrap_or_default())?;
+        c.cfg.groups.push(crate::config::GroupConfig {
+            gpu: (gpu >= 0).then_some(gpu),
+            numa: (numa >= 0).then_some(numa as u32),
+            domains: domains as usize,
+            nics,
+            worker_cpus,
+        });
+        if !index.is_null() {
+            // SAFETY: non-null; the caller passes a writable uint32_t (API contract).
+            unsafe { index.write((c.cfg.groups.len() - 1) as u32) };
+        }
+        Ok(())
+    })
+}
+
+/// Gives the engine one DomainGroup per GPU of the machine, each with the
+/// `n` NICs nearest its GPU (1..=8) and its worker on a CPU of that GPU's
+/// locality, after one group per NUMA node for host memory (group 0, the
+/// home group, is the first node's or the whole machine's), as hwloc's view
+/// of the machine plans it (`fabriclib-info` prints the plan). Registrations
+/// go to the group of their GPU or NUMA node. Groups added with
+/// `fabriclib_config_add_group` override it; worker CPUs set with
+/// `fabriclib_config_set_thread_cpus` override the plan's. Creating the
+/// engine fails with `INVALID_ARGUMENT` on a machine without GPUs, or when
+/// no provider offers the NICs.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_config_set_groups_per_gpu(config: *mut fabriclib_config, n: u32) -> fabriclib_status {
+    ffi(|| {
+        let c = config_mut(config)?;
+        if n == 0 || n as usize > crate::wire::MAX_DOMAINS {
+            crate::bail!(InvalidArgument, "{n} NICs per GPU: 1..={}", crate::wire::MAX_DOMAINS);
+        }
+        c.cfg.groups_per_gpu = Some(n as usize);
+        Ok(())
+    })
+}
+
 /// Sets the number of domains (NICs) the engine drives, 1..=8 (default 1).
 /// Every peer must use the same number.
 #[unsafe(no_mangle)]

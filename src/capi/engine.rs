@@ -150,6 +150,35 @@ pub extern "C" fn fabriclib_engine_address(
     ffi(|| write_blob(&handle(engine)?.engine.main_address().to_bytes(), buf, cap, len))
 }
 
+/// Writes how many DomainGroups the engine has to `*out` (1 unless
+/// `fabriclib_config_add_group` added them). Any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_engine_group_count(engine: *const fabriclib_engine, out: *mut u32) -> fabriclib_status {
+    ffi(|| put(out, handle(engine)?.engine.group_count() as u32))
+}
+
+/// Copies group `group`'s address (the same kind of blob as
+/// `fabriclib_engine_address`, which is group 0's): the descriptors of
+/// regions registered in the group carry it. Buffer rules as in
+/// `fabriclib_engine_address`; `INVALID_ARGUMENT` for a group the engine
+/// does not have. Any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_engine_group_address(
+    engine: *const fabriclib_engine,
+    group: u32,
+    buf: *mut u8,
+    cap: usize,
+    len: *mut usize,
+) -> fabriclib_status {
+    ffi(|| {
+        let e = handle(engine)?;
+        let Some(a) = e.engine.group_address(group as usize) else {
+            crate::bail!(InvalidArgument, "group {group}: the engine has {}", e.engine.group_count());
+        };
+        write_blob(&a.to_bytes(), buf, cap, len)
+    })
+}
+
 /// Writes the name of the libfabric provider in use (e.g. `"tcp;ofi_rxm"`) to
 /// `*out`; the string lives as long as the engine. Any thread.
 #[unsafe(no_mangle)]

@@ -51,6 +51,38 @@ pub extern "C" fn fabriclib_mr_register(
     })
 }
 
+/// Registers `len` bytes at `ptr` in group `group` of the engine
+/// (`fabriclib_config_add_group`) whatever memory it is, where
+/// `fabriclib_mr_register` would choose the group of the memory's GPU or
+/// NUMA node: host memory with `device` -1, else CUDA device memory of
+/// `device` (as `fabriclib_mr_register_device`). `INVALID_ARGUMENT` for a
+/// group the engine does not have. Otherwise as `fabriclib_mr_register`.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_mr_register_in_group(
+    engine: *const fabriclib_engine,
+    group: u32,
+    ptr: *mut c_void,
+    len: usize,
+    device: i32,
+    out: *mut *mut fabriclib_mr,
+) -> fabriclib_status {
+    ffi(|| {
+        let e = handle(engine)?;
+        non_null(out, "out")?;
+        let device = (device >= 0).then_some(device);
+        // SAFETY: the caller guarantees ptr..ptr+len is valid memory (API contract).
+        let mr = unsafe { e.engine.register_in_group(group as usize, ptr.cast(), len, device)? };
+        give(out, fabriclib_mr::new(mr))
+    })
+}
+
+/// Writes the index of the engine's group the region is registered in
+/// (0 for an engine of one group) to `*out`. Any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_mr_group(mr: *const fabriclib_mr, out: *mut u32) -> fabriclib_status {
+    ffi(|| put(out, handle(mr)?.mr.group() as u32))
+}
+
 /// Releases a registration (NULL is a no-op). Requests still using it keep it
 /// alive until they complete; the memory may be freed once they have.
 #[unsafe(no_mangle)]

@@ -75,11 +75,11 @@ impl ImmCounter {
     }
 
     /// Counts one arrived immediate.
-    pub fn arrived(&mut self, imm: u32, n: &Notifier) {
-        self.map.entry(imm).or_insert(Entry { arrived: 0, expect: None }).arrived += 1;
+    pub fn arrived(&mut self, imm: u32, n: &Notifier, count: u64) {
+        self.map.entry(imm).or_insert(Entry { arrived: 0, expect: None }).arrived += count;
         if !self.mirrors.is_empty() {
             if let Some((w, v)) = self.mirrors.get_mut(&imm) {
-                *v += 1;
+                *v += count;
                 // SAFETY: valid until the mirror is stopped (MirrorWord).
                 unsafe { &*w.0 }.store(*v, std::sync::atomic::Ordering::Release);
             }
@@ -213,7 +213,7 @@ mod tests {
         let (n, _t) = spawn_callback_thread(Vec::new()).unwrap();
         let mut c = ImmCounter::default();
         for _ in 0..3 {
-            c.arrived(7, &n);
+            c.arrived(7, &n, 1);
         }
         let (f, done) = flag();
         c.expect(7, 2, done, 1, &n).unwrap();
@@ -222,7 +222,7 @@ mod tests {
         let (f, done) = flag();
         c.expect(7, 2, done, 2, &n).unwrap();
         assert_eq!(ended(&f), None);
-        c.arrived(7, &n);
+        c.arrived(7, &n, 1);
         assert_eq!(ended(&f), Some(Status::Ok as u32));
         assert_eq!(c.read(7, false), 0);
         assert!(c.map.is_empty(), "a settled immediate leaves no entry behind");
@@ -233,24 +233,24 @@ mod tests {
         use std::sync::atomic::AtomicU64;
         let (n, _t) = spawn_callback_thread(Vec::new()).unwrap();
         let mut c = ImmCounter::default();
-        c.arrived(5, &n);
-        c.arrived(5, &n);
+        c.arrived(5, &n, 1);
+        c.arrived(5, &n, 1);
         let (w, other) = (AtomicU64::new(99), AtomicU64::new(0));
         c.mirror(5, Some(MirrorWord(&w)));
         assert_eq!(w.load(Ordering::Acquire), 2, "starts at the count not yet taken");
         let (_, done) = flag();
         c.expect(5, 3, done, 1, &n).unwrap();
-        c.arrived(5, &n);
-        c.arrived(6, &n);
+        c.arrived(5, &n, 1);
+        c.arrived(6, &n, 1);
         assert_eq!(w.load(Ordering::Acquire), 3, "the expectation took 3; the mirror does not go down");
         c.read(5, true);
-        c.arrived(5, &n);
+        c.arrived(5, &n, 1);
         assert_eq!(w.load(Ordering::Acquire), 4);
         c.mirror(5, Some(MirrorWord(&other)));
-        c.arrived(5, &n);
+        c.arrived(5, &n, 1);
         assert_eq!((w.load(Ordering::Acquire), other.load(Ordering::Acquire)), (4, 2), "replaced: 1 counted + 1");
         c.mirror(5, None);
-        c.arrived(5, &n);
+        c.arrived(5, &n, 1);
         assert_eq!(other.load(Ordering::Acquire), 2, "stopped");
     }
 
@@ -271,7 +271,7 @@ mod tests {
         let (f, done) = flag();
         c.expect(9, 5, done, 11, &n).unwrap();
         for _ in 0..3 {
-            c.arrived(9, &n);
+            c.arrived(9, &n, 1);
         }
         assert_eq!(c.read(9, false), 3);
         assert!(!c.expire(9, 12, Error::new(Status::TimedOut, "x"), &n), "another request's id");
@@ -284,8 +284,8 @@ mod tests {
         assert_eq!(ended(&f), None);
         assert!(!c.expire(9, 11, Error::new(Status::TimedOut, "x"), &n), "an ended request expires once");
         // Stragglers count afresh.
-        c.arrived(9, &n);
-        c.arrived(9, &n);
+        c.arrived(9, &n, 1);
+        c.arrived(9, &n, 1);
         assert_eq!(ended(&f), Some(Status::Ok as u32));
     }
 
@@ -295,16 +295,16 @@ mod tests {
         let mut c = ImmCounter::default();
         let (f, done) = flag();
         c.expect(4, 3, done, 1, &n).unwrap();
-        c.arrived(4, &n);
-        c.arrived(4, &n);
+        c.arrived(4, &n, 1);
+        c.arrived(4, &n, 1);
         assert_eq!(c.read(4, true), 2);
         assert_eq!(c.read(4, false), 0);
         assert!(c.is_armed(4, 1) && c.find(1) == Some(4));
         for _ in 0..2 {
-            c.arrived(4, &n);
+            c.arrived(4, &n, 1);
         }
         assert_eq!(ended(&f), None, "counts from 0 after the reset");
-        c.arrived(4, &n);
+        c.arrived(4, &n, 1);
         assert_eq!(ended(&f), Some(Status::Ok as u32));
         assert_eq!(c.read(5, true), 0, "an unknown value reads 0");
     }
@@ -317,7 +317,7 @@ mod tests {
         let (f2, d2) = flag();
         c.expect(1, 1, d1, 1, &n).unwrap();
         c.expect(2, 4, d2, 2, &n).unwrap();
-        c.arrived(3, &n);
+        c.arrived(3, &n, 1);
         c.fail_all(&Error::new(Status::Shutdown, "bye"), &n);
         assert_eq!((ended(&f1), ended(&f2)), (Some(Status::Shutdown as u32), Some(Status::Shutdown as u32)));
         assert_eq!((c.armed(), c.read(3, false)), (0, 0));

@@ -206,6 +206,18 @@ impl Notifier {
         self.fired.replace(false)
     }
 
+    /// A notifier for another worker of the same engine: the same callback
+    /// thread (or inline queue), in-flight count and error log.
+    pub fn sibling(&self) -> Notifier {
+        Notifier {
+            tx: self.tx.clone(),
+            fired: Default::default(),
+            inflight: self.inflight.clone(),
+            released: Default::default(),
+            errors: self.errors.clone(),
+        }
+    }
+
     /// Runs `job` on the callback thread.
     pub fn run(&self, job: Job) {
         // The callback thread outlives every worker, so this only fails during

@@ -32,6 +32,11 @@ impl MrHandle {
     pub fn engine_id(&self) -> u64 {
         self.0.engine_id
     }
+    /// The engine's group (`EngineConfig::groups`) the region is registered
+    /// in: writes from it go through that group's NICs and worker.
+    pub fn group(&self) -> usize {
+        self.0.group as usize
+    }
 }
 
 impl TransferEngine {
@@ -40,6 +45,11 @@ impl TransferEngine {
     ///
     /// # Safety
     /// `ptr..ptr+len` must be readable and writable memory that outlives the registration.
+    /// With several groups, the region goes to the group of its memory:
+    /// device memory to the group of its GPU (`GroupConfig::gpu`), host
+    /// memory to the group of the NUMA node its first page is on
+    /// (`GroupConfig::numa`), anything else to the home group (group 0);
+    /// `register_in_group` chooses explicitly.
     pub unsafe fn register(&self, ptr: *mut u8, len: usize) -> Result<MrHandle> {
         // Only a process that uses CUDA can hold device pointers: never load the driver to ask.
         let device = if crate::gpu::cuda::loaded_by_process() {
@@ -60,6 +70,43 @@ impl TransferEngine {
     /// # Safety
     /// As `register`.
     pub unsafe fn register_memory(&self, ptr: *mut u8, len: usize, device: Option<i32>) -> Result<MrHandle> {
+        let g = self.group_of_memory(ptr, device);
+        // SAFETY: the caller's contract.
+        unsafe { self.register_in_group(g, ptr, len, device) }
+    }
+
+    /// The group a registration of `ptr` (of CUDA device `device`) goes to.
+    fn group_of_memory(&self, ptr: *const u8, device: Option<i32>) -> usize {
+        if self.groups.len() == 1 {
+            return 0;
+        }
+        let by = |f: &dyn Fn(&super::Group) -> bool| self.groups.iter().position(f).unwrap_or(0);
+        match device {
+            Some(d) => by(&|g| g.gpu == Some(d)),
+            None if self.groups.iter().any(|g| g.numa.is_some()) && !ptr.is_null() => {
+                match crate::topo::numa_node_of(ptr as usize) {
+                    Some(n) => by(&|g| g.numa == Some(n)),
+                    None => 0,
+                }
+            }
+            None => 0,
+        }
+    }
+
+    /// `register_memory` into group `group` of the engine, whatever memory it is.
+    ///
+    /// # Safety
+    /// As `register`.
+    pub unsafe fn register_in_group(
+        &self,
+        group: usize,
+        ptr: *mut u8,
+        len: usize,
+        device: Option<i32>,
+    ) -> Result<MrHandle> {
+        let Some(grp) = self.groups.get(group) else {
+            bail!(InvalidArgument, "register: group {group}: the engine has {}", self.groups.len());
+        };
         if ptr.is_null() {
             bail!(InvalidArgument, "register: NULL pointer");
         }
@@ -76,13 +123,13 @@ impl TransferEngine {
                 if cuda.device_of(ptr) != Some(d) {
                     bail!(InvalidArgument, "register: {ptr:p} is not device memory of CUDA device {d}");
                 }
-                if !self.info.device_memory {
-                    return Err(crate::domain::no_device_memory(&self.info.provider, d));
+                if !grp.info.device_memory {
+                    return Err(crate::domain::no_device_memory(&grp.info.provider, d));
                 }
                 Memory::Cuda { device: d, dmabuf: cuda.export_dmabuf(d, ptr, len).ok() }
             }
         };
-        let registered = self.rpc(|reply| Ctrl::Register { ptr: ptr as usize, len, mem, reply });
+        let registered = self.rpc_to(group, |reply| Ctrl::Register { ptr: ptr as usize, len, mem, reply });
         if let Memory::Cuda { dmabuf: Some((fd, _)), .. } = mem {
             // SAFETY: our fd from the export; the provider holds its own reference now.
             unsafe { crate::group::close_fd(fd) };
@@ -91,24 +138,26 @@ impl TransferEngine {
         let desc = Arc::new(MrDesc {
             base: ptr as u64,
             len: len as u64,
-            owner: self.info.address.clone(),
+            owner: grp.info.address.clone(),
             keys: locals.iter().map(|m| m.remote).collect::<Vec<RemoteKey>>(),
             held: Default::default(),
         });
         Ok(MrHandle(Arc::new(MrInner {
             index,
+            group: group as u8,
             engine_id: self.id,
             ptr: ptr as usize,
             len,
             desc,
-            shared: self.shared.clone(),
+            shared: grp.shared.clone(),
         })))
     }
 
-    pub(super) fn own(&self, mr: &MrHandle) -> Result<()> {
+    /// Checks that `mr` is this engine's; returns its group.
+    pub(super) fn own(&self, mr: &MrHandle) -> Result<usize> {
         if mr.0.engine_id != self.id {
             bail!(BadHandle, "memory region belongs to another engine");
         }
-        Ok(())
+        Ok(mr.0.group as usize)
     }
 }

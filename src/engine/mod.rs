@@ -62,17 +62,77 @@ pub struct ScatterDst {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PeerGroup(pub u64);
 
-pub struct TransferEngine {
-    id: u64,
+/// One DomainGroup of the engine: its worker (a thread, or driven by
+/// `progress`), what the worker reported when it started, and the memory
+/// whose registrations it takes.
+struct Group {
     shared: Arc<Shared>,
     info: GroupInfo,
     worker: Option<JoinHandle<()>>,
     /// Manual progress: the worker, driven by `progress` (None once shut down).
     manual: Option<Mutex<Option<Box<dyn group::Progress>>>>,
+    gpu: Option<i32>,
+    numa: Option<u32>,
+}
+
+impl Group {
+    /// Starts group `g`'s worker (thread or manual) with `cfg`; `home` is
+    /// group 0's state for the others.
+    fn start(g: usize, cfg: &EngineConfig, n: notify::Notifier, home: Option<Arc<Shared>>) -> Result<Group> {
+        crate::pin::check("worker_cpus", &cfg.worker_cpus)?;
+        // "null" (named explicitly, never a default) measures the engine without a wire.
+        let null = cfg.providers() == ["null"];
+        // Linux keeps 15 characters of a thread's name: group 0's reads "fabriclib-worke".
+        let name = if g == 0 { "fabriclib-worker".to_string() } else { format!("fabriclib-w{g}") };
+        let (shared, info, worker, manual) = if cfg.manual_progress {
+            let (shared, info, p) = if null {
+                group::manual::<NullDomain>(cfg, n, home)?
+            } else {
+                group::manual::<FabricDomain>(cfg, n, home)?
+            };
+            (shared, info, None, Some(Mutex::new(Some(p))))
+        } else {
+            let (shared, info, w) = if null {
+                group::spawn::<NullDomain>(cfg, n, home, name)?
+            } else {
+                group::spawn::<FabricDomain>(cfg, n, home, name)?
+            };
+            (shared, info, Some(w), None)
+        };
+        Ok(Group { shared, info, worker, manual, gpu: None, numa: None })
+    }
+
+    fn domains(&self) -> usize {
+        self.info.address.domains.len()
+    }
+
+    /// Tells the worker to stop, then waits for it (manual: ends it here).
+    fn stop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        if let Some(m) = &self.manual {
+            let p = m.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(p) = p {
+                p.shutdown();
+            }
+        }
+        if let Some(t) = self.worker.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}
+
+pub struct TransferEngine {
+    id: u64,
+    /// The DomainGroups; group 0 is the home group (sends, receives,
+    /// immediate expectations, peer greetings) and takes what no other claims.
+    groups: Vec<Group>,
+    /// Every group's NICs, group by group.
+    nics: Vec<crate::domain::nic::Nic>,
     callbacks: Option<JoinHandle<()>>,
     /// Manual progress: the callbacks, run by `progress` on the calling thread.
     inline: Option<Mutex<mpsc::Receiver<notify::Job>>>,
-    groups: Mutex<HashMap<u64, Arc<[NetAddr]>>>,
+    peer_groups: Mutex<HashMap<u64, Arc<[NetAddr]>>>,
     next_request: AtomicU64,
     request_timeout: Option<std::time::Duration>,
     max_inflight: usize,
@@ -91,12 +151,17 @@ fn check_range<W: std::fmt::Display>(what: impl FnOnce() -> W, off: u64, len: u6
 }
 
 impl TransferEngine {
-    /// Opens `cfg.domains` domains of the configured provider and starts the
-    /// worker and callback threads.
+    /// Opens `cfg.domains` domains of the configured provider (per group,
+    /// with `cfg.groups`) and starts the worker(s) and the callback thread.
     pub fn new(cfg: &EngineConfig) -> Result<TransferEngine> {
         let resolved = nics::near_gpu(cfg)?;
         let cfg = resolved.as_ref().unwrap_or(cfg);
-        crate::pin::check("worker_cpus", &cfg.worker_cpus)?;
+        let planned = nics::per_gpu(cfg)?;
+        let cfg = planned.as_ref().unwrap_or(cfg);
+        let group_cfgs = cfg.group_configs()?;
+        for c in &group_cfgs {
+            crate::pin::check("worker_cpus", &c.worker_cpus)?;
+        }
         crate::pin::check("callback_cpus", &cfg.callback_cpus)?;
         crate::pin::check("watcher_cpus", &cfg.watcher_cpus)?;
         let (notifier, callbacks, inline) = if cfg.manual_progress {
@@ -108,32 +173,44 @@ impl TransferEngine {
             (n, Some(h), None)
         };
         let errors = notifier.errors.clone();
-        // "null" (named explicitly, never a default) measures the engine without a wire.
-        let null = cfg.providers() == ["null"];
-        let (shared, info, worker, manual) = if cfg.manual_progress {
-            let (shared, info, p) = if null {
-                group::manual::<NullDomain>(cfg, notifier)?
-            } else {
-                group::manual::<FabricDomain>(cfg, notifier)?
-            };
-            (shared, info, None, Some(Mutex::new(Some(p))))
-        } else {
-            let (shared, info, w) = if null {
-                group::spawn::<NullDomain>(cfg, notifier)?
-            } else {
-                group::spawn::<FabricDomain>(cfg, notifier)?
-            };
-            (shared, info, Some(w), None)
-        };
+        let mut siblings: Vec<notify::Notifier> = (1..group_cfgs.len()).map(|_| notifier.sibling()).collect();
+        let mut notifiers = vec![notifier];
+        notifiers.append(&mut siblings);
+        let mut groups: Vec<Group> = Vec::with_capacity(group_cfgs.len());
+        for (g, (gcfg, n)) in group_cfgs.iter().zip(notifiers).enumerate() {
+            let home = groups.first().map(|h| h.shared.clone());
+            match Group::start(g, gcfg, n, home) {
+                Ok(mut group) => {
+                    if let Some(gc) = cfg.groups.get(g) {
+                        (group.gpu, group.numa) = (gc.gpu, gc.numa);
+                    }
+                    groups.push(group);
+                }
+                Err(mut e) => {
+                    for started in groups.iter_mut().rev() {
+                        started.stop();
+                    }
+                    if group_cfgs.len() > 1 {
+                        e.message = format!("group {g}: {}", e.message);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        if groups.iter().any(|g| g.info.provider != groups[0].info.provider) {
+            let names: Vec<String> = groups.iter().map(|g| g.info.provider.clone()).collect();
+            for g in groups.iter_mut().rev() {
+                g.stop();
+            }
+            bail!(InvalidArgument, "the groups opened different providers ({names:?}): name one in the config");
+        }
         Ok(TransferEngine {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            shared,
-            info,
-            worker,
-            manual,
+            nics: groups.iter().flat_map(|g| g.info.nics.iter().cloned()).collect(),
+            groups,
             callbacks,
             inline,
-            groups: Mutex::new(HashMap::new()),
+            peer_groups: Mutex::new(HashMap::new()),
             next_request: AtomicU64::new(1),
             request_timeout: cfg.request_timeout,
             max_inflight: cfg.max_inflight.max(1),
@@ -157,38 +234,57 @@ impl TransferEngine {
         self.id
     }
 
-    /// This engine's address, to hand to peers out of band.
+    /// This engine's address, to hand to peers out of band: its home group's
+    /// (group 0). Sends, greetings and peer groups use it; a descriptor
+    /// carries the address of the group its region belongs to.
     pub fn main_address(&self) -> &NetAddr {
-        &self.info.address
+        &self.groups[0].info.address
+    }
+
+    /// How many DomainGroups the engine has (`EngineConfig::groups`; 1 without).
+    pub fn group_count(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// Group `g`'s address (its NICs, in domain order); `None` past the last group.
+    pub fn group_address(&self, g: usize) -> Option<&NetAddr> {
+        self.groups.get(g).map(|g| &g.info.address)
     }
 
     /// The libfabric provider in use (e.g. `tcp;ofi_rxm`).
     pub fn provider(&self) -> &str {
-        &self.info.provider
+        &self.groups[0].info.provider
     }
 
+    /// Domains (NICs) of the engine, all groups together.
     pub fn domains(&self) -> usize {
-        self.info.address.domains.len()
+        self.nics.len()
     }
 
     /// The largest message `submit_send` takes: 64 KiB, or the provider's
     /// inject size where larger messages would wait on the receiver's answer
     /// (shm: 4 KiB; see `Domain::answer_free_limit`).
     pub fn max_send_size(&self) -> usize {
-        self.info.max_send
+        self.groups[0].info.max_send
     }
 
     /// The largest write one work request may carry on this engine's provider.
     pub fn max_msg_size(&self) -> usize {
-        self.info.max_msg
+        self.groups.iter().map(|g| g.info.max_msg).min().unwrap_or(0)
     }
 
     fn rpc<T>(&self, make: impl FnOnce(mpsc::Sender<Result<T>>) -> Ctrl) -> Result<T> {
+        self.rpc_to(0, make)
+    }
+
+    /// A control call answered by group `g`'s worker.
+    fn rpc_to<T>(&self, g: usize, make: impl FnOnce(mpsc::Sender<Result<T>>) -> Ctrl) -> Result<T> {
         self.alive()?;
         let (tx, rx) = mpsc::channel();
-        self.shared.ctrl.push(make(tx));
-        self.shared.wake();
-        if self.manual.is_some() {
+        let shared = &self.groups[g].shared;
+        shared.ctrl.push(make(tx));
+        shared.wake();
+        if self.is_manual() {
             // Nobody else answers: progress until the reply is there.
             loop {
                 self.progress();
@@ -204,28 +300,31 @@ impl TransferEngine {
     }
 
     fn alive(&self) -> Result<()> {
-        if self.shared.stop.load(Ordering::Acquire) {
+        if self.groups[0].shared.stop.load(Ordering::Acquire) {
             bail!(Shutdown, "the engine is shut down");
         }
         Ok(())
     }
 
-    fn check_peer(&self, owner: &NetAddr) -> Result<()> {
-        if owner.domains.len() != self.domains() {
+    /// Group `g` sends to `owner` NIC k to NIC k: their NIC counts must match.
+    fn check_peer(&self, g: usize, owner: &NetAddr) -> Result<()> {
+        let mine = self.groups[g].domains();
+        if owner.domains.len() != mine {
+            let whose = if self.groups.len() > 1 { format!("this engine's group {g}") } else { "this engine".into() };
             bail!(
                 InvalidArgument,
-                "peer has {} domains, this engine {}: peers must use the same domain count",
+                "peer has {} domains (NICs), {whose} {mine}: peers must use the same domain count \
+                 (per group: a region's group writes NIC k to NIC k of the destination's group)",
                 owner.domains.len(),
-                self.domains()
             );
         }
         Ok(())
     }
 
-    /// `desc` as this engine's requests carry it: an index into the
-    /// worker's table once the worker holds it, else a clone.
-    fn dst(&self, desc: &Arc<MrDesc>) -> Dst {
-        Dst::of(self.shared.tag, desc)
+    /// `desc` as group `g`'s requests carry it: an index into its worker's
+    /// table once that worker holds it, else a clone.
+    fn dst(&self, g: usize, desc: &Arc<MrDesc>) -> Dst {
+        Dst::of(self.groups[g].shared.tag, desc)
     }
 
     fn timeout(&self, d: Deadline) -> Option<std::time::Duration> {
@@ -236,31 +335,35 @@ impl TransferEngine {
         }
     }
 
+    /// Hands a checked request to the worker of group `g` (its source
+    /// region's group; the home group for requests without one).
     fn submit(
         &self,
+        g: usize,
         shape: Shape,
         imm: Option<u32>,
         src_mr: Option<&MrHandle>,
         opts: RequestOpts,
     ) -> Result<RequestId> {
         self.alive()?;
-        let nic = self.nic_of(opts.route, matches!(shape, Shape::Send { .. }))?;
+        let nic = self.nic_of(g, opts.route, matches!(shape, Shape::Send { .. }))?;
+        let shared = &self.groups[g].shared;
         // The completion path is bounded too: requests not yet reported
         // (callbacks not yet returned) count until they are.
-        if self.shared.inflight.fetch_add(1, Ordering::Acquire) >= self.max_inflight {
-            self.shared.inflight.fetch_sub(1, Ordering::Release);
+        if shared.inflight.fetch_add(1, Ordering::Acquire) >= self.max_inflight {
+            shared.inflight.fetch_sub(1, Ordering::Release);
             bail!(Again, "{} requests are in flight (max_inflight); retry when some have completed", self.max_inflight);
         }
         let id = self.next_request.fetch_add(1, Ordering::Relaxed);
         let timeout = self.timeout(opts.deadline);
         let req = Request { id, timeout, shape, imm, done: opts.done, region: src_mr.map(|m| m.0.index), nic };
-        if let Err(req) = self.shared.data.push(req) {
+        if let Err(req) = shared.data.push(req) {
             // Dropped unfired: a submit that returns an error never calls back.
             drop(req);
-            self.shared.inflight.fetch_sub(1, Ordering::Release);
-            bail!(Again, "the submission queue is full ({} requests); retry later", self.shared.data.capacity());
+            shared.inflight.fetch_sub(1, Ordering::Release);
+            bail!(Again, "the submission queue is full ({} requests); retry later", shared.data.capacity());
         }
-        self.shared.wake();
+        shared.wake();
         Ok(RequestId(id))
     }
 
@@ -269,8 +372,8 @@ impl TransferEngine {
     /// `msg` may be reused as soon as this returns. The peer needs a posted
     /// receive buffer at least as large (see `submit_recvs`).
     pub fn submit_send(&self, to: &NetAddr, msg: &[u8], done: impl Into<RequestOpts>) -> Result<RequestId> {
-        self.check_peer(to)?;
-        let max = self.info.max_send;
+        self.check_peer(0, to)?;
+        let max = self.max_send_size();
         if msg.len() > max {
             let why = if max < MAX_SEND {
                 format!(
@@ -283,7 +386,7 @@ impl TransferEngine {
             };
             bail!(InvalidArgument, "submit_send: {} bytes is over the {max}-byte message limit{why}", msg.len());
         }
-        self.submit(Shape::Send { to: to.clone(), msg: msg.into() }, None, None, done.into())
+        self.submit(0, Shape::Send { to: to.clone(), msg: msg.into() }, None, None, done.into())
     }
 
     /// Posts `count` receive buffers for messages of up to `len` bytes on
@@ -364,15 +467,16 @@ impl TransferEngine {
         dst_offset: u64,
         done: impl Into<RequestOpts>,
     ) -> Result<RequestId> {
-        self.own(src)?;
-        self.check_peer(&dst.owner)?;
+        let g = self.own(src)?;
+        self.check_peer(g, &dst.owner)?;
         if len == 0 && imm.is_none() {
             bail!(InvalidArgument, "submit_single_write: zero length without an immediate");
         }
         check_range(|| "single write source", src_offset, len, src.len() as u64)?;
         check_range(|| "single write destination", dst_offset, len, dst.len)?;
         let opts = done.into();
-        let sharded = self.nic_of(opts.route, false)?.is_none() && self.domains() > 1;
+        let nics = self.groups[g].domains();
+        let sharded = self.nic_of(g, opts.route, false)?.is_none() && nics > 1;
         let max = self.max_msg_size() as u64;
         let chunk = match imm {
             Some(_) if len > max => bail!(
@@ -380,12 +484,17 @@ impl TransferEngine {
                 "a write with an immediate is one work request: {len} bytes is over max_msg_size {max}; use paged writes"
             ),
             Some(_) => len.max(1),
-            None if len >= SHARD_MIN && sharded => len.div_ceil(self.domains() as u64).next_multiple_of(4096).min(max),
+            None if len >= SHARD_MIN && sharded => len.div_ceil(nics as u64).next_multiple_of(4096).min(max),
             None => len.min(max),
         };
-        let shape =
-            Shape::Single { src: src.0.ptr + src_offset as usize, dst: self.dst(dst), dst_off: dst_offset, len, chunk };
-        self.submit(shape, imm, Some(src), opts)
+        let shape = Shape::Single {
+            src: src.0.ptr + src_offset as usize,
+            dst: self.dst(g, dst),
+            dst_off: dst_offset,
+            len,
+            chunk,
+        };
+        self.submit(g, shape, imm, Some(src), opts)
     }
 
     /// Writes `src_pages.indices.len()` pages of `page_len` bytes; page `i`
@@ -403,8 +512,8 @@ impl TransferEngine {
         dst_pages: Pages<'_>,
         done: impl Into<RequestOpts>,
     ) -> Result<RequestId> {
-        self.own(src)?;
-        self.check_peer(&dst.owner)?;
+        let g = self.own(src)?;
+        self.check_peer(g, &dst.owner)?;
         if page_len == 0 {
             bail!(InvalidArgument, "submit_paged_writes: zero page length");
         }
@@ -435,12 +544,12 @@ impl TransferEngine {
             src: src.0.ptr + src_pages.offset as usize,
             src_stride: src_pages.stride,
             src_idx: src_pages.indices.into(),
-            dst: self.dst(dst),
+            dst: self.dst(g, dst),
             dst_off: dst_pages.offset,
             dst_stride: dst_pages.stride,
             dst_idx: dst_pages.indices.into(),
         };
-        self.submit(shape, imm, Some(src), done.into())
+        self.submit(g, shape, imm, Some(src), done.into())
     }
 
     /// Writes a different slice of `src` to each destination (each to its own
@@ -453,13 +562,13 @@ impl TransferEngine {
         dsts: &[ScatterDst],
         done: impl Into<RequestOpts>,
     ) -> Result<RequestId> {
-        self.own(src)?;
+        let g = self.own(src)?;
         if dsts.is_empty() {
             bail!(InvalidArgument, "submit_scatter: no destinations");
         }
         let max = self.max_msg_size() as u64;
         for (i, d) in dsts.iter().enumerate() {
-            self.check_peer(&d.dst.owner)?;
+            self.check_peer(g, &d.dst.owner)?;
             if d.len == 0 && imm.is_none() {
                 bail!(InvalidArgument, "submit_scatter: destination {i} has zero length and no immediate");
             }
@@ -469,17 +578,17 @@ impl TransferEngine {
             check_range(|| format!("scatter destination {i} source"), d.src_offset, d.len, src.len() as u64)?;
             check_range(|| format!("scatter destination {i}"), d.dst_offset, d.len, d.dst.len)?;
         }
-        let g = self.check_group(group, dsts.iter().map(|d| &d.dst.owner))?;
+        let pg = self.check_group(group, dsts.iter().map(|d| &d.dst.owner))?;
         let items = dsts
             .iter()
             .map(|d| ScatterItem {
                 len: d.len,
                 src_offset: d.src_offset,
-                dst: self.dst(&d.dst),
+                dst: self.dst(g, &d.dst),
                 dst_offset: d.dst_offset,
             })
             .collect();
-        self.submit(Shape::Scatter { src: src.0.ptr, items, group: g }, imm, Some(src), done.into())
+        self.submit(g, Shape::Scatter { src: src.0.ptr, items, group: pg }, imm, Some(src), done.into())
     }
 
     /// A zero-byte write carrying `imm` to each destination region: each
@@ -495,11 +604,12 @@ impl TransferEngine {
             bail!(InvalidArgument, "submit_barrier: no destinations");
         }
         for d in dsts {
-            self.check_peer(&d.owner)?;
+            self.check_peer(0, &d.owner)?;
         }
-        let g = self.check_group(group, dsts.iter().map(|d| &d.owner))?;
+        let pg = self.check_group(group, dsts.iter().map(|d| &d.owner))?;
         self.submit(
-            Shape::Barrier { dsts: dsts.iter().map(|d| self.dst(d)).collect(), group: g },
+            0,
+            Shape::Barrier { dsts: dsts.iter().map(|d| self.dst(0, d)).collect(), group: pg },
             Some(imm),
             None,
             done.into(),
@@ -511,19 +621,14 @@ impl TransferEngine {
     pub fn shutdown(&mut self) {
         // Watcher callbacks submit: they stop first.
         self.watchers.stop();
-        self.shared.stop.store(true, Ordering::Release);
-        if let Some(m) = &self.manual {
-            let p = m.lock().unwrap_or_else(|e| e.into_inner()).take();
-            if let Some(p) = p {
-                p.shutdown();
-            }
+        // The other groups first: they forward immediates to the home group.
+        for g in self.groups.iter_mut().rev() {
+            g.stop();
+        }
+        if self.is_manual() {
             // The last reports (SHUTDOWN) run here (or, from inside a
             // callback, in the progress call that runs it, right after).
             self.run_callbacks();
-        }
-        if let Some(t) = self.worker.take() {
-            t.thread().unpark();
-            let _ = t.join();
         }
         if let Some(cb) = self.callbacks.take() {
             // Destroying the engine from its own callback cannot join that thread.

@@ -15,13 +15,24 @@ impl TransferEngine {
     /// (and immediates) may have landed. `NotFound` if it has already ended:
     /// then it reports its own outcome.
     pub fn cancel(&self, id: RequestId) -> Result<()> {
+        // The request lives in one group's table, or none.
+        for g in 1..self.groups.len() {
+            match self.rpc_to(g, |reply| Ctrl::Cancel { id: id.0, reply }) {
+                Err(e) if e.status == crate::error::Status::NotFound => {}
+                r => return r,
+            }
+        }
         self.rpc(|reply| Ctrl::Cancel { id: id.0, reply })
     }
 
-    /// Cancels every pending request to (or including) the engine at `peer`;
-    /// returns how many. Each ends as for `cancel`.
+    /// Cancels every pending request to (or including) the engine at `peer`
+    /// (or one of its groups' addresses); returns how many. Each ends as for `cancel`.
     pub fn cancel_peer(&self, peer: &NetAddr) -> Result<usize> {
-        self.rpc(|reply| Ctrl::CancelPeer { addr: peer.clone(), reply })
+        let mut n = 0;
+        for g in 0..self.groups.len() {
+            n += self.rpc_to(g, |reply| Ctrl::CancelPeer { addr: peer.clone(), reply })?;
+        }
+        Ok(n)
     }
 
     /// Greets the engine at `peer` now (requests to a new peer do so
@@ -29,7 +40,7 @@ impl TransferEngine {
     /// at the same address and epoch cannot be, so this is for a peer whose
     /// link came back — is greeted afresh and comes up if it answers.
     pub fn add_peer(&self, peer: &NetAddr) -> Result<()> {
-        self.check_peer(peer)?;
+        self.check_peer(0, peer)?;
         self.rpc(|reply| Ctrl::AddPeer { addr: peer.clone(), reply })
     }
 
@@ -38,14 +49,21 @@ impl TransferEngine {
     /// (`PeerDown`, `Stale`, `TimedOut` at its deadline, `Canceled`,
     /// `Shutdown`). For warming peers up before the first transfer.
     pub fn connect(&self, peer: &NetAddr, done: impl Into<RequestOpts>) -> Result<RequestId> {
-        self.check_peer(peer)?;
-        self.submit(Shape::Connect { to: peer.clone() }, None, None, done.into())
+        self.check_peer(0, peer)?;
+        self.submit(0, Shape::Connect { to: peer.clone() }, None, None, done.into())
     }
 
     /// The state of `peer` as this engine sees it; `None` if it has never
     /// been in contact.
+    /// (With several groups: as the first group that has been in contact
+    /// sees it.)
     pub fn peer_state(&self, peer: &NetAddr) -> Result<Option<crate::config::PeerState>> {
-        self.rpc(|reply| Ctrl::PeerState { addr: peer.clone(), reply })
+        for g in 0..self.groups.len() {
+            if let Some(s) = self.rpc_to(g, |reply| Ctrl::PeerState { addr: peer.clone(), reply })? {
+                return Ok(Some(s));
+            }
+        }
+        Ok(None)
     }
 
     /// Pre-resolves a list of peer engine addresses, so scatters and barriers
@@ -56,10 +74,19 @@ impl TransferEngine {
             bail!(InvalidArgument, "add_peer_group: no peers");
         }
         for a in addrs {
-            self.check_peer(a)?;
+            self.check_peer(0, a)?;
         }
+        // Every group's worker resolves it (a scatter goes through its
+        // source region's group); under the lock, so each gives the same id.
+        let mut known = self.peer_groups.lock().unwrap();
         let id = self.rpc(|reply| Ctrl::AddGroup { addrs: addrs.to_vec(), reply })?;
-        self.groups.lock().unwrap().insert(id, addrs.into());
+        for g in 1..self.groups.len() {
+            let other = self.rpc_to(g, |reply| Ctrl::AddGroup { addrs: addrs.to_vec(), reply })?;
+            if other != id {
+                bail!(Panic, "a bug: peer group ids diverged between groups 0 and {g} ({id} vs {other})");
+            }
+        }
+        known.insert(id, addrs.into());
         Ok(PeerGroup(id))
     }
 
@@ -71,7 +98,7 @@ impl TransferEngine {
         let Some(PeerGroup(g)) = group else {
             return Ok(None);
         };
-        let members = self.groups.lock().unwrap().get(&g).cloned();
+        let members = self.peer_groups.lock().unwrap().get(&g).cloned();
         let Some(members) = members else { bail!(BadHandle, "unknown peer group {g}") };
         if members.len() != owners.len() {
             bail!(

@@ -37,13 +37,16 @@ impl TransferEngine {
     /// themselves until answered. With a worker thread it does nothing
     /// and returns `false`.
     pub fn progress(&self) -> bool {
-        let Some(m) = &self.manual else {
-            return false;
-        };
-        let busy = match m.try_lock() {
-            Ok(mut g) => g.as_mut().is_some_and(|p| p.step()),
-            Err(_) => false,
-        };
+        let mut busy = false;
+        for g in &self.groups {
+            let Some(m) = &g.manual else {
+                return false;
+            };
+            busy |= match m.try_lock() {
+                Ok(mut w) => w.as_mut().is_some_and(|p| p.step()),
+                Err(_) => false,
+            };
+        }
         // Callbacks run here, after the worker is unlocked: they may submit,
         // progress (a nested call does nothing) or destroy the engine.
         busy | self.run_callbacks()
@@ -58,14 +61,14 @@ impl TransferEngine {
 
     /// Whether the engine runs in manual-progress mode.
     pub fn is_manual(&self) -> bool {
-        self.manual.is_some()
+        self.groups[0].manual.is_some()
     }
 
     /// Waits until `flag` has `FLAG_DONE`, or `timeout`: in manual-progress
     /// mode by progressing the engine on this thread, else by sleeping on
     /// the flag (`wait_flag`). Returns the flag's value.
     pub fn wait_flag(&self, flag: &std::sync::atomic::AtomicU32, timeout: std::time::Duration) -> Result<u32> {
-        if self.manual.is_none() {
+        if !self.is_manual() {
             return crate::completion::flag::wait(flag, Some(timeout))
                 .ok_or_else(|| Error::new(Status::Again, format!("the flag was not done within {timeout:?}")));
         }

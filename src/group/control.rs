@@ -17,6 +17,11 @@ impl<D: Domain> Worker<D> {
 
     pub(super) fn control(&mut self, c: Ctrl) {
         match c {
+            Ctrl::ImmArrived { counts } => {
+                for (imm, n) in counts {
+                    self.imm.arrived(imm, &self.notifier, n);
+                }
+            }
             Ctrl::Register { ptr, len, mem, reply } => {
                 let mut locals = Vec::new();
                 for d in self.domains.iter_mut() {

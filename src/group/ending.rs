@@ -137,7 +137,7 @@ impl<D: Domain> Worker<D> {
                 Ctrl::MirrorImm { reply, .. } => drop(reply.send(Err(err.clone()))),
                 Ctrl::PeerState { reply, .. } => drop(reply.send(Err(err.clone()))),
                 Ctrl::Counters { reply } => drop(reply.send(Err(err.clone()))),
-                Ctrl::Deregister { .. } | Ctrl::Repost { .. } => {}
+                Ctrl::Deregister { .. } | Ctrl::Repost { .. } | Ctrl::ImmArrived { .. } => {}
             }
         }
         self.say_goodbye(Instant::now() + self.cfg.drain_timeout);

@@ -53,6 +53,9 @@ pub struct Shared {
     wake_fd: std::sync::atomic::AtomicI32,
     /// This engine's mark on the descriptors its worker holds (held.rs).
     pub tag: u32,
+    /// The home group's: an expectation is armed (or an immediate mirrored),
+    /// so the other groups' workers idle as if it were theirs.
+    awaited: AtomicBool,
 }
 
 impl Shared {
@@ -109,6 +112,7 @@ fn new_shared(cfg: &EngineConfig, notifier: &Notifier) -> Result<Arc<Shared>> {
         thread: Default::default(),
         wake_fd: std::sync::atomic::AtomicI32::new(-1),
         tag: held::new_tag(),
+        awaited: AtomicBool::new(false),
     }))
 }
 
@@ -142,20 +146,28 @@ impl<D: Domain> Progress for Worker<D> {
 pub fn manual<D: Domain>(
     cfg: &EngineConfig,
     notifier: Notifier,
+    home: Option<Arc<Shared>>,
 ) -> Result<(Arc<Shared>, GroupInfo, Box<dyn Progress>)> {
     let shared = new_shared(cfg, &notifier)?;
-    let w = Worker::<D>::new(cfg.clone(), shared.clone(), notifier)?;
+    let w = Worker::<D>::new(cfg.clone(), shared.clone(), notifier, home)?;
     let info = w.info();
     Ok((shared, info, Box::new(w)))
 }
 
-/// Starts a worker thread over `cfg.domains` domains of type `D`.
-pub fn spawn<D: Domain>(cfg: &EngineConfig, notifier: Notifier) -> Result<(Arc<Shared>, GroupInfo, JoinHandle<()>)> {
+/// Starts a worker thread over `cfg.domains` domains of type `D`. `home`:
+/// the home group's state, for a worker of another group (its immediates
+/// are counted there); `None` for the home group itself.
+pub fn spawn<D: Domain>(
+    cfg: &EngineConfig,
+    notifier: Notifier,
+    home: Option<Arc<Shared>>,
+    name: String,
+) -> Result<(Arc<Shared>, GroupInfo, JoinHandle<()>)> {
     let shared = new_shared(cfg, &notifier)?;
     let (tx, rx) = std::sync::mpsc::channel();
     let (cfg2, shared2) = (cfg.clone(), shared.clone());
     let handle = std::thread::Builder::new()
-        .name("fabriclib-worker".into())
+        .name(name)
         .spawn(move || {
             // Pinned first, then the domains are opened on this thread: their
             // memory lands on its NUMA node.
@@ -163,7 +175,7 @@ pub fn spawn<D: Domain>(cfg: &EngineConfig, notifier: Notifier) -> Result<(Arc<S
                 let _ = tx.send(Err(e));
                 return;
             }
-            match Worker::<D>::new(cfg2, shared2, notifier) {
+            match Worker::<D>::new(cfg2, shared2, notifier, home) {
                 Ok(w) => {
                     let _ = tx.send(Ok(w.info()));
                     w.run();
@@ -220,6 +232,10 @@ struct Worker<D: Domain> {
     splits: Splits,
     /// Blocks the idle worker on the domains' wait fds (None: it naps).
     waiter: Option<waiter::Waiter>,
+    /// The home group, where this worker's immediates are counted (`None`:
+    /// this is the home group); `forward` holds the arrivals of one pass.
+    home: Option<Arc<Shared>>,
+    forward: Vec<(u32, u64)>,
 }
 
 /// Closes one registration per domain (`locals[d]` in domain `d`).
@@ -235,7 +251,7 @@ fn new_epoch() -> u64 {
 }
 
 impl<D: Domain> Worker<D> {
-    fn new(cfg: EngineConfig, shared: Arc<Shared>, notifier: Notifier) -> Result<Self> {
+    fn new(cfg: EngineConfig, shared: Arc<Shared>, notifier: Notifier, home: Option<Arc<Shared>>) -> Result<Self> {
         let mut domains = Vec::with_capacity(cfg.domains);
         for i in 0..cfg.domains {
             domains.push(D::open(&cfg, i)?);
@@ -283,6 +299,8 @@ impl<D: Domain> Worker<D> {
             comps: Vec::with_capacity(64),
             abandoned: Vec::new(),
             waiter,
+            home,
+            forward: Vec::new(),
         })
     }
 
@@ -309,7 +327,12 @@ impl<D: Domain> Worker<D> {
         let nap = Duration::from_micros(self.cfg.idle_nap_us.max(1));
         let mut idle_since: Option<Instant> = None;
         let mut empty_passes = 0u32;
+        let mut awaited = false;
         while !self.shared.stop.load(Ordering::Acquire) {
+            if self.home.is_none() && self.imm.awaited() != awaited {
+                awaited = !awaited;
+                self.shared.awaited.store(awaited, Ordering::Relaxed);
+            }
             if self.step() {
                 idle_since = None;
                 // A waiter that shares this core (a small host) sees its
@@ -336,8 +359,9 @@ impl<D: Domain> Worker<D> {
             if self.now.duration_since(since) < spin {
                 continue;
             }
-            // An armed expectation (or a mirror): data may come any moment.
-            if self.imm.awaited() {
+            // An armed expectation (or a mirror): data may come any moment,
+            // through any group's NICs.
+            if self.imm.awaited() || self.home.as_ref().is_some_and(|h| h.awaited.load(Ordering::Relaxed)) {
                 match self.cfg.idle_policy {
                     IdlePolicy::Spin => continue,
                     IdlePolicy::Auto if self.waiter.is_none() => continue,
@@ -490,12 +514,27 @@ impl<D: Domain> Worker<D> {
             self.comps = comps;
         }
         self.send_acks();
+        if !self.forward.is_empty() {
+            let home = self.home.as_ref().unwrap();
+            home.ctrl.push(Ctrl::ImmArrived { counts: std::mem::take(&mut self.forward) });
+            home.wake();
+        }
         busy
+    }
+
+    /// An immediate landed on this (non-home) group's NIC: counted at home,
+    /// once per pass and value (`Ctrl::ImmArrived`).
+    fn forward_imm(&mut self, imm: u32) {
+        match self.forward.iter_mut().find(|(i, _)| *i == imm) {
+            Some((_, n)) => *n += 1,
+            None => self.forward.push((imm, 1)),
+        }
     }
 
     fn complete(&mut self, d: usize, c: Completion) {
         let (token, res, sent) = match c {
-            Completion::RemoteWrite { imm } => return self.imm.arrived(imm, &self.notifier),
+            Completion::RemoteWrite { imm } if self.home.is_some() => return self.forward_imm(imm),
+            Completion::RemoteWrite { imm } => return self.imm.arrived(imm, &self.notifier, 1),
             Completion::Done { token, peer, bytes } => (token, Ok(0), Some((peer, bytes))),
             Completion::Recv { token, len, .. } => (token, Ok(len), None),
             Completion::Failed { token, peer, error } => (token, Err((peer, error)), None),

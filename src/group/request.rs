@@ -19,6 +19,8 @@ use std::time::Duration;
 pub struct MrInner {
     /// Its entry in the worker's region table.
     pub index: u32,
+    /// The engine's group the region is registered in (its worker's table).
+    pub group: u8,
     pub engine_id: u64,
     pub ptr: usize,
     pub len: usize,
@@ -249,6 +251,11 @@ pub enum Ctrl {
         imm: u32,
         word: Option<crate::completion::imm::MirrorWord>,
         reply: Sender<crate::error::Result<()>>,
+    },
+    /// Immediates that landed on another group's NICs: (value, how many),
+    /// counted here as if they had landed on this group's.
+    ImmArrived {
+        counts: Vec<(u32, u64)>,
     },
     /// A snapshot of the counters (counters.rs).
     Counters {

@@ -231,6 +231,57 @@ pub fn provider_nics_near(topo: &Topo, g: usize, n: usize, nics: &[crate::Nic]) 
         .collect()
 }
 
+/// The groups of an engine with one group per GPU
+/// (`EngineConfig::groups_per_gpu`), from `topo`'s plan with `n` NICs per
+/// GPU, NICs named as the provider names them (`nics`, matched by PCI
+/// address): first one host-memory group per NUMA node (group 0, the home
+/// group, is the first node's, or the whole machine's), each with `n` of its
+/// node's NICs (repeated when the node has fewer; the provider's first NICs
+/// when none of them is the provider's) and claiming that node's memory
+/// (when there are several); then one group per GPU with its `n` nearest
+/// NICs, claiming the GPU's memory. Every worker on the plan's CPU.
+pub fn groups_per_gpu(topo: &Topo, n: usize, nics: &[crate::Nic]) -> Result<Vec<crate::config::GroupConfig>> {
+    use crate::config::GroupConfig;
+    if topo.gpus.is_empty() {
+        crate::bail!(InvalidArgument, "one group per GPU: the machine has no GPU (fabriclib-info shows what it sees)");
+    }
+    if nics.is_empty() {
+        crate::bail!(InvalidArgument, "one group per GPU: the provider has no NIC");
+    }
+    let plan = topo.plan(n)?;
+    let (gpus, hosts): (Vec<&GroupPlan>, Vec<&GroupPlan>) = plan.iter().partition(|p| p.gpu.is_some());
+    let several_nodes = hosts.len() > 1;
+    let mut out = Vec::new();
+    for h in hosts {
+        let here: Vec<String> = h
+            .nics
+            .iter()
+            .filter_map(|name| topo.nics.iter().find(|d| &d.name == name))
+            .filter_map(|d| nics.iter().find(|p| p.pci.as_deref() == Some(d.pci.as_str())))
+            .map(|p| p.name.clone())
+            .collect();
+        let pool = if here.is_empty() { nics.iter().map(|p| p.name.clone()).collect() } else { here };
+        out.push(GroupConfig {
+            gpu: None,
+            numa: h.numa.filter(|_| several_nodes),
+            domains: n,
+            nics: pool.iter().cycle().take(n).cloned().collect(),
+            worker_cpus: h.worker_cpu.into_iter().collect(),
+        });
+    }
+    for p in gpus {
+        let g = p.gpu.unwrap();
+        out.push(GroupConfig {
+            gpu: Some(g as i32),
+            numa: None,
+            domains: n,
+            nics: provider_nics_near(topo, g, n, nics)?,
+            worker_cpus: p.worker_cpu.into_iter().collect(),
+        });
+    }
+    Ok(out)
+}
+
 /// The persistent indices from the root down to `o`.
 fn path_of(o: &TopologyObject) -> Vec<u64> {
     let mut p: Vec<u64> = o.ancestors().map(|a| a.global_persistent_index()).collect();
@@ -243,6 +294,36 @@ fn path_of(o: &TopologyObject) -> Vec<u64> {
 fn hops(a: &[u64], b: &[u64]) -> usize {
     let common = a.iter().zip(b).take_while(|(x, y)| x == y).count();
     a.len() + b.len() - 2 * common
+}
+
+/// The NUMA node of the page at address `addr` (faulted in if it was not
+/// yet), from the kernel (`get_mempolicy(MPOL_F_NODE | MPOL_F_ADDR)`);
+/// `None` if it does not say (an unmapped address: `EFAULT`).
+pub fn numa_node_of(addr: usize) -> Option<u32> {
+    unsafe extern "C" {
+        fn syscall(num: std::ffi::c_long, ...) -> std::ffi::c_long;
+    }
+    #[cfg(target_arch = "x86_64")]
+    const SYS_GET_MEMPOLICY: std::ffi::c_long = 239;
+    #[cfg(target_arch = "aarch64")]
+    const SYS_GET_MEMPOLICY: std::ffi::c_long = 236;
+    const MPOL_F_NODE: std::ffi::c_ulong = 1;
+    const MPOL_F_ADDR: std::ffi::c_ulong = 2;
+    let mut node: std::ffi::c_int = -1;
+    // SAFETY: the kernel writes one int to `node`; no node mask is passed
+    // (NULL, 0); `addr` is only looked up in the page tables (an unmapped
+    // one is an error return, not a fault).
+    let r = unsafe {
+        syscall(
+            SYS_GET_MEMPOLICY,
+            &mut node as *mut std::ffi::c_int,
+            std::ptr::null_mut::<std::ffi::c_ulong>(),
+            0 as std::ffi::c_ulong,
+            addr,
+            MPOL_F_NODE | MPOL_F_ADDR,
+        )
+    };
+    (r == 0 && node >= 0).then_some(node as u32)
 }
 
 #[cfg(test)]

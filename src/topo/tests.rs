@@ -233,3 +233,43 @@ fn the_nics_near_a_gpu_are_matched_to_the_providers_by_pci_address() {
     assert!(e.message.contains("is not one of the provider's"), "{e}");
     assert!(provider_nics_near(&t, 9, 1, &provider).is_err(), "no GPU 9");
 }
+
+#[test]
+fn one_group_per_gpu_after_the_host_groups() {
+    let t = Topo::from_xml(&p5()).unwrap();
+    let provider: Vec<crate::Nic> = t
+        .nics
+        .iter()
+        .map(|d| crate::Nic { name: format!("{}-rdm", d.name), pci: Some(d.pci.clone()), numa: d.numa })
+        .collect();
+    let groups = groups_per_gpu(&t, 4, &provider).unwrap();
+    assert_eq!(groups.len(), 2 + 8, "a host group per NUMA node, then one per GPU");
+    for (k, h) in groups[..2].iter().enumerate() {
+        assert_eq!((h.gpu, h.numa, h.domains), (None, Some(k as u32), 4), "host group {k}");
+        for name in &h.nics {
+            let d = t.nics.iter().find(|d| format!("{}-rdm", d.name) == *name).unwrap();
+            assert_eq!(d.numa, Some(k as u32), "host group {k} has {name} of node {:?}", d.numa);
+        }
+    }
+    for g in 0..8 {
+        let grp = &groups[2 + g];
+        assert_eq!((grp.gpu, grp.numa, grp.domains), (Some(g as i32), None, 4));
+        assert_eq!(grp.nics, (0..4).map(|n| format!("rdmap{g}s{n}-rdm")).collect::<Vec<_>>());
+        let cpu = grp.worker_cpus[0];
+        assert!((g as u32 / 4 * 8..g as u32 / 4 * 8 + 8).contains(&cpu), "GPU {g}'s worker on CPU {cpu}");
+    }
+    // A VM: one GPU, eth0 (and the provider's loopback, which has no PCI address).
+    let io = [Switch { bus: 0x00, devs: vec![gpu(0), ((0x0200, 0x1af4), Some((OSDEV_NETWORK, "eth0".into())))] }];
+    let vm = Topo::from_xml(&xml(&[Pkg { node: 0, cpus: 0..2, switches: vec![] }], &io)).unwrap();
+    let nic = |name: &str, pci: Option<&str>| crate::Nic { name: name.into(), pci: pci.map(String::from), numa: None };
+    let provider = [nic("lo", None), nic("eth0", Some("0000:01:01.0"))];
+    let groups = groups_per_gpu(&vm, 1, &provider).unwrap();
+    assert_eq!(groups.len(), 2);
+    assert_eq!((groups[0].gpu, groups[0].numa, &groups[0].nics[..]), (None, None, &["eth0".to_string()][..]));
+    assert_eq!((groups[1].gpu, &groups[1].nics[..]), (Some(0), &["eth0".to_string()][..]));
+    assert_ne!(groups[0].worker_cpus, groups[1].worker_cpus);
+    // Two NICs per GPU where the machine has one; no GPU at all.
+    assert!(groups_per_gpu(&vm, 2, &provider).is_err());
+    let none = Topo::from_xml(&xml(&[Pkg { node: 0, cpus: 0..2, switches: vec![] }], &[])).unwrap();
+    assert!(groups_per_gpu(&none, 1, &provider).unwrap_err().message.contains("no GPU"));
+}

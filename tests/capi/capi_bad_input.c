@@ -238,6 +238,57 @@ int main(void) {
     EXPECT(fabriclib_submit_single_write(e, 16, NULL, (fabriclib_mr *)rmr, 0, rmr, 0, NULL, NULL), FABRICLIB_STATUS_BAD_HANDLE);
     EXPECT(fabriclib_submit_single_write(NULL, 16, NULL, mr, 0, rmr, 0, NULL, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
 
+    /* DomainGroups: bad arguments, then an engine of two (one NIC, then two):
+     * a region registered in a group writes through it, and a group whose NIC
+     * count differs from the destination's is refused at submit. */
+    {
+        fabriclib_config *gc = NULL;
+        fabriclib_engine *g = NULL;
+        fabriclib_mr *g0 = NULL, *g1 = NULL, *gbad = NULL;
+        uint32_t idx = 9, count = 0, which = 9;
+        uint8_t gaddr[512];
+        size_t gaddr_len = 0;
+        EXPECT(fabriclib_config_new(&gc), FABRICLIB_STATUS_OK);
+        EXPECT(fabriclib_config_add_group(NULL, -1, -1, 0, NULL, NULL, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+        EXPECT(fabriclib_config_add_group(gc, -2, -1, 0, NULL, NULL, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+        EXPECT(fabriclib_config_add_group(gc, -1, -1, 9, NULL, NULL, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+        EXPECT(fabriclib_config_add_group(gc, -1, -1, 0, NULL, "0-x", NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+        EXPECT(fabriclib_config_set_groups_per_gpu(gc, 0), FABRICLIB_STATUS_INVALID_ARGUMENT);
+        EXPECT(fabriclib_config_set_groups_per_gpu(gc, 9), FABRICLIB_STATUS_INVALID_ARGUMENT);
+        EXPECT(fabriclib_config_set_groups_per_gpu(NULL, 1), FABRICLIB_STATUS_INVALID_ARGUMENT);
+        EXPECT(fabriclib_config_set_provider(gc, "tcp;ofi_rxm"), FABRICLIB_STATUS_OK);
+        EXPECT(fabriclib_config_set_bind_address(gc, "127.0.0.1"), FABRICLIB_STATUS_OK);
+        EXPECT(fabriclib_config_add_group(gc, -1, -1, 0, NULL, NULL, &idx), FABRICLIB_STATUS_OK);
+        checks++;
+        if (idx != 0) failures++, fprintf(stderr, "FAIL: the first group added is %u, want 0\n", idx);
+        EXPECT(fabriclib_config_add_group(gc, -1, -1, 2, NULL, NULL, &idx), FABRICLIB_STATUS_OK);
+        EXPECT(fabriclib_engine_create(gc, &g), FABRICLIB_STATUS_OK);
+        fabriclib_config_free(gc);
+        EXPECT(fabriclib_engine_group_count(g, &count), FABRICLIB_STATUS_OK);
+        EXPECT(fabriclib_engine_group_count(g, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+        EXPECT(fabriclib_engine_group_address(g, 1, gaddr, sizeof gaddr, &gaddr_len), FABRICLIB_STATUS_OK);
+        EXPECT(fabriclib_engine_group_address(g, 2, gaddr, sizeof gaddr, &gaddr_len), FABRICLIB_STATUS_INVALID_ARGUMENT);
+        checks++;
+        if (count != 2 || idx != 1) failures++, fprintf(stderr, "FAIL: %u groups (last index %u), want 2\n", count, idx);
+        EXPECT(fabriclib_mr_register_in_group(g, 1, mem2, LEN, -1, &g1), FABRICLIB_STATUS_OK);
+        EXPECT(fabriclib_mr_register_in_group(g, 2, mem2, LEN, -1, &gbad), FABRICLIB_STATUS_INVALID_ARGUMENT);
+        EXPECT(fabriclib_mr_register_in_group(g, 0, mem2, LEN, -1, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+        EXPECT(fabriclib_mr_register(g, mem2, LEN, &g0), FABRICLIB_STATUS_OK); /* no group claims host memory: group 0 */
+        EXPECT(fabriclib_mr_group(g1, &which), FABRICLIB_STATUS_OK);
+        checks++;
+        if (which != 1) failures++, fprintf(stderr, "FAIL: registered in group 1, mr says %u\n", which);
+        EXPECT(fabriclib_mr_group(g0, &which), FABRICLIB_STATUS_OK);
+        checks++;
+        if (which != 0) failures++, fprintf(stderr, "FAIL: registered in group 0, mr says %u\n", which);
+        EXPECT(fabriclib_mr_group(NULL, &which), FABRICLIB_STATUS_INVALID_ARGUMENT);
+        /* rmr is e's region (one NIC): group 0 (one NIC) may write to it, group 1 (two) may not. */
+        EXPECT(fabriclib_submit_single_write(g, 16, NULL, g1, 0, rmr, 0, NULL, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+        EXPECT(fabriclib_submit_single_write(g, 16, NULL, g0, 0, rmr, 0, NULL, NULL), FABRICLIB_STATUS_OK);
+        fabriclib_mr_deregister(g0);
+        fabriclib_mr_deregister(g1);
+        fabriclib_engine_destroy(g);
+    }
+
     /* Routes: a NIC the engine does not have, an unknown route. */
     fabriclib_submit_opts on_nic1 = {.struct_size = sizeof(fabriclib_submit_opts), .route = FABRICLIB_ROUTE_NIC, .nic = 1};
     EXPECT(fabriclib_submit_single_write(e, 16, NULL, mr, 0, rmr, 0, &on_nic1, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);

@@ -8,6 +8,7 @@
 //! `cargo test --test loopback -- paged`. Providers: `FABRICLIB_TEST_PROVIDERS`
 //! (comma-separated; default `tcp;ofi_rxm,shm`).
 mod faults;
+mod groups;
 mod imm;
 mod lifetimes;
 mod netns;
@@ -559,6 +560,10 @@ const TESTS: &[(&str, Test)] = &[
     ("manual_progress", imm::manual_progress),
     ("calls_from_callbacks", faults::calls_from_callbacks),
     ("connect_reports_readiness", faults::connect_reports_readiness),
+    ("groups_write_across_groups", groups::groups_write_across_groups),
+    ("groups_nic_counts_must_match", groups::groups_nic_counts_must_match),
+    ("groups_take_memory_of_their_numa_node", groups::groups_take_memory_of_their_numa_node),
+    ("groups_per_gpu_from_the_topology", groups::groups_per_gpu_from_the_topology),
 ];
 
 fn main() {

@@ -366,7 +366,7 @@ fn still_up(l: &Local, d: &Arc<MrDesc>) -> TestResult {
 
 /// The threads of `TransferEngine` by their (15-byte) names, with the CPUs
 /// each may run on, from /proc.
-fn threads() -> Vec<(String, String)> {
+pub(super) fn threads() -> Vec<(String, String)> {
     std::fs::read_dir("/proc/self/task")
         .into_iter()
         .flatten()

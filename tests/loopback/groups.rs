@@ -1,0 +1,215 @@
+//! One engine, several DomainGroups (`EngineConfig::groups`): each group
+//! has its own NICs and worker thread; a region is registered in one group
+//! (by its memory, or `register_in_group`), and writes from it go through
+//! that group's NICs to the NICs of the destination's group. Immediates
+//! count at the receiving engine whatever group's NICs they came through.
+//! Two engines of two groups each, in this process, on every provider.
+use super::*;
+use fabriclib::GroupConfig;
+
+const PAGES: usize = 64;
+const PAGE: usize = 4096;
+const R: usize = PAGES * PAGE;
+
+/// An engine of two groups of `domains` NICs; group 1's worker on `cpu`.
+fn two_groups(prov: &str, domains: usize, cpu: u32) -> Result<TransferEngine, String> {
+    let cfg = EngineConfig {
+        provider: Some(prov.into()),
+        bind_addr: Some("127.0.0.1".into()),
+        domains,
+        groups: vec![GroupConfig::default(), GroupConfig { worker_cpus: vec![cpu], ..Default::default() }],
+        ..Default::default()
+    };
+    TransferEngine::new(&cfg).map_err(e2s)
+}
+
+/// Registers `mem` in group `g` of `e`.
+fn register_in(e: &TransferEngine, g: usize, mem: &mut [u8]) -> Result<MrHandle, String> {
+    // SAFETY: every caller keeps `mem` alive until the handle and its requests are gone.
+    unsafe { e.register_in_group(g, mem.as_mut_ptr(), mem.len(), None) }.map_err(e2s)
+}
+
+/// Pages from group 1 of one engine land in both groups of another; the
+/// receiver's one expectation counts them all; the sender's counters show
+/// the work on group 1's NICs only; each group has its worker thread.
+pub fn groups_write_across_groups(prov: &str, domains: usize) -> TestResult {
+    let cpus = fabriclib::pin::current_thread_cpus();
+    let cpu = *cpus.last().unwrap();
+    let (a, b) = (two_groups(prov, domains, cpu)?, two_groups(prov, domains, cpu)?);
+    if a.group_count() != 2 || a.nics().len() != 2 * domains || a.domains() != 2 * domains {
+        return Err(format!("{} groups, {} NICs; expected 2 groups of {domains}", a.group_count(), a.nics().len()));
+    }
+    let (g0, g1) = (a.group_address(0).unwrap(), a.group_address(1).unwrap());
+    if g0 == g1 || a.main_address() != g0 || a.group_address(2).is_some() {
+        return Err("group addresses: expected two distinct ones, the first the main address".into());
+    }
+    let mut src = vec![0u8; R];
+    Rng(71).fill(&mut src);
+    let (mut d0, mut d1) = (vec![0u8; R], vec![0u8; R]);
+    let smr = register_in(&a, 1, &mut src)?;
+    let (m0, m1) = (register_in(&b, 0, &mut d0)?, register_in(&b, 1, &mut d1)?);
+    if (smr.group(), m0.group(), m1.group()) != (1, 0, 1) {
+        return Err(format!("regions in groups {}, {}, {}", smr.group(), m0.group(), m1.group()));
+    }
+    if &m1.descriptor().owner != b.group_address(1).unwrap() || &m0.descriptor().owner != b.main_address() {
+        return Err("a descriptor's owner is not the address of its region's group".into());
+    }
+    // One expectation at b for the pages of both writes.
+    let expect = flag();
+    b.expect_imm_count(0x6a, 2 * PAGES as u32, OnDone::Flag(expect.clone())).map_err(e2s)?;
+    let mut rng = Rng(72);
+    let mut wanted = Vec::new();
+    for dst in [&m0, &m1] {
+        let (s, t) = (rng.perm(PAGES), rng.perm(PAGES));
+        let f = flag();
+        let (sp, tp) = (
+            Pages { indices: &s, stride: PAGE as u64, offset: 0 },
+            Pages { indices: &t, stride: PAGE as u64, offset: 0 },
+        );
+        a.submit_paged_writes(PAGE as u64, Some(0x6a), &smr, sp, dst.descriptor(), tp, OnDone::Flag(f.clone()))
+            .map_err(e2s)?;
+        wait_flag(&f)?;
+        let mut want = vec![0u8; R];
+        for (s, t) in s.iter().zip(&t) {
+            let (s, t) = (*s as usize * PAGE, *t as usize * PAGE);
+            want[t..t + PAGE].copy_from_slice(&src[s..s + PAGE]);
+        }
+        wanted.push(want);
+    }
+    wait_flag(&expect)?;
+    for (k, (got, want)) in [&d0, &d1].iter().zip(&wanted).enumerate() {
+        if fnv64(got) != fnv64(want) {
+            return Err(format!("bytes in b's group-{k} region differ from what was written"));
+        }
+    }
+    // Nothing left over: exactly 2 × PAGES immediates arrived.
+    if b.imm_count(0x6a, false).map_err(e2s)? != 0 {
+        return Err("more immediates than pages arrived".into());
+    }
+    // a's work went through group 1's NICs (the second half of the list) only.
+    let c = a.counters().map_err(e2s)?;
+    let posted: Vec<u64> = c.nics.iter().map(|n| n.total.wrs_completed).collect();
+    let per = (2 * PAGES / domains) as u64;
+    let want: Vec<u64> = (0..2 * domains).map(|k| if k < domains { 0 } else { per }).collect();
+    if posted != want {
+        return Err(format!("work requests completed per NIC {posted:?}, expected {want:?}"));
+    }
+    // Each group has its worker; group 1's runs where it was asked to.
+    let t = Instant::now();
+    loop {
+        let th = super::nics::threads();
+        let w1 = th.iter().filter(|(n, _)| n == "fabriclib-w1").count();
+        let w0 = th.iter().filter(|(n, _)| n == "fabriclib-worke").count();
+        let pinned = th.iter().filter(|(n, c)| n == "fabriclib-w1" && *c == cpu.to_string()).count();
+        if (w0, w1, pinned) == (2, 2, 2) {
+            break;
+        }
+        if t.elapsed() > Duration::from_secs(5) {
+            return Err(format!("threads {th:?}: expected two of each group's worker, group 1's on CPU {cpu}"));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop((smr, m0, m1));
+    drop((a, b));
+    Ok(())
+}
+
+/// A region's group writes NIC k to NIC k of the destination's group: a
+/// destination group with another NIC count is refused at submit, naming
+/// the group; with one group and the same counts nothing changes.
+pub fn groups_nic_counts_must_match(prov: &str, domains: usize) -> TestResult {
+    if domains != 1 {
+        return Ok(());
+    }
+    let cfg = EngineConfig {
+        provider: Some(prov.into()),
+        bind_addr: Some("127.0.0.1".into()),
+        domains: 1,
+        groups: vec![GroupConfig::default(), GroupConfig { domains: 2, ..Default::default() }],
+        ..Default::default()
+    };
+    let a = TransferEngine::new(&cfg).map_err(e2s)?;
+    let b = local(prov, 1, R, 73)?;
+    let mut src = vec![0u8; R];
+    let (s0, s1) = (register_in(&a, 0, &mut src)?, register_in(&a, 1, &mut src)?);
+    let d = b.mr.descriptor();
+    let f = flag();
+    a.submit_single_write(PAGE as u64, None, &s0, 0, d, 0, OnDone::Flag(f.clone())).map_err(e2s)?;
+    wait_flag(&f)?;
+    match a.submit_single_write(PAGE as u64, None, &s1, 0, d, 0, OnDone::Nothing) {
+        Err(e) if e.status == Status::InvalidArgument && e.message.contains("group 1") => {}
+        other => return Err(format!("a write from a 2-NIC group to a 1-NIC engine: {other:?}")),
+    }
+    // Group configuration errors are caught when the engine is made.
+    let bad = |groups: Vec<GroupConfig>| {
+        TransferEngine::new(&EngineConfig { provider: Some(prov.into()), groups, ..Default::default() })
+    };
+    let same_gpu =
+        vec![GroupConfig { gpu: Some(0), ..Default::default() }, GroupConfig { gpu: Some(0), ..Default::default() }];
+    let too_many = vec![GroupConfig::default(); fabriclib::MAX_GROUPS + 1];
+    for (what, groups) in [("two groups on GPU 0", same_gpu), ("too many groups", too_many)] {
+        match bad(groups) {
+            Err(e) if e.status == Status::InvalidArgument => {}
+            Err(e) => return Err(format!("{what}: {e}")),
+            Ok(_) => return Err(format!("{what}: accepted")),
+        }
+    }
+    if unsafe { a.register_in_group(2, src.as_mut_ptr(), R, None) }.map(|_| ()).map_err(|e| e.status)
+        != Err(Status::InvalidArgument)
+    {
+        return Err("registering into a group the engine does not have was not refused".into());
+    }
+    drop((s0, s1));
+    Ok(())
+}
+
+/// Host memory goes to the group of its NUMA node (`GroupConfig::numa`);
+/// memory of no group's node, to the home group.
+pub fn groups_take_memory_of_their_numa_node(prov: &str, domains: usize) -> TestResult {
+    if domains != 1 {
+        return Ok(());
+    }
+    let mut mem = vec![1u8; R];
+    let make = |numa: u32| {
+        let groups = vec![GroupConfig::default(), GroupConfig { numa: Some(numa), ..Default::default() }];
+        TransferEngine::new(&EngineConfig {
+            provider: Some(prov.into()),
+            bind_addr: Some("127.0.0.1".into()),
+            groups,
+            ..Default::default()
+        })
+        .map_err(e2s)
+    };
+    // The node this process's pages come from (node 0 on a machine without NUMA).
+    let node = fabriclib::topo::numa_node_of(mem.as_ptr() as usize).ok_or("the kernel does not say which NUMA node")?;
+    for (numa, want) in [(node, 1), (node + 1, 0)] {
+        let e = make(numa)?;
+        // SAFETY: mem outlives the handle (dropped at the end of the iteration).
+        let mr = unsafe { e.register(mem.as_mut_ptr(), R) }.map_err(e2s)?;
+        if mr.group() != want {
+            return Err(format!("memory on node {node} went to group {} (group 1 on node {numa})", mr.group()));
+        }
+    }
+    Ok(())
+}
+
+/// `groups_per_gpu`: a host group, then one per GPU with its nearest NICs
+/// (hwloc's plan); on a machine without GPUs, a clear error.
+pub fn groups_per_gpu_from_the_topology(prov: &str, domains: usize) -> TestResult {
+    if domains != 1 || !prov.starts_with("tcp") {
+        return Ok(());
+    }
+    let gpus = fabriclib::topo::Topo::system().map_err(e2s)?.gpus.len();
+    let cfg = EngineConfig { provider: Some(prov.into()), groups_per_gpu: Some(1), ..Default::default() };
+    match (gpus, TransferEngine::new(&cfg)) {
+        (0, Err(e)) if e.status == Status::InvalidArgument && e.message.contains("no GPU") => Ok(()),
+        (0, other) => Err(format!("one group per GPU on a machine without GPUs: {:?}", other.map(|_| ()))),
+        (n, Ok(e)) if e.group_count() > n => {
+            let groups: Vec<String> =
+                (0..e.group_count()).map(|g| format!("{:?}", e.group_address(g).map(|a| a.domains.len()))).collect();
+            eprintln!("    {n} GPUs: {} groups, NICs {:?} ({groups:?})", e.group_count(), e.nics());
+            Ok(())
+        }
+        (n, other) => Err(format!("one group per GPU with {n} GPUs: {:?}", other.map(|e| e.group_count()))),
+    }
+}
