@@ -211,11 +211,6 @@ pub extern "C" fn fabriclib_mr_register_device(
     device: i32,
     out: *mut *mut fabriclib_mr,
 ) -> fabriclib_status {
-    ffi(|| {
-        let e = handle(engine)?;
-        non_null(out, "out")?;
-        // SAFETY: the caller guarantees ptr..ptr+len is its device memory (API contract).
-        let mr = unsafe { e.engine.register_memory(ptr.cast(), len, Some(device))? };
-        give(out, fabriclib_mr::new(mr))
-    })
+    // SAFETY: the caller guarantees ptr..ptr+len is its device memory (API contract).
+    super::memory::register_with(engine, out, |e| unsafe { e.register_memory(ptr.cast(), len, Some(device)) })
 }

@@ -42,12 +42,21 @@ pub extern "C" fn fabriclib_mr_register(
     len: usize,
     out: *mut *mut fabriclib_mr,
 ) -> fabriclib_status {
+    // SAFETY: the caller guarantees ptr..ptr+len is valid memory (API contract).
+    register_with(engine, out, |e| unsafe { e.register(ptr.cast(), len) })
+}
+
+/// The body of every `fabriclib_mr_register*`: checks the engine and `out`,
+/// registers with `reg`, hands out the handle.
+pub(crate) fn register_with(
+    engine: *const fabriclib_engine,
+    out: *mut *mut fabriclib_mr,
+    reg: impl FnOnce(&crate::engine::TransferEngine) -> crate::error::Result<MrHandle>,
+) -> fabriclib_status {
     ffi(|| {
         let e = handle(engine)?;
         non_null(out, "out")?;
-        // SAFETY: the caller guarantees ptr..ptr+len is valid memory (API contract).
-        let mr = unsafe { e.engine.register(ptr.cast(), len)? };
-        give(out, fabriclib_mr::new(mr))
+        give(out, fabriclib_mr::new(reg(&e.engine)?))
     })
 }
 
@@ -66,14 +75,9 @@ pub extern "C" fn fabriclib_mr_register_in_group(
     device: i32,
     out: *mut *mut fabriclib_mr,
 ) -> fabriclib_status {
-    ffi(|| {
-        let e = handle(engine)?;
-        non_null(out, "out")?;
-        let device = (device >= 0).then_some(device);
-        // SAFETY: the caller guarantees ptr..ptr+len is valid memory (API contract).
-        let mr = unsafe { e.engine.register_in_group(group as usize, ptr.cast(), len, device)? };
-        give(out, fabriclib_mr::new(mr))
-    })
+    let device = (device >= 0).then_some(device);
+    // SAFETY: the caller guarantees ptr..ptr+len is valid memory (API contract).
+    register_with(engine, out, |e| unsafe { e.register_in_group(group as usize, ptr.cast(), len, device) })
 }
 
 /// Writes the index of the engine's group the region is registered in

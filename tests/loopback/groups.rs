@@ -213,3 +213,58 @@ pub fn groups_per_gpu_from_the_topology(prov: &str, domains: usize) -> TestResul
         (n, other) => Err(format!("one group per GPU with {n} GPUs: {:?}", other.map(|e| e.group_count()))),
     }
 }
+
+/// Manual progress drives every group: `progress` steps them all, and a
+/// write from group 1 to the other engine's group 1 completes and is
+/// counted at its group 0 with no worker thread anywhere.
+pub fn groups_in_manual_progress(prov: &str, domains: usize) -> TestResult {
+    if domains != 1 {
+        return Ok(());
+    }
+    let make = || {
+        TransferEngine::new(&EngineConfig {
+            provider: Some(prov.into()),
+            bind_addr: Some("127.0.0.1".into()),
+            manual_progress: true,
+            groups: vec![GroupConfig::default(), GroupConfig::default()],
+            ..Default::default()
+        })
+        .map_err(e2s)
+    };
+    let (a, b) = (make()?, make()?);
+    let mut src = vec![0u8; R];
+    Rng(74).fill(&mut src);
+    let mut dst = vec![0u8; R];
+    let (s1, d1) = (register_in(&a, 1, &mut src)?, register_in(&b, 1, &mut dst)?);
+    let (sent, landed) = (flag(), flag());
+    b.expect_imm_count(0x6b, 1, OnDone::Flag(landed.clone())).map_err(e2s)?;
+    a.submit_single_write(R as u64, Some(0x6b), &s1, 0, d1.descriptor(), 0, OnDone::Flag(sent.clone())).map_err(e2s)?;
+    let t = Instant::now();
+    while (sent.load(Ordering::Acquire) & FLAG_DONE == 0) || (landed.load(Ordering::Acquire) & FLAG_DONE == 0) {
+        if !(a.progress() | b.progress()) {
+            std::thread::yield_now();
+        }
+        if t.elapsed() > WAIT {
+            return Err("a write between groups did not complete under manual progress".into());
+        }
+    }
+    wait_flag(&sent)?;
+    wait_flag(&landed)?;
+    if fnv64(&dst) != fnv64(&src) {
+        return Err("bytes differ after a write between groups under manual progress".into());
+    }
+    // Destroying a manual engine says goodbye to its peers: keep the other progressing.
+    drop((s1, d1));
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            while !stop.load(Ordering::Acquire) {
+                b.progress();
+                std::thread::yield_now();
+            }
+        });
+        drop(a);
+        stop.store(true, Ordering::Release);
+    });
+    Ok(())
+}

@@ -564,6 +564,7 @@ const TESTS: &[(&str, Test)] = &[
     ("groups_nic_counts_must_match", groups::groups_nic_counts_must_match),
     ("groups_take_memory_of_their_numa_node", groups::groups_take_memory_of_their_numa_node),
     ("groups_per_gpu_from_the_topology", groups::groups_per_gpu_from_the_topology),
+    ("groups_in_manual_progress", groups::groups_in_manual_progress),
 ];
 
 fn main() {
