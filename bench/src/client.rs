@@ -5,7 +5,7 @@
 use crate::ctl::{Ctl, R, field_str, field_u64, fill, hash_pages, hex, permutation, unhex};
 use crate::raw::{RawEp, RawWrite};
 use crate::server::{MSG, Region};
-use fabriclib::completion::notify::flag_value;
+use fabriclib::completion::notify::{RawFlag, flag_value};
 use fabriclib::wire::RemoteKey;
 use fabriclib::{
     EngineConfig, FLAG_DONE, MrDesc, NetAddr, OnDone, Pages, PeerGroup, ScatterDst, Status, TransferEngine,
@@ -204,41 +204,59 @@ fn windowed<T>(
     // Manual progress: this thread drives the engine, so it never parks.
     let how = if bytes >= 1 << 20 && !e.is_manual() { Wait::Park } else { Wait::Spin };
     let me = std::thread::current();
-    let flags: Vec<Arc<AtomicU32>> = (0..w).map(|_| Arc::new(AtomicU32::new(0))).collect();
-    let on_done = |f: &Arc<AtomicU32>| match how {
-        Wait::Spin => OnDone::Flag(f.clone()),
+    // Caller-owned flags, one per cache line, as a C caller would keep them
+    // (`OnDone::RawFlag`): flags of neighbouring requests in one line would
+    // have the worker writing one while this thread resets the other, and
+    // an `Arc` per request would add its reference count to every hand-off.
+    let flags: &[FlagLine] = Box::leak((0..w).map(|_| FlagLine(AtomicU32::new(0))).collect());
+    let on_done = |f: &'static AtomicU32| match how {
+        // SAFETY: the flags are leaked: valid for as long as any request may store into them.
+        Wait::Spin => OnDone::RawFlag(unsafe { RawFlag::new(f.as_ptr()) }),
         Wait::Park => {
-            let (f, t) = (f.clone(), me.clone());
+            let t = me.clone();
             OnDone::callback(move |r| {
                 f.store(flag_value(&r), Ordering::Release);
                 t.unpark();
             })
         }
     };
-    for i in 0..n {
-        let f = &flags[i % w];
-        if i >= w {
-            wait_flag_on(e, f, how, deadline)?;
-        }
-        f.store(0, Ordering::Relaxed);
-        loop {
-            match submit(i, on_done(f)) {
-                Ok(_) => break,
-                Err(err) if err.status == Status::Again => {
-                    if !e.progress() {
-                        std::thread::yield_now()
-                    }
-                }
-                Err(err) => return Err(err.to_string()),
+    let mut run = || -> R<()> {
+        for i in 0..n {
+            let f = &flags[i % w].0;
+            if i >= w {
+                wait_flag_on(e, f, how, deadline)?;
             }
+            f.store(0, Ordering::Relaxed);
+            loop {
+                match submit(i, on_done(f)) {
+                    Ok(_) => break,
+                    Err(err) if err.status == Status::Again => {
+                        if !e.progress() {
+                            std::thread::yield_now()
+                        }
+                    }
+                    Err(err) => return Err(err.to_string()),
+                }
+            }
+            e.progress();
         }
-        e.progress();
+        for i in n.saturating_sub(w)..n {
+            wait_flag_on(e, &flags[i % w].0, how, deadline)?;
+        }
+        Ok(())
+    };
+    let res = run();
+    if res.is_ok() {
+        // Every request has stored its flag: the memory can go.
+        // SAFETY: leaked above from a Box<[FlagLine]> of this length; nothing refers to it any more.
+        drop(unsafe { Box::from_raw(flags as *const [FlagLine] as *mut [FlagLine]) });
     }
-    for i in n.saturating_sub(w)..n {
-        wait_flag_on(e, &flags[i % w], how, deadline)?;
-    }
-    Ok(())
+    res
 }
+
+/// A completion flag alone in its cache line (two lines: adjacent-line prefetch).
+#[repr(align(128))]
+pub struct FlagLine(pub AtomicU32);
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Mode {
