@@ -79,7 +79,6 @@ impl Group {
     /// Starts group `g`'s worker (thread or manual) with `cfg`; `home` is
     /// group 0's state for the others.
     fn start(g: usize, cfg: &EngineConfig, n: notify::Notifier, home: Option<Arc<Shared>>) -> Result<Group> {
-        crate::pin::check("worker_cpus", &cfg.worker_cpus)?;
         // "null" (named explicitly, never a default) measures the engine without a wire.
         let null = cfg.providers() == ["null"];
         // Linux keeps 15 characters of a thread's name: group 0's reads "fabriclib-worke".
