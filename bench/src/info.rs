@@ -130,6 +130,22 @@ fn main() {
     };
     // SAFETY: fi_version has no preconditions.
     let v = unsafe { fabriclib::sys::fi_version() };
+    let sys = Topo::system();
+    // What `groups_per_gpu` (fabriclib_config_set_groups_per_gpu) would open on this provider.
+    let groups = |nics: &[Nic]| -> Value {
+        let t = match &sys {
+            Ok(t) => t,
+            Err(e) => return json!({ "error": e.message }),
+        };
+        match fabriclib::topo::groups_per_gpu(t, o.nics_per_gpu, nics) {
+            Ok(g) => json!(
+                g.iter()
+                    .map(|g| json!({ "gpu": g.gpu, "numa": g.numa, "nics": g.nics, "worker_cpus": g.worker_cpus }))
+                    .collect::<Vec<_>>()
+            ),
+            Err(e) => json!({ "error": e.message }),
+        }
+    };
     let providers: Vec<Value> = o
         .providers
         .iter()
@@ -142,6 +158,7 @@ fn main() {
                     "available": true,
                     "nics": nics.iter().map(nic_json).collect::<Vec<_>>(),
                     "default_placement": placement,
+                    "groups_per_gpu": groups(&nics),
                 })
             }
             Err(e) => json!({ "provider": p, "available": false, "why": e.message }),
@@ -187,6 +204,20 @@ fn print_text(doc: &Value) {
         }
         let place: Vec<String> = p["default_placement"].as_array().into_iter().flatten().map(&s).collect();
         println!("    {} domains without a bind address: {}", place.len(), place.join(", "));
+        match p["groups_per_gpu"].as_array() {
+            Some(groups) => {
+                println!("    an engine of one group per GPU (groups_per_gpu):");
+                for (i, g) in groups.iter().enumerate() {
+                    let who = match (g["gpu"].as_u64(), g["numa"].as_u64()) {
+                        (Some(x), _) => format!("GPU {x}"),
+                        (None, Some(n)) => format!("host, node {n}"),
+                        (None, None) => "host memory".to_string(),
+                    };
+                    println!("      group {i}: {who:<12} NICs {} worker on CPUs {}", g["nics"], g["worker_cpus"]);
+                }
+            }
+            None => println!("    groups_per_gpu: {}", s(&p["groups_per_gpu"]["error"])),
+        }
     }
     println!("\nGPUs:");
     match doc["gpus"].as_array() {
@@ -218,8 +249,8 @@ fn print_text(doc: &Value) {
         }
     }
     println!(
-        "\nToday an engine runs one worker thread, unpinned, for all its domains (the plan above \
-         is what one engine per host with a group per GPU will follow); name NICs with \
-         fabriclib_config_set_nics (EngineConfig::nics)."
+        "\nAn engine of one group opens its domains as shown per provider (name NICs with \
+         fabriclib_config_set_nics); fabriclib_config_set_groups_per_gpu (EngineConfig::groups_per_gpu) \
+         opens the groups listed, as the plan above lays them out."
     );
 }

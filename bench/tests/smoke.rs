@@ -167,6 +167,13 @@ fn fabriclib_info_lists_providers_and_their_nics() {
     // hwloc's view: at least a host-memory group in the plan.
     let plan = doc["topology"]["plan"].as_array().unwrap_or_else(|| panic!("{}", doc["topology"]));
     assert!(plan.iter().any(|g| g["gpu"].is_null() && g["worker_cpu"].is_u64()), "{plan:?}");
+    // The groups `groups_per_gpu` would open: a host group first, then one per GPU; none without GPUs.
+    let groups = &p[0]["groups_per_gpu"];
+    match (doc["topology"]["gpus"].as_array().map_or(0, |g| g.len()), groups.as_array()) {
+        (0, _) => assert!(groups["error"].as_str().unwrap().contains("no GPU"), "{groups}"),
+        (n, Some(g)) => assert!(g.len() > n && g[0]["gpu"].is_null() && g[g.len() - 1]["gpu"].is_u64(), "{g:?}"),
+        (_, None) => panic!("GPUs but no groups: {groups}"),
+    }
     let text = info().args(["--provider", "shm"]).output().unwrap();
     assert!(String::from_utf8_lossy(&text.stdout).contains("NIC shm"));
     assert_eq!(info().arg("--bogus").output().unwrap().status.code(), Some(2));
