@@ -151,6 +151,9 @@ typedef struct fabriclib_remote_mr *const *fabriclib_remote_mr_list;
 // size always fits, whatever the provider and domain count.
 #define FABRICLIB_MAX_ADDRESS_LEN 2081
 
+// Largest groups-address blob (`fabriclib_engine_groups_address`).
+#define FABRICLIB_MAX_ENGINE_ADDRESS_LEN 33177
+
 // Largest region descriptor blob (`fabriclib_mr_descriptor`).
 #define FABRICLIB_MAX_DESCRIPTOR_LEN 2225
 
@@ -707,6 +710,25 @@ fabriclib_status fabriclib_engine_group_address(const struct fabriclib_engine *e
                                                 uint8_t *buf,
                                                 size_t cap,
                                                 size_t *len);
+
+// Copies every group's address, group 0's first (a "groups" blob: the
+// engine's groups × NICs; `FABRICLIB_MAX_ENGINE_ADDRESS_LEN` bytes always
+// fit), for a peer's `fabriclib_peer_add_engine`. Buffer rules as in
+// `fabriclib_engine_address`. Any thread.
+fabriclib_status fabriclib_engine_groups_address(const struct fabriclib_engine *engine,
+                                                 uint8_t *buf,
+                                                 size_t cap,
+                                                 size_t *len);
+
+// Greets every group of the engine whose groups blob
+// (`fabriclib_engine_groups_address`; a plain address counts as one group)
+// is `addr`/`addr_len`, from every group of this engine with as many NICs,
+// as `fabriclib_peer_add` does. `INVALID_ARGUMENT` unless both engines
+// have as many groups and as many NICs in each (the message names both);
+// `MALFORMED` for a bad blob. Any thread.
+fabriclib_status fabriclib_peer_add_engine(const struct fabriclib_engine *engine,
+                                           const uint8_t *addr,
+                                           size_t addr_len);
 
 // Writes the name of the libfabric provider in use (e.g. `"tcp;ofi_rxm"`) to
 // `*out`; the string lives as long as the engine. Any thread.

@@ -27,4 +27,4 @@ pub use domain::nic::Nic;
 pub use engine::{MrHandle, Pages, PeerGroup, ScatterDst, TransferEngine};
 pub use error::{Error, Result, Status};
 pub use group::counters::{Count, Counters, NicCount};
-pub use wire::{MrDesc, NetAddr};
+pub use wire::{EngineAddress, MrDesc, NetAddr};

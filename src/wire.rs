@@ -8,6 +8,7 @@
 //!
 //! ```text
 //! address    = "FL" 0x03 0x41 address-body crc32c:u32
+//! groups     = "FL" 0x03 0x47 ngroups:u8 address-body*ngroups crc32c:u32
 //! descriptor = "FL" 0x03 0x44 base:u64 len:u64 address-body
 //!              { remote_base:u64 key:u64 }*ndomains crc32c:u32
 //! address-body = epoch:u64 ndomains:u8 { len:u16 bytes[len] }*ndomains
@@ -25,6 +26,7 @@ use crate::error::{Error, Result, Status};
 pub const FORMAT_VERSION: u8 = 3;
 const KIND_ADDRESS: u8 = 0x41; // 'A'
 const KIND_DESCRIPTOR: u8 = 0x44; // 'D'
+const KIND_GROUPS: u8 = 0x47; // 'G'
 /// Most domains (NICs) one engine may have.
 pub const MAX_DOMAINS: usize = 8;
 /// Longest provider address we accept (EFA's is 32 bytes, sockaddr_in6 28).
@@ -33,6 +35,9 @@ pub const MAX_DOMAIN_ADDR: usize = 256;
 /// and bytes, checksum.
 pub const MAX_ADDRESS_LEN: usize = 4 + ADDR_BODY_MAX + 4;
 const ADDR_BODY_MAX: usize = 8 + 1 + MAX_DOMAINS * (2 + MAX_DOMAIN_ADDR);
+/// Longest groups-address blob (`EngineAddress`): header, group count,
+/// each group's address body, checksum.
+pub const MAX_ENGINE_ADDRESS_LEN: usize = 4 + 1 + crate::config::MAX_GROUPS * ADDR_BODY_MAX + 4;
 /// Longest descriptor blob: header, base, length, the owner's address body,
 /// a (remote base, key) per domain, checksum.
 pub const MAX_DESCRIPTOR_LEN: usize = 4 + 16 + ADDR_BODY_MAX + MAX_DOMAINS * 16 + 4;
@@ -43,6 +48,15 @@ pub const MAX_DESCRIPTOR_LEN: usize = 4 + 16 + ADDR_BODY_MAX + MAX_DOMAINS * 16 
 pub struct NetAddr {
     pub epoch: u64,
     pub domains: Vec<Box<[u8]>>,
+}
+
+/// Every group's address of an engine (`TransferEngine::engine_address`),
+/// group 0's first: its groups × NICs. Serialized as a `groups` blob; an
+/// engine of one group may hand out its plain address instead (`parse`
+/// takes both).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct EngineAddress {
+    pub groups: Vec<NetAddr>,
 }
 
 /// Where domain `d` of the owner addresses the region: `remote_base + offset`, with `key`.
@@ -258,6 +272,38 @@ impl NetAddr {
     }
 }
 
+impl EngineAddress {
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = vec![b'F', b'L', FORMAT_VERSION, KIND_GROUPS, self.groups.len() as u8];
+        for g in &self.groups {
+            g.write_body(&mut out);
+        }
+        seal(out)
+    }
+
+    /// Parses a `groups` blob, or an address blob (one group).
+    pub fn parse(buf: &[u8]) -> Result<EngineAddress> {
+        if buf.len() > 3 && buf[3] == KIND_ADDRESS {
+            return Ok(EngineAddress { groups: vec![NetAddr::parse(buf)?] });
+        }
+        let mut r = Reader { buf };
+        r.header(KIND_GROUPS, "groups address")?;
+        r.checksum(buf, "groups address")?;
+        let n = r.u8("group count")? as usize;
+        if n == 0 || n > crate::config::MAX_GROUPS {
+            return Err(malformed(&format!("groups address: {n} groups (expected 1..={})", crate::config::MAX_GROUPS)));
+        }
+        let groups = (0..n).map(|_| NetAddr::read_body(&mut r)).collect::<Result<Vec<_>>>()?;
+        r.finish("groups address")?;
+        Ok(EngineAddress { groups })
+    }
+
+    /// NICs per group, in group order.
+    pub fn layout(&self) -> Vec<usize> {
+        self.groups.iter().map(|g| g.domains.len()).collect()
+    }
+}
+
 impl MrDesc {
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = vec![b'F', b'L', FORMAT_VERSION, KIND_DESCRIPTOR];
@@ -306,6 +352,31 @@ mod tests {
             keys: vec![RemoteKey { remote_base: 0, key: 7 }, RemoteKey { remote_base: 0x7f00_0000_1000, key: 9 }],
             held: Default::default(),
         }
+    }
+
+    #[test]
+    fn groups_addresses_round_trip_and_take_plain_addresses() {
+        let g = |e: u64, n: usize| NetAddr { epoch: e, domains: vec![vec![e as u8; 16].into(); n] };
+        let a = EngineAddress { groups: vec![g(1, 1), g(2, 4), g(3, 4)] };
+        let bytes = a.to_bytes();
+        assert_eq!(EngineAddress::parse(&bytes).unwrap(), a);
+        assert_eq!(a.layout(), [1, 4, 4]);
+        for cut in 0..bytes.len() {
+            assert_eq!(EngineAddress::parse(&bytes[..cut]).unwrap_err().status, Status::Malformed, "cut at {cut}");
+        }
+        let mut flipped = bytes.clone();
+        flipped[9] ^= 1;
+        assert_eq!(EngineAddress::parse(&flipped).unwrap_err().status, Status::Malformed);
+        // A plain address is an engine of one group.
+        assert_eq!(EngineAddress::parse(&g(5, 2).to_bytes()).unwrap().groups, [g(5, 2)]);
+        let biggest = EngineAddress {
+            groups: vec![
+                NetAddr { epoch: 1, domains: vec![vec![1u8; MAX_DOMAIN_ADDR].into(); MAX_DOMAINS] };
+                crate::config::MAX_GROUPS
+            ],
+        };
+        assert_eq!(biggest.to_bytes().len(), MAX_ENGINE_ADDRESS_LEN);
+        assert!(NetAddr::parse(&bytes).is_err(), "a groups address is no plain address");
     }
 
     #[test]

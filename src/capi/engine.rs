@@ -179,6 +179,40 @@ pub extern "C" fn fabriclib_engine_group_address(
     })
 }
 
+/// Copies every group's address, group 0's first (a "groups" blob: the
+/// engine's groups × NICs; `FABRICLIB_MAX_ENGINE_ADDRESS_LEN` bytes always
+/// fit), for a peer's `fabriclib_peer_add_engine`. Buffer rules as in
+/// `fabriclib_engine_address`. Any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_engine_groups_address(
+    engine: *const fabriclib_engine,
+    buf: *mut u8,
+    cap: usize,
+    len: *mut usize,
+) -> fabriclib_status {
+    ffi(|| write_blob(&handle(engine)?.engine.engine_address().to_bytes(), buf, cap, len))
+}
+
+/// Greets every group of the engine whose groups blob
+/// (`fabriclib_engine_groups_address`; a plain address counts as one group)
+/// is `addr`/`addr_len`, from every group of this engine with as many NICs,
+/// as `fabriclib_peer_add` does. `INVALID_ARGUMENT` unless both engines
+/// have as many groups and as many NICs in each (the message names both);
+/// `MALFORMED` for a bad blob. Any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_peer_add_engine(
+    engine: *const fabriclib_engine,
+    addr: *const u8,
+    addr_len: usize,
+) -> fabriclib_status {
+    ffi(|| {
+        let e = handle(engine)?;
+        super::non_null(addr, "addr")?;
+        let peer = crate::wire::EngineAddress::parse(super::bytes(addr, addr_len, "addr")?)?;
+        e.engine.add_engine_peer(&peer)
+    })
+}
+
 /// Writes the name of the libfabric provider in use (e.g. `"tcp;ofi_rxm"`) to
 /// `*out`; the string lives as long as the engine. Any thread.
 #[unsafe(no_mangle)]

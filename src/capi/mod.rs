@@ -188,12 +188,15 @@ pub const FABRICLIB_MAX_SEND: usize = 65536;
 /// Largest engine address blob (`fabriclib_engine_address`): a buffer this
 /// size always fits, whatever the provider and domain count.
 pub const FABRICLIB_MAX_ADDRESS_LEN: usize = 2081;
+/// Largest groups-address blob (`fabriclib_engine_groups_address`).
+pub const FABRICLIB_MAX_ENGINE_ADDRESS_LEN: usize = 33177;
 /// Largest region descriptor blob (`fabriclib_mr_descriptor`).
 pub const FABRICLIB_MAX_DESCRIPTOR_LEN: usize = 2225;
 const _: () = {
     assert!(FABRICLIB_MAX_RECV_BUFFERS == crate::engine::MAX_RECV_BUFFERS);
     assert!(FABRICLIB_MAX_SEND == crate::group::MAX_SEND);
     assert!(FABRICLIB_MAX_ADDRESS_LEN == crate::wire::MAX_ADDRESS_LEN);
+    assert!(FABRICLIB_MAX_ENGINE_ADDRESS_LEN == crate::wire::MAX_ENGINE_ADDRESS_LEN);
     assert!(FABRICLIB_MAX_DESCRIPTOR_LEN == crate::wire::MAX_DESCRIPTOR_LEN);
 };
 

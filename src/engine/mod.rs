@@ -245,6 +245,12 @@ impl TransferEngine {
         self.groups.len()
     }
 
+    /// Every group's address, group 0's first: the engine's groups × NICs,
+    /// for a peer's `add_engine_peer`.
+    pub fn engine_address(&self) -> crate::wire::EngineAddress {
+        crate::wire::EngineAddress { groups: self.groups.iter().map(|g| g.info.address.clone()).collect() }
+    }
+
     /// Group `g`'s address (its NICs, in domain order); `None` past the last group.
     pub fn group_address(&self, g: usize) -> Option<&NetAddr> {
         self.groups.get(g).map(|g| &g.info.address)

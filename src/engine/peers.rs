@@ -44,6 +44,28 @@ impl TransferEngine {
         self.rpc(|reply| Ctrl::AddPeer { addr: peer.clone(), reply })
     }
 
+    /// Greets every group of the engine at `peer` (its `engine_address`)
+    /// from every group of this one with as many NICs, as `add_peer` does:
+    /// the pairs of groups that may exchange writes are then warm. The two
+    /// engines must have the same groups × NICs (as many groups, as many
+    /// NICs in each), else `InvalidArgument` naming both.
+    pub fn add_engine_peer(&self, peer: &crate::wire::EngineAddress) -> Result<()> {
+        let (mine, theirs) = (self.engine_address().layout(), peer.layout());
+        if mine != theirs {
+            bail!(
+                InvalidArgument,
+                "the peer's groups have {theirs:?} NICs, this engine's {mine:?}: peers must have as many \
+                 groups and as many NICs in each"
+            );
+        }
+        for (g, n) in mine.iter().enumerate() {
+            for to in peer.groups.iter().filter(|a| a.domains.len() == *n) {
+                self.rpc_to(g, |reply| Ctrl::AddPeer { addr: to.clone(), reply })?;
+            }
+        }
+        Ok(())
+    }
+
     /// Greets `peer` as `add_peer` does, as a request: it ends `Ok` once the
     /// peer has answered (at once if it is up), or with why not
     /// (`PeerDown`, `Stale`, `TimedOut` at its deadline, `Canceled`,

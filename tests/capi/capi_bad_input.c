@@ -284,6 +284,17 @@ int main(void) {
         /* rmr is e's region (one NIC): group 0 (one NIC) may write to it, group 1 (two) may not. */
         EXPECT(fabriclib_submit_single_write(g, 16, NULL, g1, 0, rmr, 0, NULL, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
         EXPECT(fabriclib_submit_single_write(g, 16, NULL, g0, 0, rmr, 0, NULL, NULL), FABRICLIB_STATUS_OK);
+        /* Groups addresses: g is 1 + 2 NICs, e one group of 1: refused as a whole; e takes other's plain address. */
+        static uint8_t groups[FABRICLIB_MAX_ENGINE_ADDRESS_LEN];
+        size_t groups_len = 0;
+        EXPECT(fabriclib_engine_groups_address(g, groups, sizeof groups, &groups_len), FABRICLIB_STATUS_OK);
+        EXPECT(fabriclib_peer_add_engine(e, groups, groups_len), FABRICLIB_STATUS_INVALID_ARGUMENT);
+        EXPECT(fabriclib_peer_add_engine(e, groups, groups_len - 1), FABRICLIB_STATUS_MALFORMED);
+        EXPECT(fabriclib_peer_add_engine(e, NULL, 4), FABRICLIB_STATUS_INVALID_ARGUMENT);
+        fabriclib_engine *third = make_engine(); /* e and other must stay strangers (checked below) */
+        EXPECT(fabriclib_engine_address(third, gaddr, sizeof gaddr, &gaddr_len), FABRICLIB_STATUS_OK);
+        EXPECT(fabriclib_peer_add_engine(e, gaddr, gaddr_len), FABRICLIB_STATUS_OK);
+        fabriclib_engine_destroy(third);
         fabriclib_mr_deregister(g0);
         fabriclib_mr_deregister(g1);
         fabriclib_engine_destroy(g);

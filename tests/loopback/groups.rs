@@ -94,6 +94,15 @@ pub fn groups_write_across_groups(prov: &str, domains: usize) -> TestResult {
     if posted != want {
         return Err(format!("work requests completed per NIC {posted:?}, expected {want:?}"));
     }
+    // Every pair of groups greeted at once (`add_engine_peer`): b's groups are up for each of a's.
+    a.add_engine_peer(&b.engine_address()).map_err(e2s)?;
+    let t = Instant::now();
+    while (0..2).any(|g| a.peer_state(b.group_address(g).unwrap()).ok().flatten() != Some(fabriclib::PeerState::Up)) {
+        if t.elapsed() > Duration::from_secs(10) {
+            return Err("b's groups did not come up after add_engine_peer".into());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
     // Each group has its worker; group 1's runs where it was asked to.
     let t = Instant::now();
     loop {
@@ -139,6 +148,11 @@ pub fn groups_nic_counts_must_match(prov: &str, domains: usize) -> TestResult {
     match a.submit_single_write(PAGE as u64, None, &s1, 0, d, 0, OnDone::Nothing) {
         Err(e) if e.status == Status::InvalidArgument && e.message.contains("group 1") => {}
         other => return Err(format!("a write from a 2-NIC group to a 1-NIC engine: {other:?}")),
+    }
+    // Engines of other groups × NICs are refused as a whole, naming both.
+    match a.add_engine_peer(&b.engine.engine_address()) {
+        Err(e) if e.status == Status::InvalidArgument && e.message.contains("[1]") && e.message.contains("[1, 2]") => {}
+        other => return Err(format!("add_engine_peer between [1, 2] and [1] NICs: {other:?}")),
     }
     // Group configuration errors are caught when the engine is made.
     let bad = |groups: Vec<GroupConfig>| {
