@@ -12,6 +12,7 @@ mod bare;
 mod client;
 mod ctl;
 mod gpu;
+mod groups;
 mod handoff;
 mod idle;
 mod mem;
@@ -32,6 +33,10 @@ usage: fabriclib-bench [options]                 run the client; spawns its serv
        fabriclib-bench idle [--idle-ms N] [--quiet-ms N] [--samples N] [--provider LIST] [--json FILE]
                                                   CPU of an idle engine with an armed expectation, and the
                                                   first write after a quiet spell, per idle policy
+       fabriclib-bench groups [--provider P] [--groups 1,2,4] [--pages N] [--size S] [--iters N] [--reps N]
+                            [--json FILE]
+                                                  N groups of one NIC (a worker each) against one group of
+                                                  N NICs (one worker), same streams of paged writes
        fabriclib-bench gpu [--iters N] [--rounds R] [--json FILE]
                                                   GPU signalling latency (needs a CUDA driver;
                                                   says skipped without one): see docs/gpu.md
@@ -578,6 +583,8 @@ fn main() {
         gpu::run(&args[1..])
     } else if args.first().map(String::as_str) == Some("idle") {
         idle::run(&args[1..])
+    } else if args.first().map(String::as_str) == Some("groups") {
+        groups::run(&args[1..])
     } else if args.first().map(String::as_str) == Some("bare") {
         bare_cmd(&args[1..], false)
     } else if args.first().map(String::as_str) == Some("bare-target") {
