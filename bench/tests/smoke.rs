@@ -130,6 +130,26 @@ fn unknown_provider_fails_cleanly() {
 }
 
 #[test]
+fn groups_against_one_worker_move_every_stream() {
+    let dir = std::env::temp_dir().join(format!("fabriclib-groups-{}", std::process::id()));
+    let json = dir.with_extension("json");
+    let out = bench()
+        .args(["groups", "--provider", "shm", "--groups", "1,2", "--pages", "8", "--size", "4K", "--iters", "2"])
+        .args(["--reps", "1", "--json", json.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let so = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{so}{}", String::from_utf8_lossy(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    let rows = doc["groups"].as_array().unwrap();
+    assert_eq!(rows.iter().map(|r| r["n"].as_u64().unwrap()).collect::<Vec<_>>(), [1, 2]);
+    assert!(
+        rows.iter().all(|r| r["groups_gbps"].as_f64().unwrap() > 0.0 && r["one_worker_gbps"].as_f64().unwrap() > 0.0)
+    );
+}
+
+#[test]
 fn the_bare_loop_reports_its_bandwidth() {
     let out = bench()
         .args(["bare", "--provider", "shm", "--size", "4K", "--pages", "16", "--iters", "4", "--window", "8"])
