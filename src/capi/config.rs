@@ -141,11 +141,9 @@ pub extern "C" fn fabriclib_config_set_nics_near_gpu(
 ) -> fabriclib_status {
     ffi(|| {
         let c = config_mut(config)?;
-        if n == 0 || n as usize > crate::wire::MAX_DOMAINS {
-            crate::bail!(InvalidArgument, "{n} NICs near GPU {gpu}: 1..={}", crate::wire::MAX_DOMAINS);
-        }
-        c.cfg.nics_near_gpu = Some((gpu as usize, n as usize));
-        c.cfg.domains = n as usize;
+        let n = nic_count(n, &format!("NICs near GPU {gpu}"))?;
+        c.cfg.nics_near_gpu = Some((gpu as usize, n));
+        c.cfg.domains = n;
         Ok(())
     })
 }
@@ -264,12 +262,17 @@ pub extern "C" fn fabriclib_config_add_group(
 pub extern "C" fn fabriclib_config_set_groups_per_gpu(config: *mut fabriclib_config, n: u32) -> fabriclib_status {
     ffi(|| {
         let c = config_mut(config)?;
-        if n == 0 || n as usize > crate::wire::MAX_DOMAINS {
-            crate::bail!(InvalidArgument, "{n} NICs per GPU: 1..={}", crate::wire::MAX_DOMAINS);
-        }
-        c.cfg.groups_per_gpu = Some(n as usize);
+        c.cfg.groups_per_gpu = Some(nic_count(n, "NICs per GPU")?);
         Ok(())
     })
+}
+
+/// `n` as a count of NICs (domains): 1..=8.
+fn nic_count(n: u32, what: &str) -> Result<usize, Error> {
+    if n == 0 || n as usize > crate::wire::MAX_DOMAINS {
+        crate::bail!(InvalidArgument, "{what} must be 1..={}, got {n}", crate::wire::MAX_DOMAINS);
+    }
+    Ok(n as usize)
 }
 
 /// Sets the number of domains (NICs) the engine drives, 1..=8 (default 1).
@@ -278,10 +281,7 @@ pub extern "C" fn fabriclib_config_set_groups_per_gpu(config: *mut fabriclib_con
 pub extern "C" fn fabriclib_config_set_domains(config: *mut fabriclib_config, domains: u32) -> fabriclib_status {
     ffi(|| {
         let c = config_mut(config)?;
-        if domains == 0 || domains as usize > crate::wire::MAX_DOMAINS {
-            return Err(Error::new(Status::InvalidArgument, format!("domains must be 1..=8, got {domains}")));
-        }
-        c.cfg.domains = domains as usize;
+        c.cfg.domains = nic_count(domains, "domains")?;
         Ok(())
     })
 }
