@@ -185,6 +185,15 @@ impl Default for EngineConfig {
     }
 }
 
+/// `n` as a count of NICs (domains) of an engine or group: 1..=8, else
+/// `InvalidArgument` naming `what`.
+pub(crate) fn nic_count(n: usize, what: &str) -> crate::error::Result<usize> {
+    if n == 0 || n > crate::wire::MAX_DOMAINS {
+        crate::bail!(InvalidArgument, "{what} must be 1..={}, got {n}", crate::wire::MAX_DOMAINS);
+    }
+    Ok(n)
+}
+
 /// Most DomainGroups one engine may have.
 pub const MAX_GROUPS: usize = 16;
 

@@ -141,7 +141,7 @@ pub extern "C" fn fabriclib_config_set_nics_near_gpu(
 ) -> fabriclib_status {
     ffi(|| {
         let c = config_mut(config)?;
-        let n = nic_count(n, &format!("NICs near GPU {gpu}"))?;
+        let n = crate::config::nic_count(n as usize, &format!("NICs near GPU {gpu}"))?;
         c.cfg.nics_near_gpu = Some((gpu as usize, n));
         c.cfg.domains = n;
         Ok(())
@@ -262,17 +262,9 @@ pub extern "C" fn fabriclib_config_add_group(
 pub extern "C" fn fabriclib_config_set_groups_per_gpu(config: *mut fabriclib_config, n: u32) -> fabriclib_status {
     ffi(|| {
         let c = config_mut(config)?;
-        c.cfg.groups_per_gpu = Some(nic_count(n, "NICs per GPU")?);
+        c.cfg.groups_per_gpu = Some(crate::config::nic_count(n as usize, "NICs per GPU")?);
         Ok(())
     })
-}
-
-/// `n` as a count of NICs (domains): 1..=8.
-fn nic_count(n: u32, what: &str) -> Result<usize, Error> {
-    if n == 0 || n as usize > crate::wire::MAX_DOMAINS {
-        crate::bail!(InvalidArgument, "{what} must be 1..={}, got {n}", crate::wire::MAX_DOMAINS);
-    }
-    Ok(n as usize)
 }
 
 /// Sets the number of domains (NICs) the engine drives, 1..=8 (default 1).
@@ -281,7 +273,7 @@ fn nic_count(n: u32, what: &str) -> Result<usize, Error> {
 pub extern "C" fn fabriclib_config_set_domains(config: *mut fabriclib_config, domains: u32) -> fabriclib_status {
     ffi(|| {
         let c = config_mut(config)?;
-        c.cfg.domains = nic_count(domains, "domains")?;
+        c.cfg.domains = crate::config::nic_count(domains as usize, "domains")?;
         Ok(())
     })
 }

@@ -12,21 +12,22 @@
 use crate::bail;
 use crate::completion::notify::{self, Deadline, RequestId, RequestOpts};
 use crate::config::EngineConfig;
-use crate::domain::{fabric::FabricDomain, null::NullDomain};
 use crate::error::{Error, Result, Status};
+use crate::group::MAX_SEND;
 use crate::group::request::{Ctrl, Dst, Request, ScatterItem, Shape};
-use crate::group::{self, GroupInfo, MAX_SEND, Shared};
 use crate::wire::{MrDesc, NetAddr};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 
+mod groups;
 mod memory;
 mod nics;
 mod peers;
 mod progress;
 
+use groups::Group;
 pub use memory::MrHandle;
 
 /// How long a control call polls for the worker's reply before sleeping on it.
@@ -62,65 +63,6 @@ pub struct ScatterDst {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PeerGroup(pub u64);
 
-/// One DomainGroup of the engine: its worker (a thread, or driven by
-/// `progress`), what the worker reported when it started, and the memory
-/// whose registrations it takes.
-struct Group {
-    shared: Arc<Shared>,
-    info: GroupInfo,
-    worker: Option<JoinHandle<()>>,
-    /// Manual progress: the worker, driven by `progress` (None once shut down).
-    manual: Option<Mutex<Option<Box<dyn group::Progress>>>>,
-    gpu: Option<i32>,
-    numa: Option<u32>,
-}
-
-impl Group {
-    /// Starts group `g`'s worker (thread or manual) with `cfg`; `home` is
-    /// group 0's state for the others.
-    fn start(g: usize, cfg: &EngineConfig, n: notify::Notifier, home: Option<Arc<Shared>>) -> Result<Group> {
-        // "null" (named explicitly, never a default) measures the engine without a wire.
-        let null = cfg.providers() == ["null"];
-        // Linux keeps 15 characters of a thread's name: group 0's reads "fabriclib-worke".
-        let name = if g == 0 { "fabriclib-worker".to_string() } else { format!("fabriclib-w{g}") };
-        let (shared, info, worker, manual) = if cfg.manual_progress {
-            let (shared, info, p) = if null {
-                group::manual::<NullDomain>(cfg, n, home)?
-            } else {
-                group::manual::<FabricDomain>(cfg, n, home)?
-            };
-            (shared, info, None, Some(Mutex::new(Some(p))))
-        } else {
-            let (shared, info, w) = if null {
-                group::spawn::<NullDomain>(cfg, n, home, name)?
-            } else {
-                group::spawn::<FabricDomain>(cfg, n, home, name)?
-            };
-            (shared, info, Some(w), None)
-        };
-        Ok(Group { shared, info, worker, manual, gpu: None, numa: None })
-    }
-
-    fn domains(&self) -> usize {
-        self.info.address.domains.len()
-    }
-
-    /// Tells the worker to stop, then waits for it (manual: ends it here).
-    fn stop(&mut self) {
-        self.shared.stop.store(true, Ordering::Release);
-        if let Some(m) = &self.manual {
-            let p = m.lock().unwrap_or_else(|e| e.into_inner()).take();
-            if let Some(p) = p {
-                p.shutdown();
-            }
-        }
-        if let Some(t) = self.worker.take() {
-            t.thread().unpark();
-            let _ = t.join();
-        }
-    }
-}
-
 pub struct TransferEngine {
     id: u64,
     /// The DomainGroups; group 0 is the home group (sends, receives,
@@ -128,6 +70,8 @@ pub struct TransferEngine {
     groups: Vec<Group>,
     /// Every group's NICs, group by group.
     nics: Vec<crate::domain::nic::Nic>,
+    /// The largest write one work request may carry, on every group's NICs.
+    max_msg: usize,
     callbacks: Option<JoinHandle<()>>,
     /// Manual progress: the callbacks, run by `progress` on the calling thread.
     inline: Option<Mutex<mpsc::Receiver<notify::Job>>>,
@@ -206,6 +150,7 @@ impl TransferEngine {
         Ok(TransferEngine {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             nics: groups.iter().flat_map(|g| g.info.nics.iter().cloned()).collect(),
+            max_msg: groups.iter().map(|g| g.info.max_msg).min().unwrap_or(0),
             groups,
             callbacks,
             inline,
@@ -275,7 +220,7 @@ impl TransferEngine {
 
     /// The largest write one work request may carry on this engine's provider.
     pub fn max_msg_size(&self) -> usize {
-        self.groups.iter().map(|g| g.info.max_msg).min().unwrap_or(0)
+        self.max_msg
     }
 
     fn rpc<T>(&self, make: impl FnOnce(mpsc::Sender<Result<T>>) -> Ctrl) -> Result<T> {

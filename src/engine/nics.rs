@@ -5,7 +5,7 @@ use crate::bail;
 use crate::completion::notify::Route;
 use crate::config::EngineConfig;
 use crate::domain::fabric::FabricDomain;
-use crate::error::Result;
+use crate::error::{Result, Status};
 use crate::group::request::Ctrl;
 
 /// `cfg` with `nics_near_gpu` turned into NIC names (and the first
@@ -14,35 +14,22 @@ pub(super) fn near_gpu(cfg: &EngineConfig) -> Result<Option<EngineConfig>> {
     let Some((g, n)) = cfg.nics_near_gpu.filter(|_| cfg.nics.is_empty()) else {
         return Ok(None);
     };
-    if n == 0 || n > crate::wire::MAX_DOMAINS {
-        bail!(InvalidArgument, "{n} NICs near GPU {g}: 1..={}", crate::wire::MAX_DOMAINS);
-    }
+    let n = crate::config::nic_count(n, &format!("NICs near GPU {g}"))?;
     let topo = crate::topo::Topo::system()?;
     // No such GPU, or fewer NICs than asked: no provider can help.
     topo.nearest_nics(g, n)?;
-    let mut why = Vec::new();
-    for p in cfg.providers() {
-        let nics = match FabricDomain::list_nics(&p) {
-            Ok(nics) => nics,
-            Err(e) => {
-                why.push(format!("{p}: {}", e.message));
-                continue;
-            }
-        };
-        match crate::topo::provider_nics_near(&topo, g, n, &nics) {
-            Ok(names) => {
-                // The worker on the CPU the plan gives this GPU's group, unless configured.
-                let worker_cpus = match cfg.worker_cpus.is_empty() {
-                    true => topo.plan(n)?.get(g).and_then(|p| p.worker_cpu).into_iter().collect(),
-                    false => cfg.worker_cpus.clone(),
-                };
-                let c = EngineConfig { provider: Some(p), nics: names, domains: n, worker_cpus, ..cfg.clone() };
-                return Ok(Some(c));
-            }
-            Err(e) => why.push(format!("{p}: {}", e.message)),
-        }
-    }
-    bail!(InvalidArgument, "no provider offers the {n} NICs nearest GPU {g}: {}", why.join("; "))
+    let (p, names) = first_provider(cfg, |nics| crate::topo::provider_nics_near(&topo, g, n, nics)).map_err(|why| {
+        crate::error::Error::new(
+            Status::InvalidArgument,
+            format!("no provider offers the {n} NICs nearest GPU {g}: {why}"),
+        )
+    })?;
+    // The worker on the CPU the plan gives this GPU's group, unless configured.
+    let worker_cpus = match cfg.worker_cpus.is_empty() {
+        true => topo.plan(n)?.get(g).and_then(|p| p.worker_cpu).into_iter().collect(),
+        false => cfg.worker_cpus.clone(),
+    };
+    Ok(Some(EngineConfig { provider: Some(p), nics: names, domains: n, worker_cpus, ..cfg.clone() }))
 }
 
 /// `cfg` with `groups_per_gpu` turned into groups (and the first provider
@@ -51,28 +38,39 @@ pub(super) fn per_gpu(cfg: &EngineConfig) -> Result<Option<EngineConfig>> {
     let Some(n) = cfg.groups_per_gpu.filter(|_| cfg.groups.is_empty()) else {
         return Ok(None);
     };
-    if n == 0 || n > crate::wire::MAX_DOMAINS {
-        bail!(InvalidArgument, "{n} NICs per GPU: 1..={}", crate::wire::MAX_DOMAINS);
-    }
+    let n = crate::config::nic_count(n, "NICs per GPU")?;
     let topo = crate::topo::Topo::system()?;
+    let (p, groups) = first_provider(cfg, |nics| crate::topo::groups_per_gpu(&topo, n, nics)).map_err(|why| {
+        crate::error::Error::new(
+            Status::InvalidArgument,
+            format!("no provider gives one group per GPU with {n} NICs each: {why}"),
+        )
+    })?;
+    let groups = groups
+        .into_iter()
+        .map(|g| crate::config::GroupConfig {
+            // Worker CPUs given in the config win over the plan's.
+            worker_cpus: if cfg.worker_cpus.is_empty() { g.worker_cpus } else { cfg.worker_cpus.clone() },
+            ..g
+        })
+        .collect();
+    Ok(Some(EngineConfig { provider: Some(p), groups, domains: n, ..cfg.clone() }))
+}
+
+/// The first of `cfg`'s providers whose NICs `make` turns into a placement,
+/// with that placement; else why not, provider by provider.
+fn first_provider<T>(
+    cfg: &EngineConfig,
+    make: impl Fn(&[crate::domain::nic::Nic]) -> Result<T>,
+) -> std::result::Result<(String, T), String> {
     let mut why = Vec::new();
     for p in cfg.providers() {
-        match FabricDomain::list_nics(&p).and_then(|nics| crate::topo::groups_per_gpu(&topo, n, &nics)) {
-            Ok(groups) => {
-                let groups = groups
-                    .into_iter()
-                    .map(|g| crate::config::GroupConfig {
-                        // Worker CPUs given in the config win over the plan's.
-                        worker_cpus: if cfg.worker_cpus.is_empty() { g.worker_cpus } else { cfg.worker_cpus.clone() },
-                        ..g
-                    })
-                    .collect();
-                return Ok(Some(EngineConfig { provider: Some(p), groups, domains: n, ..cfg.clone() }));
-            }
+        match FabricDomain::list_nics(&p).and_then(|nics| make(&nics)) {
+            Ok(t) => return Ok((p, t)),
             Err(e) => why.push(format!("{p}: {}", e.message)),
         }
     }
-    bail!(InvalidArgument, "no provider gives one group per GPU with {n} NICs each: {}", why.join("; "))
+    Err(why.join("; "))
 }
 
 impl TransferEngine {

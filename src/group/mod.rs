@@ -14,6 +14,7 @@ pub mod request;
 mod slots;
 mod split;
 mod stage;
+mod start;
 mod timers;
 mod token;
 mod waiter;
@@ -23,7 +24,7 @@ use crate::completion::notify::{Notifier, OnDone};
 use crate::config::{EngineConfig, IdlePolicy};
 use crate::domain::{Chan, Completion, Domain, LocalMr, Memory, Post};
 use crate::error::{Error, Result, Status};
-use crate::wire::{MAX_DOMAINS, NetAddr};
+use crate::wire::NetAddr;
 use crossbeam_queue::{ArrayQueue, SegQueue};
 use held::{Dsts, Regions};
 use peers::Peers;
@@ -35,7 +36,7 @@ use stage::Staging;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::thread::{JoinHandle, Thread};
+use std::thread::Thread;
 use std::time::{Duration, Instant};
 use timers::Timers;
 use token::Token;
@@ -87,6 +88,7 @@ pub struct GroupInfo {
 }
 
 pub use stage::MAX_SEND;
+pub use start::{Progress, manual, spawn};
 pub(crate) use waiter::close as close_fd;
 /// Work requests posted per domain before the worker polls again.
 const POST_BURST: usize = 256;
@@ -97,108 +99,6 @@ const TIMER_TICK: Duration = Duration::from_millis(1);
 /// The longest a blocked worker sleeps (keepalives and peer timeouts are
 /// looked at when it wakes; deadlines wake it in time).
 const BLOCK_MAX: Duration = Duration::from_millis(10);
-
-/// The state shared with the API, for `cfg` (after checking `cfg.domains`).
-fn new_shared(cfg: &EngineConfig, notifier: &Notifier) -> Result<Arc<Shared>> {
-    if cfg.domains == 0 || cfg.domains > MAX_DOMAINS {
-        crate::bail!(InvalidArgument, "domains must be 1..={MAX_DOMAINS}, got {}", cfg.domains);
-    }
-    Ok(Arc::new(Shared {
-        data: ArrayQueue::new(cfg.submit_queue.max(1)),
-        ctrl: SegQueue::new(),
-        stop: AtomicBool::new(false),
-        inflight: notifier.inflight.clone(),
-        napping: AtomicBool::new(false),
-        thread: Default::default(),
-        wake_fd: std::sync::atomic::AtomicI32::new(-1),
-        tag: held::new_tag(),
-        awaited: AtomicBool::new(false),
-    }))
-}
-
-/// A worker that the application's threads drive (manual progress: no
-/// worker thread, no hand-off between the submitting thread and the one that
-/// posts and polls).
-pub trait Progress: Send {
-    /// One pass of the worker (see `Worker::step`); true if anything happened.
-    fn step(&mut self) -> bool;
-    /// Ends the engine as the worker thread does when it stops.
-    fn shutdown(self: Box<Self>);
-}
-
-// SAFETY: a worker is used by one thread at a time: its own thread, or under
-// the engine's mutex in manual-progress mode. Its raw pointers (work-request
-// templates, provider handles) name registered memory and provider objects
-// that libfabric lets any one thread at a time use (FI_THREAD_DOMAIN).
-unsafe impl<D: Domain> Send for Worker<D> {}
-
-impl<D: Domain> Progress for Worker<D> {
-    fn step(&mut self) -> bool {
-        Worker::step(self)
-    }
-    fn shutdown(self: Box<Self>) {
-        (*self).shutdown()
-    }
-}
-
-/// Opens a worker over `cfg.domains` domains of type `D` on the calling
-/// thread, to be driven by `Progress::step`.
-pub fn manual<D: Domain>(
-    cfg: &EngineConfig,
-    notifier: Notifier,
-    home: Option<Arc<Shared>>,
-) -> Result<(Arc<Shared>, GroupInfo, Box<dyn Progress>)> {
-    let shared = new_shared(cfg, &notifier)?;
-    let w = Worker::<D>::new(cfg.clone(), shared.clone(), notifier, home)?;
-    let info = w.info();
-    Ok((shared, info, Box::new(w)))
-}
-
-/// Starts a worker thread over `cfg.domains` domains of type `D`. `home`:
-/// the home group's state, for a worker of another group (its immediates
-/// are counted there); `None` for the home group itself.
-pub fn spawn<D: Domain>(
-    cfg: &EngineConfig,
-    notifier: Notifier,
-    home: Option<Arc<Shared>>,
-    name: String,
-) -> Result<(Arc<Shared>, GroupInfo, JoinHandle<()>)> {
-    let shared = new_shared(cfg, &notifier)?;
-    let (tx, rx) = std::sync::mpsc::channel();
-    let (cfg2, shared2) = (cfg.clone(), shared.clone());
-    let handle = std::thread::Builder::new()
-        .name(name)
-        .spawn(move || {
-            // Pinned first, then the domains are opened on this thread: their
-            // memory lands on its NUMA node.
-            if let Err(e) = crate::pin::pin_current_thread(&cfg2.worker_cpus) {
-                let _ = tx.send(Err(e));
-                return;
-            }
-            match Worker::<D>::new(cfg2, shared2, notifier, home) {
-                Ok(w) => {
-                    let _ = tx.send(Ok(w.info()));
-                    w.run();
-                }
-                Err(e) => {
-                    let _ = tx.send(Err(e));
-                }
-            }
-        })
-        .map_err(|e| Error::new(Status::Provider, format!("cannot start the worker thread: {e}")))?;
-    let _ = shared.thread.set(handle.thread().clone());
-    match rx.recv() {
-        Ok(Ok(info)) => Ok((shared, info, handle)),
-        Ok(Err(e)) => {
-            let _ = handle.join();
-            Err(e)
-        }
-        Err(_) => {
-            let _ = handle.join();
-            Err(Error::new(Status::Panic, "the worker thread died while starting"))
-        }
-    }
-}
 
 struct Worker<D: Domain> {
     domains: Vec<D>,

@@ -168,6 +168,7 @@ pub fn groups_nic_counts_must_match(prov: &str, domains: usize) -> TestResult {
             Ok(_) => return Err(format!("{what}: accepted")),
         }
     }
+    // SAFETY: refused before anything is registered (src outlives the call anyway).
     if unsafe { a.register_in_group(2, src.as_mut_ptr(), R, None) }.map(|_| ()).map_err(|e| e.status)
         != Err(Status::InvalidArgument)
     {

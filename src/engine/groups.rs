@@ -1,0 +1,69 @@
+//! A DomainGroup as the engine holds it: its worker (a thread, or driven by
+//! `progress`), started and stopped here.
+use crate::completion::notify;
+use crate::config::EngineConfig;
+use crate::domain::{fabric::FabricDomain, null::NullDomain};
+use crate::error::Result;
+use crate::group::{self, GroupInfo, Shared};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+/// One DomainGroup of the engine: its worker (a thread, or driven by
+/// `progress`), what the worker reported when it started, and the memory
+/// whose registrations it takes.
+pub(super) struct Group {
+    pub(super) shared: Arc<Shared>,
+    pub(super) info: GroupInfo,
+    pub(super) worker: Option<JoinHandle<()>>,
+    /// Manual progress: the worker, driven by `progress` (None once shut down).
+    pub(super) manual: Option<Mutex<Option<Box<dyn group::Progress>>>>,
+    pub(super) gpu: Option<i32>,
+    pub(super) numa: Option<u32>,
+}
+
+impl Group {
+    /// Starts group `g`'s worker (thread or manual) with `cfg`; `home` is
+    /// group 0's state for the others.
+    pub(super) fn start(g: usize, cfg: &EngineConfig, n: notify::Notifier, home: Option<Arc<Shared>>) -> Result<Group> {
+        // "null" (named explicitly, never a default) measures the engine without a wire.
+        let null = cfg.providers() == ["null"];
+        // Linux keeps 15 characters of a thread's name: group 0's reads "fabriclib-worke".
+        let name = if g == 0 { "fabriclib-worker".to_string() } else { format!("fabriclib-w{g}") };
+        let (shared, info, worker, manual) = if cfg.manual_progress {
+            let (shared, info, p) = if null {
+                group::manual::<NullDomain>(cfg, n, home)?
+            } else {
+                group::manual::<FabricDomain>(cfg, n, home)?
+            };
+            (shared, info, None, Some(Mutex::new(Some(p))))
+        } else {
+            let (shared, info, w) = if null {
+                group::spawn::<NullDomain>(cfg, n, home, name)?
+            } else {
+                group::spawn::<FabricDomain>(cfg, n, home, name)?
+            };
+            (shared, info, Some(w), None)
+        };
+        Ok(Group { shared, info, worker, manual, gpu: None, numa: None })
+    }
+
+    pub(super) fn domains(&self) -> usize {
+        self.info.address.domains.len()
+    }
+
+    /// Tells the worker to stop, then waits for it (manual: ends it here).
+    pub(super) fn stop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        if let Some(m) = &self.manual {
+            let p = m.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(p) = p {
+                p.shutdown();
+            }
+        }
+        if let Some(t) = self.worker.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}
