@@ -223,7 +223,7 @@ impl EngineConfig {
             if let Some(other) = self.groups[..g].iter().position(|o| o.numa.is_some() && o.numa == gc.numa) {
                 crate::bail!(InvalidArgument, "groups {other} and {g} both claim NUMA node {}", gc.numa.unwrap());
             }
-            let bind_addr = self.bind_addr().map(|b| match b.rsplit_once(':') {
+            let bind_addr = self.bind_addr.as_ref().map(|b| match b.rsplit_once(':') {
                 Some((host, port)) if !host.ends_with(':') => match port.parse::<u32>() {
                     Ok(p) if first_domain > 0 => format!("{host}:{}", p + first_domain),
                     _ => b.clone(),
@@ -261,8 +261,19 @@ impl EngineConfig {
         }
     }
 
+    /// The bind address: `FABRICLIB_BIND_ADDR` if set, else `bind_addr`.
+    /// Read once, when an engine is made (`with_env`): each group's port is
+    /// derived from it afterwards, and no later read may undo that.
     pub fn bind_addr(&self) -> Option<String> {
         std::env::var("FABRICLIB_BIND_ADDR").ok().filter(|s| !s.is_empty()).or_else(|| self.bind_addr.clone())
+    }
+
+    /// This configuration with the environment applied to it
+    /// (`FABRICLIB_BIND_ADDR` into `bind_addr`, `FABRICLIB_PROVIDER` into
+    /// `provider`), so that what an engine opens depends on the fields alone.
+    pub fn with_env(&self) -> EngineConfig {
+        let provider = std::env::var("FABRICLIB_PROVIDER").ok().filter(|s| !s.is_empty()).or(self.provider.clone());
+        EngineConfig { bind_addr: self.bind_addr(), provider, ..self.clone() }
     }
 }
 

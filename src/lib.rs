@@ -14,6 +14,7 @@ pub mod engine;
 pub mod error;
 pub mod gpu;
 pub mod group;
+pub mod liveness;
 pub mod pin;
 pub mod sys;
 pub mod topo;

@@ -133,6 +133,11 @@ pub trait Domain: Sized + Send + 'static {
     fn deregister(&mut self, mr: &LocalMr);
     /// Turns a peer's domain address into a `PeerId` (idempotent).
     fn resolve(&mut self, addr: &[u8]) -> Result<PeerId>;
+    /// Forgets `peer`, whose engine is down, so that the next `resolve` of
+    /// its address asks the provider afresh: a new process has taken the
+    /// address (shm: a restart with the same pid, whose region the provider
+    /// would otherwise never map). Default: nothing to forget.
+    fn forget(&mut self, _peer: PeerId) {}
     fn post_write(&mut self, wr: &WriteWr, token: u64) -> Result<Post>;
     fn post_send(
         &mut self,
@@ -175,6 +180,17 @@ pub trait Domain: Sized + Send + 'static {
     /// them after a silence (see group/peers.rs).
     fn addresses_come_back(&self) -> bool {
         false
+    }
+    /// Whether the target refuses a write through a key it did not issue
+    /// (libfabric's tcp and EFA, verbs: the provider or the NIC checks keys
+    /// at the target, and every endpoint starts its keys at a random point).
+    /// Where it does not (shm: the *sender* copies into the target process by
+    /// pid and virtual address), a process restarted with the same pid could
+    /// be written through its predecessor's descriptors; engines then keep
+    /// liveness records (liveness.rs) and a writer reads its peer's before
+    /// every post.
+    fn keys_checked_by_target(&self) -> bool {
+        true
     }
 }
 

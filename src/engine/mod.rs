@@ -97,6 +97,8 @@ impl TransferEngine {
     /// Opens `cfg.domains` domains of the configured provider (per group,
     /// with `cfg.groups`) and starts the worker(s) and the callback thread.
     pub fn new(cfg: &EngineConfig) -> Result<TransferEngine> {
+        // The environment is read here, once: every group's ports follow from it.
+        let cfg = &cfg.with_env();
         let resolved = nics::near_gpu(cfg)?;
         let cfg = resolved.as_ref().unwrap_or(cfg);
         let planned = nics::per_gpu(cfg)?;
@@ -372,6 +374,9 @@ impl TransferEngine {
             bail!(InvalidArgument, "expect_imm_count: count must be at least 1");
         }
         let opts = done.into();
+        // Immediates count whichever NIC they come through; a route is
+        // checked like every other call's, and otherwise has no effect.
+        self.nic_of(0, opts.route, false)?;
         let (id, timeout) = (self.next_request.fetch_add(1, Ordering::Relaxed), self.timeout(opts.deadline));
         self.rpc(|reply| Ctrl::Expect { imm, count, done: opts.done, id, timeout, reply })?;
         Ok(RequestId(id))

@@ -136,6 +136,9 @@ struct Worker<D: Domain> {
     /// this is the home group); `forward` holds the arrivals of one pass.
     home: Option<Arc<Shared>>,
     forward: Vec<(u32, u64)>,
+    /// This group's liveness record, held for the worker's life where keys
+    /// do not fence a restart (shm; liveness.rs).
+    _live: Option<crate::liveness::Record>,
 }
 
 /// Closes one registration per domain (`locals[d]` in domain `d`).
@@ -163,6 +166,11 @@ impl<D: Domain> Worker<D> {
         }
         let stage = Staging::new(&mut domains[0])?;
         let address = NetAddr { epoch: new_epoch(), domains: domains.iter().map(|d| d.address().into()).collect() };
+        let live = if domains[0].keys_checked_by_target() {
+            None
+        } else {
+            Some(crate::liveness::Record::create(address.epoch)?)
+        };
         let peers = Peers::new(&mut domains, &address, cfg.keepalive_interval)?;
         let fds: Option<Vec<i32>> = domains.iter().map(|d| d.wait_fd()).collect();
         let waiter = fds.filter(|_| cfg.idle_policy != IdlePolicy::Spin).and_then(|f| waiter::Waiter::new(&f));
@@ -201,6 +209,7 @@ impl<D: Domain> Worker<D> {
             waiter,
             home,
             forward: Vec::new(),
+            _live: live,
         })
     }
 
@@ -347,10 +356,14 @@ impl<D: Domain> Worker<D> {
             };
             let k = a.next[d];
             let tok = Token::Request { slot, epoch }.encode();
-            let peer = match &a.unit_peers {
-                Some(u) => self.peers.id(u[k], d),
-                None => self.peers.id(a.peer, d),
-            };
+            let entry = a.unit_peers.as_ref().map_or(a.peer, |u| u[k]);
+            // Nothing goes to an engine whose liveness record says it is gone
+            // (shm: a restarted process could sit at its pid; liveness.rs).
+            if self.peers.gone(entry) {
+                self.peer_gone(entry);
+                continue;
+            }
+            let peer = self.peers.id(entry, d);
             let (res, bytes) = if let Shape::Send { msg, .. } = &a.req.shape {
                 if a.stage.is_none() {
                     let Some(s) = self.stage.stage(msg) else {

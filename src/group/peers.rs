@@ -31,6 +31,7 @@ use super::token::Token;
 use crate::config::PeerState;
 use crate::domain::{Chan, Domain, LocalMr, Memory, PeerId, Post};
 use crate::error::{Error, Result, Status};
+use crate::liveness::Watch;
 use crate::wire::{MAX_DOMAINS, NetAddr};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -84,6 +85,9 @@ struct Peer {
     /// queues its connection request at the peer) to it.
     contacted: bool,
     farewell: Farewell,
+    /// Its liveness record, where keys do not fence a restart (shm): read
+    /// before every post to it (liveness.rs).
+    watch: Option<Watch>,
 }
 
 pub(super) struct Peers {
@@ -106,6 +110,9 @@ pub(super) struct Peers {
     acks: Vec<PeerId>,
     /// The re-check window where addresses come back (`None`: not needed).
     recheck: Option<Duration>,
+    /// Keys do not fence a restarted peer here: every peer's liveness record
+    /// is watched (`Domain::keys_checked_by_target`).
+    fenced: bool,
 }
 
 impl Peers {
@@ -134,6 +141,7 @@ impl Peers {
             closing: false,
             acks: Vec::new(),
             recheck: domains[0].addresses_come_back().then_some(RECHECK_AFTER.min(keepalive)),
+            fenced: !domains[0].keys_checked_by_target(),
         })
     }
 
@@ -161,6 +169,13 @@ impl Peers {
     /// The address of entry `p`.
     pub(super) fn address(&self, p: u32) -> &NetAddr {
         &self.list[p as usize].addr
+    }
+
+    /// Whether peer `p`'s engine is known to be gone (its liveness record
+    /// says its process died or it was destroyed). One load per call.
+    #[inline]
+    pub(super) fn gone(&self, p: u32) -> bool {
+        self.list[p as usize].watch.as_ref().is_some_and(|w| w.gone())
     }
 
     pub(super) fn by_id(&self, d: usize, id: PeerId) -> Option<u32> {
@@ -196,16 +211,40 @@ impl<D: Domain> Worker<D> {
                 self.domains.len()
             );
         }
+        // An earlier engine at the same provider address is gone (shm: its
+        // process died and a new one has its pid): it is down, and the
+        // provider forgets it, else it would go on mapping the dead one.
+        for d in 0..self.domains.len() {
+            let id = self.domains[d].resolve(&addr.domains[d])?;
+            let Some(old) = self.peers.by_id(d, id).filter(|&o| self.peers.address(o).epoch != addr.epoch) else {
+                continue;
+            };
+            if self.peers.gone(old) {
+                self.peer_gone(old);
+            }
+            if matches!(self.peers.get(old), State::Down(_)) {
+                self.domains[d].forget(id);
+            }
+        }
         let mut ids = [0; MAX_DOMAINS];
         for (d, dom) in self.domains.iter_mut().enumerate() {
             ids[d] = dom.resolve(&addr.domains[d])?;
         }
         let p = self.peers.list.len() as u32;
         let state = if self.domains[0].handshakes() { state } else { State::Up };
+        // Where keys do not fence a restart, the peer's liveness record is
+        // mapped before anything is sent to it; none means it is gone.
+        let (watch, state) = match self.peers.fenced.then(|| Watch::open(addr.epoch)) {
+            Some(Ok(w)) => (Some(w), state),
+            Some(Err(e)) => (None, State::Down(e)),
+            None => (None, state),
+        };
         let up = matches!(state, State::Up);
+        let down = if let State::Down(e) = &state { Some(e.clone()) } else { None };
         let (farewell, contacted) = (Farewell::None, false);
         let (last_heard, last_used) = (self.now, self.now);
-        let peer = Peer { addr: addr.clone(), ids, state, last_heard, last_ping: None, last_used, contacted, farewell };
+        let peer =
+            Peer { addr: addr.clone(), ids, state, last_heard, last_ping: None, last_used, contacted, farewell, watch };
         self.peers.list.push(peer);
         self.peers.index.insert(addr.clone(), p);
         for (d, map) in self.peers.by_id.iter_mut().enumerate() {
@@ -213,6 +252,8 @@ impl<D: Domain> Worker<D> {
         }
         if up {
             self.report(p, PeerState::Up, None);
+        } else if let Some(e) = down {
+            self.report(p, PeerState::Down, Some(e));
         } else {
             self.ping(p);
         }
@@ -224,12 +265,29 @@ impl<D: Domain> Worker<D> {
         let Some(p) = self.peers.find(addr) else {
             return self.peer_of(addr).map(drop);
         };
+        let fenced = self.peers.fenced;
         let peer = &mut self.peers.list[p as usize];
         if let State::Down(_) = peer.state {
+            // A peer whose engine is gone stays down: its record says so.
+            if fenced && !peer.watch.as_ref().is_some_and(|w| !w.gone()) {
+                match Watch::open(peer.addr.epoch) {
+                    Ok(w) => peer.watch = Some(w),
+                    Err(e) => return Err(e),
+                }
+            }
             (peer.state, peer.last_heard, peer.last_ping) = (State::Connecting, self.now, None);
             self.ping(p);
         }
         Ok(())
+    }
+
+    /// Peer `p`'s liveness record says its engine is gone: it is down.
+    pub(super) fn peer_gone(&mut self, p: u32) {
+        let e = Error::new(
+            Status::PeerDown,
+            "the peer engine is gone (its process exited or it was destroyed: its liveness record says so)",
+        );
+        self.peer_down(p, e);
     }
 
     /// Whether requests to peer `p` may be posted now: `Ok(false)` while it
@@ -237,6 +295,9 @@ impl<D: Domain> Worker<D> {
     /// down. A peer at a reusable address silent for longer than the
     /// re-check window is asked first (see the module doc).
     pub(super) fn peer_ready(&mut self, p: u32) -> Result<bool> {
+        if self.peers.gone(p) {
+            self.peer_gone(p);
+        }
         let (now, recheck) = (self.now, self.peers.recheck);
         let peer = &mut self.peers.list[p as usize];
         peer.last_used = now;
@@ -493,6 +554,11 @@ impl<D: Domain> Worker<D> {
         for p in 0..self.peers.list.len() as u32 {
             let q = &self.peers.list[p as usize];
             if let State::Down(_) = q.state {
+                continue;
+            }
+            // shm: a dead peer is found here within a tick, not after peer_timeout.
+            if self.peers.gone(p) {
+                self.peer_gone(p);
                 continue;
             }
             let silent = self.now.duration_since(q.last_heard);

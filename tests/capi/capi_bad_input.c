@@ -5,6 +5,26 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+/* A port p on 127.0.0.1 such that p .. p+n-1 are all free now. */
+static int free_ports(int n) {
+    for (int base = 20000 + (int)(getpid() % 20000); base < 65000; base += n + 7) {
+        int ok = 1;
+        for (int i = 0; i < n && ok; i++) {
+            int fd = socket(AF_INET, SOCK_STREAM, 0);
+            struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)(base + i))};
+            a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+            ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+            if (fd >= 0) close(fd);
+        }
+        if (ok) return base;
+    }
+    return -1;
+}
 
 static int failures, checks;
 
@@ -309,11 +329,47 @@ int main(void) {
         fabriclib_engine_destroy(g);
     }
 
+    /* FABRICLIB_BIND_ADDR with a port and two groups (1 + 2 NICs): each NIC
+     * binds its own port (port, port+1, port+2), as with the config setter. */
+    {
+        int port = free_ports(3);
+        char bind[64];
+        snprintf(bind, sizeof bind, "127.0.0.1:%d", port);
+        setenv("FABRICLIB_BIND_ADDR", bind, 1);
+        fabriclib_config *gc = NULL;
+        fabriclib_engine *g = NULL;
+        uint32_t count = 0;
+        EXPECT(fabriclib_config_new(&gc), FABRICLIB_STATUS_OK);
+        EXPECT(fabriclib_config_set_provider(gc, "tcp;ofi_rxm"), FABRICLIB_STATUS_OK);
+        EXPECT(fabriclib_config_add_group(gc, -1, -1, 0, NULL, NULL, NULL), FABRICLIB_STATUS_OK);
+        EXPECT(fabriclib_config_add_group(gc, -1, -1, 2, NULL, NULL, NULL), FABRICLIB_STATUS_OK);
+        EXPECT(fabriclib_engine_create(gc, &g), FABRICLIB_STATUS_OK);
+        unsetenv("FABRICLIB_BIND_ADDR");
+        fabriclib_config_free(gc);
+        EXPECT(fabriclib_engine_group_count(g, &count), FABRICLIB_STATUS_OK);
+        checks++;
+        if (port < 0 || count != 2) failures++, fprintf(stderr, "FAIL: env bind %s: %u groups\n", bind, count);
+        /* Every NIC listens on its own port: port+2 is taken now, port+3 is not. */
+        for (int i = 0; i < 4; i++) {
+            int fd = socket(AF_INET, SOCK_STREAM, 0);
+            struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)(port + i))};
+            a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+            int taken = bind(fd, (struct sockaddr *)&a, sizeof a) != 0;
+            close(fd);
+            checks++;
+            if (taken != (i < 3)) failures++, fprintf(stderr, "FAIL: env bind: port %d+%d taken=%d\n", port, i, taken);
+        }
+        fabriclib_engine_destroy(g);
+    }
+
     /* Routes: a NIC the engine does not have, an unknown route. */
     fabriclib_submit_opts on_nic1 = {.struct_size = sizeof(fabriclib_submit_opts), .route = FABRICLIB_ROUTE_NIC, .nic = 1};
     EXPECT(fabriclib_submit_single_write(e, 16, NULL, mr, 0, rmr, 0, &on_nic1, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
     fabriclib_submit_opts bad_route = {.struct_size = sizeof(fabriclib_submit_opts), .route = 7};
     EXPECT(fabriclib_submit_single_write(e, 16, NULL, mr, 0, rmr, 0, &bad_route, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    /* An expectation's route is checked as every other call's (its immediates count from any NIC). */
+    EXPECT(fabriclib_expect_imm_count(e, 77, 1, &on_nic1, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_expect_imm_count(e, 77, 1, &bad_route, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
 
     /* Paged writes: page indices outside either region, counts. */
     fabriclib_pages ok = {idx_ok, 2, 1024, 0}, badp = {idx_bad, 2, 1024, 0}, zero = {idx_ok, 0, 1024, 0};

@@ -591,6 +591,68 @@ pub fn restart_on_the_same_address(prov: &str, domains: usize) -> TestResult {
     still_serves(&l, &mut second, 0xb3, 0, 4096)
 }
 
+/// Starts a peer whose pid is `pid` (free again: its process was reaped), with
+/// address randomisation off, by setting the kernel's last pid just below it
+/// (root only). `None` if another process took the pid first every time.
+fn respawn_with_pid(pid: u32, prov: &str, domains: usize, region: usize) -> Result<Option<Peer>, String> {
+    let arch = std::env::consts::ARCH;
+    for _ in 0..20 {
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).map_err(|e| format!("ns_last_pid: {e}"))?;
+        let mut p = Peer::spawn_under(&["setarch", arch, "-R"], "127.0.0.1", prov, domains, region)?;
+        if p.pid() == pid {
+            return Ok(Some(p));
+        }
+        p.kill9();
+    }
+    Ok(None)
+}
+
+/// A peer killed and restarted *with the same pid* (pid 1 of a fresh
+/// container sharing `/dev/shm`, a supervisor reusing pids), address
+/// randomisation off in both so the new process keeps its region where the
+/// old one had it: nothing written through the old incarnation's descriptor
+/// may land in the new one, and every such write ends `PEER_DOWN` (or
+/// `STALE`). On shm an address names a pid and the sender copies by pid and
+/// virtual address, so the writer's liveness check of the old engine is what
+/// stops them; on tcp the new process listens on another port.
+pub fn restart_with_the_same_pid(prov: &str, domains: usize) -> TestResult {
+    if !util::is_root() {
+        eprintln!("    skipped: setting the kernel's last pid needs root");
+        return Ok(());
+    }
+    const R: usize = 1 << 20;
+    let l = local(prov, domains, R, 31)?;
+    let arch = std::env::consts::ARCH;
+    let mut first = Peer::spawn_under(&["setarch", arch, "-R"], "127.0.0.1", prov, domains, R)?;
+    let old = desc(&first);
+    // Up, and written to: the writer holds the old incarnation as up.
+    still_serves(&l, &mut first, 0xc1, 0, 4096)?;
+    let pid = first.pid();
+    first.kill9();
+    let Some(mut second) = respawn_with_pid(pid, prov, domains, R)? else {
+        return Err(format!("could not start a peer with pid {pid} again (20 tries)"));
+    };
+    let fresh = second.hash()?;
+    second.expect(0xc2, 1);
+    // 64 KiB writes (shm copies them itself, no target involved), with and
+    // without an immediate, through the old descriptor, at once.
+    let ends = Ends::new(8);
+    for i in 0..8u64 {
+        let imm = (i % 2 == 1).then_some(0xc2);
+        l.engine.submit_single_write(65536, imm, &l.mr, 0, &old, i * 65536, ends.on(i as usize)).map_err(e2s)?;
+    }
+    ends.wait_all(Duration::from_secs(10))?;
+    let landed = second.hash()? != fresh;
+    let counted = second.has_line("FIRED 194 ");
+    eprintln!("    old descriptor after a same-pid restart: {:?}; landed {landed}, counted {counted}", ends.tally());
+    if landed || counted {
+        return Err(format!("a write through the old descriptor reached the new process (landed {landed}, counted {counted})"));
+    }
+    ends.only(&[Status::PeerDown, Status::Stale])?;
+    // The new incarnation is served through its own descriptor.
+    still_serves(&l, &mut second, 0xc3, 0, 4096)
+}
+
 /// What fabriclib calls may do from inside a completion callback (the
 /// header's rules): submit, cancel and arm expectations work as from any
 /// thread; destroying the engine from its own callback shuts it down and

@@ -547,6 +547,7 @@ const TESTS: &[(&str, Test)] = &[
     ("short_lived_clients", faults::short_lived_clients),
     ("dead_peer_with_large_imm_writes", faults::dead_peer_with_large_imm_writes),
     ("restart_on_the_same_address", faults::restart_on_the_same_address),
+    ("restart_with_the_same_pid", faults::restart_with_the_same_pid),
     ("netns_link_down_mid_transfer", netns::link_down_mid_transfer),
     ("nic_names_are_checked", nics::nic_names_are_checked),
     ("counters_count_every_page", nics::counters_count_every_page),

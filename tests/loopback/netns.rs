@@ -145,14 +145,9 @@ pub fn link_down_mid_transfer(prov: &str, domains: usize) -> TestResult {
     still_serves(&l, &mut cut, 0xa4, 0, 4096)
 }
 
-unsafe extern "C" {
-    fn geteuid() -> u32;
-}
-
 /// Whether network namespaces can be made here (root); says so if not.
 pub fn root_or_skip() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { geteuid() } == 0;
+    let root = super::util::is_root();
     if !root {
         eprintln!("    skipped: network namespaces need root");
     }

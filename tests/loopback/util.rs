@@ -80,11 +80,26 @@ impl Peer {
         domains: usize,
         region: usize,
     ) -> Result<Peer, String> {
+        match netns {
+            Some(ns) => Self::spawn_under(&["ip", "netns", "exec", ns], bind, provider, domains, region),
+            None => Self::spawn_under(&[], bind, provider, domains, region),
+        }
+    }
+
+    /// A peer started through `wrapper` (a command that execs the rest, so
+    /// the peer keeps its pid: `ip netns exec NS`, `setarch ARCH -R`).
+    pub fn spawn_under(
+        wrapper: &[&str],
+        bind: &str,
+        provider: &str,
+        domains: usize,
+        region: usize,
+    ) -> Result<Peer, String> {
         let exe = std::env::current_exe().unwrap();
-        let mut cmd = match netns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns]).arg(exe);
+        let mut cmd = match wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(exe);
                 c
             }
             None => Command::new(exe),
@@ -211,6 +226,16 @@ impl Drop for Peer {
         let _ = self.child.wait();
         remove_shm_files(self.child.id());
     }
+}
+
+unsafe extern "C" {
+    fn geteuid() -> u32;
+}
+
+/// Whether the tests run as root (network namespaces, the kernel's last pid).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { geteuid() == 0 }
 }
 
 /// A killed shm endpoint leaves its file behind: remove it.

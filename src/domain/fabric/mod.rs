@@ -122,7 +122,9 @@ impl FabricDomain {
 
 impl Domain for FabricDomain {
     fn open(cfg: &EngineConfig, index: usize) -> Result<Self> {
-        let bind = cfg.bind_addr().map(|b| domain_bind(&b, index));
+        // The engine applied the environment once (`EngineConfig::with_env`);
+        // each group's bind port was derived from it.
+        let bind = cfg.bind_addr.as_deref().map(|b| domain_bind(b, index));
         // Named NICs first; else, with a bind address, its NIC; else spread.
         if !cfg.nics.is_empty() && cfg.nics.len() != cfg.domains {
             crate::bail!(
@@ -174,6 +176,12 @@ impl Domain for FabricDomain {
         self.ip
     }
 
+    fn keys_checked_by_target(&self) -> bool {
+        // shm 1.17 writes without an immediate by process_vm_writev from the
+        // sender (its "fast RMA"): no key is looked at anywhere.
+        self.fe.provider != "shm"
+    }
+
     fn register(&mut self, ptr: *mut u8, len: usize, mem: Memory) -> Result<LocalMr> {
         self.fe.register(ptr, len, mem)
     }
@@ -209,6 +217,20 @@ impl Domain for FabricDomain {
         }
         self.peers.insert(addr.into(), fi_addr);
         Ok(fi_addr)
+    }
+
+    fn forget(&mut self, peer: PeerId) {
+        // IP providers reconnect to whatever listens at an address by
+        // themselves, and removing an address with operations queued on its
+        // connection crashed tcp;ofi_rxm 1.17 (see `abandon`).
+        if self.ip {
+            return;
+        }
+        self.peers.retain(|_, p| *p != peer);
+        let mut a = peer;
+        // SAFETY: av is open and `a` one of its addresses. shm 1.17 unmaps
+        // the old process's region here, and maps the new one at the next insert.
+        unsafe { fi_av_remove(self.fe.av, &mut a, 1, 0) };
     }
 
     fn post_write(&mut self, wr: &WriteWr, token: u64) -> Result<Post> {

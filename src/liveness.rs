@@ -1,0 +1,367 @@
+//! Liveness records: how a writer on the same host tells, with one memory
+//! load before every post, that the process behind a peer's address is still
+//! the incarnation it greeted.
+//!
+//! Why: on a provider that does not check keys at the target (libfabric's
+//! shm: the *sender* copies a write into the target process with
+//! `process_vm_writev`, by pid and virtual address), a process restarted
+//! with the same pid (pid 1 of a fresh container sharing `/dev/shm`, a
+//! supervisor reusing pids) would receive writes meant for its predecessor,
+//! at whatever it keeps at the same addresses. Descriptors name the old
+//! incarnation (its epoch); this record is how the writer learns that the
+//! old incarnation is gone before anything is posted through them.
+//!
+//! How: each engine group that needs it (`Domain::keys_checked_by_target`
+//! false) creates `/dev/shm/fabriclib-live-<epoch>` (mode 0600, one page)
+//! holding a process-shared *robust* mutex, which a thread of the process
+//! (the keeper, one per process) locks and holds for the engine's life. When
+//! the process dies — `kill -9` included — the kernel marks the mutex's word
+//! `FUTEX_OWNER_DIED` while the process exits, before its pid is released, so
+//! before any new process can have it. A destroyed engine marks its record
+//! closed. A writer maps its peer's record read-only when it first meets the
+//! peer and reads the word before each post: once the word says died or
+//! closed, the peer is down and nothing more is posted to it.
+//!
+//! What remains: a check and the copy it guards are a few hundred
+//! nanoseconds apart on the worker thread; for a write to land elsewhere,
+//! the peer would have to die, be reaped, and a new process take its pid and
+//! map memory at the same address within that gap. Records of killed
+//! processes are left in `/dev/shm` (like shm's own files) and swept by the
+//! next engine that creates one.
+use crate::error::{Error, Result, Status};
+use std::ffi::CString;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, mpsc};
+
+/// The bit the kernel sets in a robust futex word whose owner died (linux/futex.h).
+const FUTEX_OWNER_DIED: u32 = 0x4000_0000;
+/// The owner's thread id in a robust futex word (linux/futex.h).
+const FUTEX_TID_MASK: u32 = 0x3fff_ffff;
+const MAGIC: u32 = u32::from_le_bytes(*b"FLLV");
+const PAGE: usize = 4096;
+const PREFIX: &str = "fabriclib-live-";
+
+/// The record's page: the mutex first (glibc keeps its futex word, `__lock`,
+/// at offset 0 on every Linux architecture; `Record::create` checks it), then
+/// what a reader checks it against.
+#[repr(C)]
+struct Page {
+    mutex: libc::pthread_mutex_t,
+    closed: AtomicU32,
+    magic: u32,
+    epoch: u64,
+}
+
+fn path(epoch: u64) -> String {
+    format!("/dev/shm/{PREFIX}{epoch:016x}")
+}
+
+fn os_err(what: &str) -> Error {
+    Error::new(Status::Provider, format!("liveness record: {what}: {}", std::io::Error::last_os_error()))
+}
+
+/// Maps `len` bytes of the file at `path` (`write`: read-write, else read-only).
+fn map(path: &str, write: bool, create: bool) -> Result<*mut Page> {
+    let c = CString::new(path).expect("no NUL in a record path");
+    let flags = if create { libc::O_RDWR | libc::O_CREAT | libc::O_EXCL } else if write { libc::O_RDWR } else { libc::O_RDONLY };
+    // SAFETY: c is a valid C string; the fd is closed below in every case.
+    let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC, 0o600) };
+    if fd < 0 {
+        return Err(os_err(&format!("open {path}")));
+    }
+    // SAFETY: fd is ours; the mapping outlives it (mmap keeps its own reference).
+    unsafe {
+        if create && libc::ftruncate(fd, PAGE as libc::off_t) != 0 {
+            let e = os_err("ftruncate");
+            libc::close(fd);
+            return Err(e);
+        }
+        let prot = if write { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
+        let p = libc::mmap(std::ptr::null_mut(), PAGE, prot, libc::MAP_SHARED, fd, 0);
+        libc::close(fd);
+        if p == libc::MAP_FAILED {
+            return Err(os_err("mmap"));
+        }
+        Ok(p.cast())
+    }
+}
+
+/// The futex word of the mutex in `page`.
+///
+/// # Safety
+/// `page` is a live mapping of a record.
+unsafe fn word<'a>(page: *const Page) -> &'a AtomicU32 {
+    // SAFETY: offset 0 of a mapped page, 4-byte aligned; read atomically
+    // because the kernel and the owner change it.
+    unsafe { &*(page as *const AtomicU32) }
+}
+
+/// Whether the record at `page` says its engine is gone: its owner died, or
+/// it was closed (or never locked: not a record of a live engine).
+///
+/// # Safety
+/// `page` is a live mapping of a record.
+unsafe fn gone(page: *const Page) -> bool {
+    // SAFETY: the caller's.
+    let w = unsafe { word(page) }.load(Ordering::Acquire);
+    // SAFETY: the caller's.
+    w & FUTEX_OWNER_DIED != 0 || w & FUTEX_TID_MASK == 0 || unsafe { &(*page).closed }.load(Ordering::Acquire) != 0
+}
+
+enum Keep {
+    Lock(usize, mpsc::Sender<std::result::Result<u32, i32>>),
+    Unlock(usize, mpsc::Sender<std::result::Result<u32, i32>>),
+}
+
+/// The keeper: one thread per process that locks each record's mutex and
+/// holds it until the engine is destroyed (so a record never depends on
+/// which application thread made the engine, or whether that thread lives).
+/// Started again in a forked child (threads do not survive `fork`).
+static KEEPER: Mutex<Option<(u32, mpsc::Sender<Keep>)>> = Mutex::new(None);
+
+fn keeper() -> Result<mpsc::Sender<Keep>> {
+    let mut k = KEEPER.lock().unwrap_or_else(|e| e.into_inner());
+    let pid = std::process::id();
+    if let Some((p, tx)) = k.as_ref().filter(|(p, _)| *p == pid) {
+        let _ = p;
+        return Ok(tx.clone());
+    }
+    let (tx, rx) = mpsc::channel::<Keep>();
+    std::thread::Builder::new()
+        .name("fabriclib-live".into())
+        .spawn(move || {
+            for cmd in rx {
+                // SAFETY: each address is a mapped record page whose mutex was
+                // initialised (process-shared, robust) by Record::create, and
+                // stays mapped until its Unlock has been answered.
+                match cmd {
+                    Keep::Lock(p, reply) => {
+                        let r = unsafe { libc::pthread_mutex_lock(p as *mut libc::pthread_mutex_t) };
+                        let _ = reply.send(if r == 0 { Ok(unsafe { libc::gettid() } as u32) } else { Err(r) });
+                    }
+                    Keep::Unlock(p, reply) => {
+                        let r = unsafe { libc::pthread_mutex_unlock(p as *mut libc::pthread_mutex_t) };
+                        let _ = reply.send(if r == 0 { Ok(0) } else { Err(r) });
+                    }
+                }
+            }
+        })
+        .map_err(|e| Error::new(Status::Provider, format!("cannot start the liveness keeper thread: {e}")))?;
+    *k = Some((pid, tx.clone()));
+    Ok(tx)
+}
+
+fn ask(cmd: impl FnOnce(mpsc::Sender<std::result::Result<u32, i32>>) -> Keep) -> Result<u32> {
+    let (tx, rx) = mpsc::channel();
+    keeper()?.send(cmd(tx)).map_err(|_| Error::new(Status::Provider, "the liveness keeper thread is gone"))?;
+    match rx.recv() {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(Error::new(Status::Provider, format!("liveness record: pthread mutex error {e}"))),
+        Err(_) => Err(Error::new(Status::Provider, "the liveness keeper thread is gone")),
+    }
+}
+
+/// This engine group's own record, held for its life (see the module doc).
+pub struct Record {
+    page: *mut Page,
+    path: String,
+}
+
+// SAFETY: the page is shared memory touched only through atomics and the
+// keeper's mutex calls; the struct is owned by one worker.
+unsafe impl Send for Record {}
+
+impl Record {
+    /// Creates, locks and publishes the record of `epoch`.
+    pub fn create(epoch: u64) -> Result<Record> {
+        sweep();
+        let path = path(epoch);
+        let tmp = format!("{path}.{}", std::process::id());
+        let page = map(&tmp, true, true)?;
+        let rec = Record { page, path: tmp };
+        // SAFETY: page is a fresh, zeroed, writable mapping of PAGE bytes.
+        unsafe {
+            let mut attr: libc::pthread_mutexattr_t = std::mem::zeroed();
+            libc::pthread_mutexattr_init(&mut attr);
+            libc::pthread_mutexattr_setpshared(&mut attr, libc::PTHREAD_PROCESS_SHARED);
+            libc::pthread_mutexattr_setrobust(&mut attr, libc::PTHREAD_MUTEX_ROBUST);
+            let r = libc::pthread_mutex_init(&mut (*page).mutex, &attr);
+            libc::pthread_mutexattr_destroy(&mut attr);
+            if r != 0 {
+                return Err(Error::new(Status::Provider, format!("liveness record: pthread_mutex_init: {r}")));
+            }
+            (*page).magic = MAGIC;
+            (*page).epoch = epoch;
+        }
+        let tid = ask(|tx| Keep::Lock(page as usize, tx))?;
+        // SAFETY: page is mapped.
+        let w = unsafe { word(page) }.load(Ordering::Acquire);
+        if w & FUTEX_TID_MASK != tid {
+            return Err(Error::new(
+                Status::Unsupported,
+                format!(
+                    "liveness record: this C library does not keep a robust mutex's futex word first \
+                     (word {w:#x}, owner {tid}); fabriclib's shm fencing needs glibc"
+                ),
+            ));
+        }
+        let c_tmp = CString::new(rec.path.as_str()).expect("no NUL");
+        let c_path = CString::new(path.as_str()).expect("no NUL");
+        // SAFETY: two valid C strings. Published only now, locked: a reader
+        // (or a sweeper) never sees a record that is not yet held.
+        if unsafe { libc::rename(c_tmp.as_ptr(), c_path.as_ptr()) } != 0 {
+            return Err(os_err(&format!("rename to {path}")));
+        }
+        Ok(Record { page: rec.into_page(), path })
+    }
+
+    fn into_page(self) -> *mut Page {
+        let p = self.page;
+        std::mem::forget(self);
+        p
+    }
+}
+
+impl Drop for Record {
+    fn drop(&mut self) {
+        // SAFETY: page stays mapped until munmap below; closed first, so a
+        // reader never takes the unlocked word for a live engine.
+        unsafe { (*self.page).closed.store(1, Ordering::Release) };
+        if unsafe { word(self.page) }.load(Ordering::Acquire) & FUTEX_TID_MASK != 0 {
+            let _ = ask(|tx| Keep::Unlock(self.page as usize, tx));
+        }
+        let c = CString::new(self.path.as_str()).expect("no NUL");
+        // SAFETY: a valid C string; the page is ours to unmap (the keeper has
+        // answered, so it no longer holds the mutex in it).
+        unsafe {
+            libc::unlink(c.as_ptr());
+            libc::munmap(self.page.cast(), PAGE);
+        }
+    }
+}
+
+/// A peer's record, mapped read-only: `gone()` is one load.
+pub struct Watch {
+    page: *const Page,
+}
+
+// SAFETY: a read-only shared mapping, read through atomics only.
+unsafe impl Send for Watch {}
+
+impl Watch {
+    /// Maps the record of the engine of `epoch`. `PeerDown` if there is none
+    /// (its engine has shut down, or its process died and the record was swept)
+    /// or it says the engine is gone.
+    pub fn open(epoch: u64) -> Result<Watch> {
+        let path = path(epoch);
+        let page = map(&path, false, false).map_err(|e| {
+            Error::new(
+                Status::PeerDown,
+                format!("the peer engine has no liveness record ({}): it has shut down or its process died", e.message),
+            )
+        })?;
+        let w = Watch { page };
+        // SAFETY: page is a live read-only mapping of PAGE bytes.
+        let (magic, ep) = unsafe { ((*page).magic, (*page).epoch) };
+        if magic != MAGIC || ep != epoch {
+            crate::bail!(PeerDown, "{path} is not the liveness record of engine epoch {epoch:#x}");
+        }
+        if w.gone() {
+            crate::bail!(PeerDown, "the peer engine's process has exited (its liveness record says so)");
+        }
+        Ok(w)
+    }
+
+    /// Whether the engine has gone (its process died, or it was destroyed).
+    #[inline]
+    pub fn gone(&self) -> bool {
+        // SAFETY: mapped for as long as self lives.
+        unsafe { gone(self.page) }
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping.
+        unsafe { libc::munmap(self.page as *mut libc::c_void, PAGE) };
+    }
+}
+
+/// Removes the records of engines that are gone (processes killed without
+/// closing them), so they do not pile up in `/dev/shm`.
+fn sweep() {
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else { return };
+    for e in dir.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        // Final names only: a record being created (`….<pid>`) is not yet held.
+        let Some(hex) = name.strip_prefix(PREFIX).filter(|h| h.len() == 16) else { continue };
+        if u64::from_str_radix(hex, 16).is_err() {
+            continue;
+        }
+        let p = format!("/dev/shm/{name}");
+        if let Ok(page) = map(&p, false, false) {
+            // SAFETY: a live read-only mapping of PAGE bytes, unmapped right after.
+            unsafe {
+                if (*page).magic == MAGIC && gone(page) {
+                    let _ = std::fs::remove_file(&p);
+                }
+                libc::munmap(page.cast(), PAGE);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn epoch() -> u64 {
+        crate::domain::random_u64() | 1
+    }
+
+    #[test]
+    fn a_live_record_is_not_gone_and_a_dropped_one_is() {
+        let e = epoch();
+        let rec = Record::create(e).unwrap();
+        let w = Watch::open(e).unwrap();
+        assert!(!w.gone());
+        drop(rec);
+        assert!(w.gone(), "a destroyed engine's record reads gone through an existing mapping");
+        assert_eq!(Watch::open(e).err().map(|e| e.status), Some(Status::PeerDown), "and it is unlinked");
+    }
+
+    #[test]
+    fn a_record_of_a_dead_process_is_gone() {
+        // A child process creates a record and dies without closing it: the
+        // kernel marks the word, and the next record creation sweeps the file.
+        let e = epoch();
+        let exe = std::env::current_exe().unwrap();
+        let st = std::process::Command::new(exe)
+            .args(["--exact", "liveness::tests::child_creates_a_record_and_exits", "--nocapture"])
+            .env("FABRICLIB_LIVE_EPOCH", format!("{e:x}"))
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let w = Watch::open(e);
+        assert_eq!(w.err().map(|e| e.status), Some(Status::PeerDown), "a dead owner's record reads gone");
+        assert!(std::path::Path::new(&path(e)).exists(), "left behind by the dead process");
+        drop(Record::create(epoch()).unwrap());
+        assert!(!std::path::Path::new(&path(e)).exists(), "swept by the next record created");
+    }
+
+    /// Helper for the test above (does nothing unless run as its child).
+    #[test]
+    fn child_creates_a_record_and_exits() {
+        let Ok(hex) = std::env::var("FABRICLIB_LIVE_EPOCH") else { return };
+        let rec = Record::create(u64::from_str_radix(&hex, 16).unwrap()).unwrap();
+        std::mem::forget(rec);
+        // Exit without dropping: as if killed.
+        std::process::exit(0);
+    }
+
+    #[test]
+    fn a_missing_record_is_a_peer_down() {
+        assert_eq!(Watch::open(epoch()).err().map(|e| e.status), Some(Status::PeerDown));
+    }
+}
