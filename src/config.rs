@@ -149,7 +149,10 @@ pub struct EngineConfig {
     /// Requests submitted and not yet reported (callbacks not yet returned)
     /// at most; beyond it submits return `Again`.
     pub max_inflight: usize,
-    /// Told when a peer comes up or goes down.
+    /// Told when a peer *engine* comes up or goes down, once each time
+    /// whatever its groups and ours (completion/peer_state.rs), with its
+    /// main address (or, until one of its groups has said it, the address of
+    /// the group it was met through).
     pub on_peer_state: Option<PeerCallback>,
 }
 

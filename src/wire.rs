@@ -16,7 +16,9 @@
 //! The checksum makes every single-bit flip, every burst of up to 32 flipped
 //! bits and every truncation a refusal (a CRC detects all of these); it is
 //! no defence against someone who forges a consistent blob on purpose.
-//! `epoch` names one incarnation of an engine (random, never 0): an engine
+//! `epoch` names one incarnation of an engine group: random high bits shared
+//! by every group of one engine (`NetAddr::engine_id`), the group's index in
+//! the low four bits, never 0. An engine
 //! restarted at the same provider address has another epoch, so its peers
 //! can tell descriptors from before the restart (which would name the old
 //! keys) and refuse them (`Status::Stale`). Blobs of versions 1 (no epoch)
@@ -27,6 +29,8 @@ pub const FORMAT_VERSION: u8 = 3;
 const KIND_ADDRESS: u8 = 0x41; // 'A'
 const KIND_DESCRIPTOR: u8 = 0x44; // 'D'
 const KIND_GROUPS: u8 = 0x47; // 'G'
+/// The low bits of an epoch: the group's index in its engine (`MAX_GROUPS` is 16).
+pub const GROUP_BITS: u64 = 0xf;
 /// Most domains (NICs) one engine may have.
 pub const MAX_DOMAINS: usize = 8;
 /// Longest provider address we accept (EFA's is 32 bytes, sockaddr_in6 28).
@@ -249,6 +253,18 @@ impl NetAddr {
     /// Whether `other` is the same provider address (another epoch or not).
     pub fn same_place(&self, other: &NetAddr) -> bool {
         self.domains == other.domains
+    }
+
+    /// The engine this address belongs to: every group of one engine has an
+    /// epoch with the same high bits (`epoch = engine | group`), so any of its
+    /// groups' addresses names the engine (cancel and peer state go by it).
+    pub fn engine_id(&self) -> u64 {
+        self.epoch & !GROUP_BITS
+    }
+
+    /// Which group of its engine this address is (0: the main address).
+    pub fn group_index(&self) -> usize {
+        (self.epoch & GROUP_BITS) as usize
     }
 
     fn read_body(r: &mut Reader<'_>) -> Result<NetAddr> {

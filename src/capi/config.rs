@@ -467,10 +467,14 @@ pub extern "C" fn fabriclib_config_set_peer_window(
     set_count(config, work_requests, "peer_window", |c, n| c.peer_window = n)
 }
 
-/// Told when a peer comes up (`FABRICLIB_PEER_UP`, `why` 0) or goes down
-/// (`FABRICLIB_PEER_DOWN`, `why` `FABRICLIB_STATUS_PEER_DOWN` or
-/// `FABRICLIB_STATUS_STALE`). `addr` (`addr_len` bytes) is the peer's
-/// address blob, valid during the call. Runs on the engine's callback thread.
+/// Told when a peer engine comes up (`FABRICLIB_PEER_UP`, `why` 0) or goes
+/// down (`FABRICLIB_PEER_DOWN`, `why` `FABRICLIB_STATUS_PEER_DOWN` or
+/// `FABRICLIB_STATUS_STALE`), once each time, whatever its groups: an engine
+/// is up when every pair of groups in contact with it is, down as soon as
+/// one is. `addr` (`addr_len` bytes) is the peer's main address (what its
+/// `fabriclib_engine_address` gives) — or, until one of its groups has said
+/// it, the address of the group it was met through — valid during the call.
+/// Runs on the engine's callback thread.
 pub type fabriclib_peer_cb = Option<
     unsafe extern "C" fn(user_data: *mut c_void, addr: *const u8, addr_len: usize, state: i32, why: fabriclib_status),
 >;

@@ -369,9 +369,13 @@ pub extern "C" fn fabriclib_peer_add(
     })
 }
 
-/// Writes the state of the peer at `addr` (`FABRICLIB_PEER_*`) to `*state`;
-/// `FABRICLIB_STATUS_NOT_FOUND` if this engine has never been in contact
-/// with it. Any thread; not from a fabriclib callback.
+/// Writes the state of the peer engine named by `addr` (its address, any
+/// of its groups' addresses, or its groups blob) to `*state`
+/// (`FABRICLIB_PEER_*`): with DomainGroups every pair of groups in contact
+/// counts, `FABRICLIB_PEER_DOWN` if any is down, else
+/// `FABRICLIB_PEER_CONNECTING` if any has not answered yet, else
+/// `FABRICLIB_PEER_UP`. `FABRICLIB_STATUS_NOT_FOUND` if this engine has
+/// never been in contact with it. Any thread; not from a fabriclib callback.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_peer_state(
     engine: *const fabriclib_engine,
@@ -382,7 +386,7 @@ pub extern "C" fn fabriclib_peer_state(
     ffi(|| {
         let e = handle(engine)?;
         super::non_null(state, "state")?;
-        match e.engine.peer_state(&super::address(addr, addr_len, "addr")?)? {
+        match e.engine.peer_state(&super::engine_of(addr, addr_len, "addr")?)? {
             Some(s) => put(state, s as i32),
             None => Err(Error::new(Status::NotFound, "this engine has never been in contact with that peer")),
         }

@@ -163,6 +163,13 @@ pub(crate) fn address(p: *const u8, len: usize, what: &str) -> Result<crate::wir
     crate::wire::NetAddr::parse(bytes(p, len, what)?)
 }
 
+/// An address blob or a groups blob: the engine it names (by its first
+/// group's address: every group's address names the same engine).
+pub(crate) fn engine_of(p: *const u8, len: usize, what: &str) -> Result<crate::wire::NetAddr> {
+    non_null(p, what)?;
+    Ok(crate::wire::EngineAddress::parse(bytes(p, len, what)?)?.groups.swap_remove(0))
+}
+
 /// The library's version, e.g. `"0.3.0"` (the header's is
 /// `FABRICLIB_VERSION_STRING`). Static string; never fails.
 #[unsafe(no_mangle)]

@@ -575,9 +575,11 @@ pub extern "C" fn fabriclib_cancel(engine: *const fabriclib_engine, request_id: 
     ffi(|| handle(engine)?.engine.cancel(RequestId(request_id)))
 }
 
-/// Cancels every pending request to the engine whose address is `addr`
-/// (`addr_len` bytes), including scatters and barriers with a destination
-/// there; writes how many to `*canceled` unless it is NULL. Each ends as for
+/// Cancels every pending request to the engine named by `addr` (`addr_len`
+/// bytes: its address, the address of any of its groups, or its groups blob
+/// from `fabriclib_engine_groups_address`), from every group of this engine,
+/// including scatters and barriers with a destination there; writes how
+/// many to `*canceled` unless it is NULL. Each ends as for
 /// `fabriclib_cancel`. Any thread; not from a fabriclib callback.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_cancel_peer(
@@ -588,7 +590,7 @@ pub extern "C" fn fabriclib_cancel_peer(
 ) -> fabriclib_status {
     ffi(|| {
         let e = handle(engine)?;
-        let n = e.engine.cancel_peer(&address(addr, addr_len, "addr")?)?;
+        let n = e.engine.cancel_peer(&super::engine_of(addr, addr_len, "addr")?)?;
         if !canceled.is_null() {
             put(canceled, n)?;
         }

@@ -4,7 +4,7 @@ use crate::completion::notify;
 use crate::config::EngineConfig;
 use crate::domain::{fabric::FabricDomain, null::NullDomain};
 use crate::error::Result;
-use crate::group::{self, GroupInfo, Shared};
+use crate::group::{self, GroupInfo, Place, Shared};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -23,25 +23,25 @@ pub(super) struct Group {
 }
 
 impl Group {
-    /// Starts group `g`'s worker (thread or manual) with `cfg`; `home` is
-    /// group 0's state for the others.
-    pub(super) fn start(g: usize, cfg: &EngineConfig, n: notify::Notifier, home: Option<Arc<Shared>>) -> Result<Group> {
+    /// Starts group `place.index`'s worker (thread or manual) with `cfg`.
+    pub(super) fn start(cfg: &EngineConfig, n: notify::Notifier, place: Place) -> Result<Group> {
+        let g = place.index;
         // "null" (named explicitly, never a default) measures the engine without a wire.
         let null = cfg.providers() == ["null"];
         // Linux keeps 15 characters of a thread's name: group 0's reads "fabriclib-worke".
         let name = if g == 0 { "fabriclib-worker".to_string() } else { format!("fabriclib-w{g}") };
         let (shared, info, worker, manual) = if cfg.manual_progress {
             let (shared, info, p) = if null {
-                group::manual::<NullDomain>(cfg, n, home)?
+                group::manual::<NullDomain>(cfg, n, place)?
             } else {
-                group::manual::<FabricDomain>(cfg, n, home)?
+                group::manual::<FabricDomain>(cfg, n, place)?
             };
             (shared, info, None, Some(Mutex::new(Some(p))))
         } else {
             let (shared, info, w) = if null {
-                group::spawn::<NullDomain>(cfg, n, home, name)?
+                group::spawn::<NullDomain>(cfg, n, place, name)?
             } else {
-                group::spawn::<FabricDomain>(cfg, n, home, name)?
+                group::spawn::<FabricDomain>(cfg, n, place, name)?
             };
             (shared, info, Some(w), None)
         };

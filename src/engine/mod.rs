@@ -122,9 +122,18 @@ impl TransferEngine {
         let mut notifiers = vec![notifier];
         notifiers.append(&mut siblings);
         let mut groups: Vec<Group> = Vec::with_capacity(group_cfgs.len());
+        // One identity for every group's epoch; peer state told per peer engine.
+        let base = crate::group::new_epoch_base();
+        let peer_states = cfg.on_peer_state.clone().map(|cb| Arc::new(crate::completion::peer_state::PeerStates::new(cb)));
         for (g, (gcfg, n)) in group_cfgs.iter().zip(notifiers).enumerate() {
-            let home = groups.first().map(|h| h.shared.clone());
-            match Group::start(g, gcfg, n, home) {
+            let place = crate::group::Place {
+                index: g,
+                epoch: base | g as u64,
+                home: groups.first().map(|h| h.shared.clone()),
+                main: groups.first().map(|h| h.info.address.clone()),
+                peer_states: peer_states.clone(),
+            };
+            match Group::start(gcfg, n, place) {
                 Ok(mut group) => {
                     if let Some(gc) = cfg.groups.get(g) {
                         (group.gpu, group.numa) = (gc.gpu, gc.numa);

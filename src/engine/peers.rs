@@ -25,12 +25,13 @@ impl TransferEngine {
         self.rpc(|reply| Ctrl::Cancel { id: id.0, reply })
     }
 
-    /// Cancels every pending request to (or including) the engine at `peer`
-    /// (or one of its groups' addresses); returns how many. Each ends as for `cancel`.
+    /// Cancels every pending request to (or including) the engine whose
+    /// address, or any of whose groups' addresses, is `peer`, from every
+    /// group of this engine; returns how many. Each ends as for `cancel`.
     pub fn cancel_peer(&self, peer: &NetAddr) -> Result<usize> {
         let mut n = 0;
         for g in 0..self.groups.len() {
-            n += self.rpc_to(g, |reply| Ctrl::CancelPeer { addr: peer.clone(), reply })?;
+            n += self.rpc_to(g, |reply| Ctrl::CancelPeer { engine: peer.engine_id(), reply })?;
         }
         Ok(n)
     }
@@ -75,17 +76,17 @@ impl TransferEngine {
         self.submit(0, Shape::Connect { to: peer.clone() }, None, None, done.into())
     }
 
-    /// The state of `peer` as this engine sees it; `None` if it has never
-    /// been in contact.
-    /// (With several groups: as the first group that has been in contact
-    /// sees it.)
+    /// The state of the engine whose address (or any of whose groups'
+    /// addresses) is `peer`, as this engine sees it; `None` if no group has
+    /// been in contact with it. Every pair of groups in contact counts:
+    /// `Down` if any is down, else `Connecting` if any has not answered yet,
+    /// else `Up` (as the peer-state callback reports it, completion/peer_state.rs).
     pub fn peer_state(&self, peer: &NetAddr) -> Result<Option<crate::config::PeerState>> {
+        let mut states = Vec::new();
         for g in 0..self.groups.len() {
-            if let Some(s) = self.rpc_to(g, |reply| Ctrl::PeerState { addr: peer.clone(), reply })? {
-                return Ok(Some(s));
-            }
+            states.extend(self.rpc_to(g, |reply| Ctrl::PeerState { engine: peer.engine_id(), reply })?);
         }
-        Ok(None)
+        Ok(crate::completion::peer_state::combine(states))
     }
 
     /// Pre-resolves a list of peer engine addresses, so scatters and barriers

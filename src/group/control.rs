@@ -83,14 +83,12 @@ impl<D: Domain> Worker<D> {
                 };
                 let _ = reply.send(r);
             }
-            Ctrl::CancelPeer { addr, reply } => {
+            Ctrl::CancelPeer { engine, reply } => {
                 self.accept_queued();
-                let n = match self.peers.find(&addr) {
-                    Some(p) => {
-                        self.end_all(p, || Error::new(Status::Canceled, "canceled with every request to its peer"))
-                    }
-                    None => 0,
-                };
+                let mut n = 0;
+                for p in self.peers.of_engine(engine) {
+                    n += self.end_all(p, || Error::new(Status::Canceled, "canceled with every request to its peer"));
+                }
                 let _ = reply.send(Ok(n));
             }
             Ctrl::AddPeer { addr, reply } => {
@@ -103,8 +101,9 @@ impl<D: Domain> Worker<D> {
             Ctrl::ImmCount { imm, reset, reply } => {
                 let _ = reply.send(Ok(self.imm.read(imm, reset)));
             }
-            Ctrl::PeerState { addr, reply } => {
-                let _ = reply.send(Ok(self.peers.find(&addr).map(|p| self.peers.state(p))));
+            Ctrl::PeerState { engine, reply } => {
+                let states = self.peers.of_engine(engine).into_iter().map(|p| self.peers.state(p));
+                let _ = reply.send(Ok(crate::completion::peer_state::combine(states)));
             }
         }
     }

@@ -74,6 +74,23 @@ impl Shared {
     }
 }
 
+/// Where a group's worker sits in its engine, given when it starts.
+pub struct Place {
+    /// The group's index in its engine (0: the home group).
+    pub index: usize,
+    /// The group's epoch: the engine's identity with `index` in the low bits
+    /// (`NetAddr::engine_id`).
+    pub epoch: u64,
+    /// The home group's state, for a worker of another group (its
+    /// immediates are counted there); `None` for the home group itself.
+    pub home: Option<Arc<Shared>>,
+    /// The engine's main address (group 0's), for a worker of another group:
+    /// its engine messages carry it, so peers can name the engine.
+    pub main: Option<NetAddr>,
+    /// Where peer-state changes go (the application's callback, per peer engine).
+    pub peer_states: Option<Arc<crate::completion::peer_state::PeerStates>>,
+}
+
 /// What the engine learns about its group when the worker has started.
 pub struct GroupInfo {
     pub address: NetAddr,
@@ -88,7 +105,7 @@ pub struct GroupInfo {
 }
 
 pub use stage::MAX_SEND;
-pub use start::{Progress, manual, spawn};
+pub use start::{Progress, manual, new_epoch_base, spawn};
 pub(crate) use waiter::close as close_fd;
 /// Work requests posted per domain before the worker polls again.
 const POST_BURST: usize = 256;
@@ -136,6 +153,10 @@ struct Worker<D: Domain> {
     /// this is the home group); `forward` holds the arrivals of one pass.
     home: Option<Arc<Shared>>,
     forward: Vec<(u32, u64)>,
+    /// This group's index in its engine.
+    group: usize,
+    /// Peer-state reports go here (none: the application did not ask).
+    peer_states: Option<Arc<crate::completion::peer_state::PeerStates>>,
     /// This group's liveness record, held for the worker's life where keys
     /// do not fence a restart (shm; liveness.rs).
     _live: Option<crate::liveness::Record>,
@@ -148,13 +169,8 @@ fn release<D: Domain>(domains: &mut [D], locals: &[LocalMr]) {
     }
 }
 
-/// A new engine epoch: random enough that a restarted engine never reuses it.
-fn new_epoch() -> u64 {
-    crate::domain::random_u64().max(1)
-}
-
 impl<D: Domain> Worker<D> {
-    fn new(cfg: EngineConfig, shared: Arc<Shared>, notifier: Notifier, home: Option<Arc<Shared>>) -> Result<Self> {
+    fn new(cfg: EngineConfig, shared: Arc<Shared>, notifier: Notifier, place: Place) -> Result<Self> {
         let mut domains = Vec::with_capacity(cfg.domains);
         for i in 0..cfg.domains {
             domains.push(D::open(&cfg, i)?);
@@ -165,13 +181,13 @@ impl<D: Domain> Worker<D> {
             scratch_mr.push(d.register(scratch.ptr, scratch.len, Memory::Host)?);
         }
         let stage = Staging::new(&mut domains[0])?;
-        let address = NetAddr { epoch: new_epoch(), domains: domains.iter().map(|d| d.address().into()).collect() };
+        let address = NetAddr { epoch: place.epoch, domains: domains.iter().map(|d| d.address().into()).collect() };
         let live = if domains[0].keys_checked_by_target() {
             None
         } else {
             Some(crate::liveness::Record::create(address.epoch)?)
         };
-        let peers = Peers::new(&mut domains, &address, cfg.keepalive_interval)?;
+        let peers = Peers::new(&mut domains, &address, place.main.as_ref(), cfg.keepalive_interval)?;
         let fds: Option<Vec<i32>> = domains.iter().map(|d| d.wait_fd()).collect();
         let waiter = fds.filter(|_| cfg.idle_policy != IdlePolicy::Spin).and_then(|f| waiter::Waiter::new(&f));
         if let Some(w) = &waiter {
@@ -207,8 +223,10 @@ impl<D: Domain> Worker<D> {
             comps: Vec::with_capacity(64),
             abandoned: Vec::new(),
             waiter,
-            home,
+            home: place.home,
             forward: Vec::new(),
+            group: place.index,
+            peer_states: place.peer_states,
             _live: live,
         })
     }

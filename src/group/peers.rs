@@ -24,7 +24,13 @@
 //!
 //! Messages travel on `Chan::Engine` (tagged, apart from the application's
 //! sends), from domain 0 to domain 0:
-//! `"FLK" kind:u8 sender-address` (the address as `NetAddr::to_bytes`).
+//! `"FLK" kind:u8 sender-address` (the address as `NetAddr::to_bytes`), or,
+//! from a group other than its engine's first, `"FLK" (kind | 0x80)
+//! len:u16 sender-address main-address` (the engine's main address, so that
+//! peers can tell the application about the engine by the address it knows).
+//!
+//! State is reported per pair of groups to `PeerStates`
+//! (completion/peer_state.rs), which tells the application per peer engine.
 use super::Worker;
 use super::recv::OwnedMem;
 use super::token::Token;
@@ -46,6 +52,8 @@ const PONG: u8 = 2;
 const BYE: u8 = 3;
 /// The answer to a BYE: the peer has handled every message we sent before it.
 const BYE_ACK: u8 = 4;
+/// The kind bit of a message that carries the sender engine's main address.
+const WITH_MAIN: u8 = 0x80;
 /// The peer entry of an engine message to an engine not in the table.
 const NO_ENTRY: u32 = u32::MAX;
 /// At a reusable address, a peer silent this long is asked again before the
@@ -85,9 +93,17 @@ struct Peer {
     /// queues its connection request at the peer) to it.
     contacted: bool,
     farewell: Farewell,
+    /// Its engine's main address, when it is another group of its engine
+    /// and has said so (reports name the engine by it).
+    main: Option<NetAddr>,
     /// Its liveness record, where keys do not fence a restart (shm): read
     /// before every post to it (liveness.rs).
     watch: Option<Watch>,
+    /// Why its record could not be mapped, where one is needed: it may be
+    /// greeted (an engine message copies nothing into the target) so that
+    /// the answer tells a restart (`Stale`) from a dead peer, but it never
+    /// comes up: when its own epoch answers, it goes down with this.
+    unfenced: Option<Error>,
 }
 
 pub(super) struct Peers {
@@ -95,8 +111,10 @@ pub(super) struct Peers {
     index: HashMap<NetAddr, u32>,
     /// Per domain: provider peer id → entry (the newest at that address).
     by_id: Vec<HashMap<PeerId, u32>>,
-    /// This engine's address as messages carry it.
+    /// This group's address as messages carry it (with the engine's main
+    /// address, for a group other than the first: `with_main`).
     me: Vec<u8>,
+    with_main: bool,
     recv: Arc<OwnedMem>,
     recv_mr: LocalMr,
     repost: Vec<u32>,
@@ -116,7 +134,24 @@ pub(super) struct Peers {
 }
 
 impl Peers {
-    pub(super) fn new<D: Domain>(domains: &mut [D], me: &NetAddr, keepalive: Duration) -> Result<Peers> {
+    pub(super) fn new<D: Domain>(
+        domains: &mut [D],
+        me: &NetAddr,
+        main: Option<&NetAddr>,
+        keepalive: Duration,
+    ) -> Result<Peers> {
+        let mine = me.to_bytes();
+        // With the main address when it fits in one message (it always
+        // does but for 8-NIC groups with very long provider addresses).
+        let (me, with_main) = match main.map(|m| m.to_bytes()) {
+            Some(m) if 6 + mine.len() + m.len() <= MSG => {
+                let mut b = (mine.len() as u16).to_le_bytes().to_vec();
+                b.extend_from_slice(&mine);
+                b.extend_from_slice(&m);
+                (b, true)
+            }
+            _ => (mine, false),
+        };
         let recv = OwnedMem::new(MSG * SLOTS);
         let send = OwnedMem::new(MSG * SLOTS);
         let recv_mr = domains[0].register(recv.ptr, recv.len, Memory::Host)?;
@@ -131,7 +166,8 @@ impl Peers {
             list: Vec::new(),
             index: HashMap::new(),
             by_id: (0..domains.len()).map(|_| HashMap::new()).collect(),
-            me: me.to_bytes(),
+            me,
+            with_main,
             recv,
             recv_mr,
             repost: (0..SLOTS as u32).collect(),
@@ -147,6 +183,11 @@ impl Peers {
 
     pub(super) fn find(&self, addr: &NetAddr) -> Option<u32> {
         self.index.get(addr).copied()
+    }
+
+    /// The entries of every group of engine `engine` (`NetAddr::engine_id`).
+    pub(super) fn of_engine(&self, engine: u64) -> Vec<u32> {
+        (0..self.list.len() as u32).filter(|&p| self.list[p as usize].addr.engine_id() == engine).collect()
     }
 
     pub(super) fn get(&self, p: u32) -> &State {
@@ -219,10 +260,10 @@ impl<D: Domain> Worker<D> {
             let Some(old) = self.peers.by_id(d, id).filter(|&o| self.peers.address(o).epoch != addr.epoch) else {
                 continue;
             };
+            // Only a process known to have exited: the provider unmaps what
+            // it knew of the address, which a live process still uses.
             if self.peers.gone(old) {
                 self.peer_gone(old);
-            }
-            if matches!(self.peers.get(old), State::Down(_)) {
                 self.domains[d].forget(id);
             }
         }
@@ -233,18 +274,29 @@ impl<D: Domain> Worker<D> {
         let p = self.peers.list.len() as u32;
         let state = if self.domains[0].handshakes() { state } else { State::Up };
         // Where keys do not fence a restart, the peer's liveness record is
-        // mapped before anything is sent to it; none means it is gone.
-        let (watch, state) = match self.peers.fenced.then(|| Watch::open(addr.epoch)) {
-            Some(Ok(w)) => (Some(w), state),
-            Some(Err(e)) => (None, State::Down(e)),
-            None => (None, state),
+        // mapped before anything is sent to it; without one it never comes up.
+        let (watch, unfenced) = match self.peers.fenced.then(|| Watch::open(addr.epoch)) {
+            Some(Ok(w)) => (Some(w), None),
+            Some(Err(e)) => (None, Some(e)),
+            None => (None, None),
         };
+        let state = if unfenced.is_some() { State::Connecting } else { state };
         let up = matches!(state, State::Up);
-        let down = if let State::Down(e) = &state { Some(e.clone()) } else { None };
         let (farewell, contacted) = (Farewell::None, false);
         let (last_heard, last_used) = (self.now, self.now);
-        let peer =
-            Peer { addr: addr.clone(), ids, state, last_heard, last_ping: None, last_used, contacted, farewell, watch };
+        let peer = Peer {
+            addr: addr.clone(),
+            ids,
+            state,
+            last_heard,
+            last_ping: None,
+            last_used,
+            contacted,
+            farewell,
+            main: None,
+            watch,
+            unfenced,
+        };
         self.peers.list.push(peer);
         self.peers.index.insert(addr.clone(), p);
         for (d, map) in self.peers.by_id.iter_mut().enumerate() {
@@ -252,8 +304,6 @@ impl<D: Domain> Worker<D> {
         }
         if up {
             self.report(p, PeerState::Up, None);
-        } else if let Some(e) = down {
-            self.report(p, PeerState::Down, Some(e));
         } else {
             self.ping(p);
         }
@@ -270,10 +320,10 @@ impl<D: Domain> Worker<D> {
         if let State::Down(_) = peer.state {
             // A peer whose engine is gone stays down: its record says so.
             if fenced && !peer.watch.as_ref().is_some_and(|w| !w.gone()) {
-                match Watch::open(peer.addr.epoch) {
-                    Ok(w) => peer.watch = Some(w),
-                    Err(e) => return Err(e),
-                }
+                (peer.watch, peer.unfenced) = match Watch::open(peer.addr.epoch) {
+                    Ok(w) => (Some(w), None),
+                    Err(e) => (None, Some(e)),
+                };
             }
             (peer.state, peer.last_heard, peer.last_ping) = (State::Connecting, self.now, None);
             self.ping(p);
@@ -333,6 +383,7 @@ impl<D: Domain> Worker<D> {
             return false;
         };
         let len = 4 + self.peers.me.len();
+        let kind = if self.peers.with_main { kind | WITH_MAIN } else { kind };
         // SAFETY: slot `slot` of the send buffer is ours until its completion; len <= MSG.
         let buf = unsafe {
             let b = self.peers.send.ptr.add(slot as usize * MSG);
@@ -401,14 +452,17 @@ impl<D: Domain> Worker<D> {
             return;
         }
         // Garbage from a stranger is ignored: only well-formed addresses count.
-        let Ok(from) = NetAddr::parse(&msg[4..]) else {
+        let Some((kind, from, main)) = parse_msg(&msg[3..]) else {
             return;
         };
         if self.peers.closing {
-            return self.closing_recv(msg[3], &from);
+            return self.closing_recv(kind, &from);
         }
         self.stale_check(&from);
-        match msg[3] {
+        if let (Some(p), Some(m)) = (self.peers.find(&from), main) {
+            self.peers.list[p as usize].main = Some(m);
+        }
+        match kind {
             PING => {
                 let p = match self.peers.find(&from) {
                     Some(p) => p,
@@ -499,6 +553,12 @@ impl<D: Domain> Worker<D> {
     /// Peer `p` answered: it is up, and requests waiting for it go out.
     fn heard(&mut self, p: u32) {
         let peer = &mut self.peers.list[p as usize];
+        if let (Some(e), State::Connecting | State::Checking) = (&peer.unfenced, &peer.state) {
+            // Its own epoch answered, yet it has no liveness record: nothing
+            // may be posted to it.
+            let e = e.clone();
+            return self.peer_down(p, e);
+        }
         peer.last_heard = self.now;
         if let State::Connecting | State::Checking = peer.state {
             if let State::Connecting = peer.state {
@@ -620,10 +680,25 @@ impl<D: Domain> Worker<D> {
         }
     }
 
+    /// Tells `PeerStates` (on the callback thread) that pair `p` is in `state`.
     fn report(&self, p: u32, state: PeerState, err: Option<Error>) {
-        if let Some(cb) = &self.cfg.on_peer_state {
-            let (cb, addr) = (cb.0.clone(), self.peers.list[p as usize].addr.clone());
-            self.notifier.run(Box::new(move || cb(&addr, state, err.as_ref())));
+        if let Some(ps) = &self.peer_states {
+            let q = &self.peers.list[p as usize];
+            let (ps, g, addr, main) = (ps.clone(), self.group, q.addr.clone(), q.main.clone());
+            self.notifier.run(Box::new(move || ps.update(g, &addr, main.as_ref(), state, err.as_ref())));
         }
     }
+}
+
+/// An engine message after `"FLK"`: its kind, the sender's address and, from
+/// another group than its engine's first, the engine's main address.
+fn parse_msg(m: &[u8]) -> Option<(u8, NetAddr, Option<NetAddr>)> {
+    let (&kind, rest) = m.split_first()?;
+    if kind & WITH_MAIN == 0 {
+        return Some((kind, NetAddr::parse(rest).ok()?, None));
+    }
+    let n = u16::from_le_bytes(rest.get(..2)?.try_into().ok()?) as usize;
+    let from = NetAddr::parse(rest.get(2..2 + n)?).ok()?;
+    let main = NetAddr::parse(rest.get(2 + n..)?).ok();
+    Some((kind & !WITH_MAIN, from, main))
 }

@@ -229,9 +229,10 @@ pub enum Ctrl {
         id: u64,
         reply: Sender<crate::error::Result<()>>,
     },
-    /// Ends every request to `addr` with `Canceled`; replies how many.
+    /// Ends every request to any group of engine `engine`
+    /// (`NetAddr::engine_id`) with `Canceled`; replies how many.
     CancelPeer {
-        addr: NetAddr,
+        engine: u64,
         reply: Sender<crate::error::Result<usize>>,
     },
     /// Starts (or, for a peer that is down, restarts) the handshake with `addr`.
@@ -261,9 +262,10 @@ pub enum Ctrl {
     Counters {
         reply: Sender<crate::error::Result<super::counters::Counters>>,
     },
-    /// The state of `addr`, if the engine knows it.
+    /// The combined state of this group's pairs with engine `engine`
+    /// (`peer_state::combine`), if it knows any.
     PeerState {
-        addr: NetAddr,
+        engine: u64,
         reply: Sender<crate::error::Result<Option<crate::config::PeerState>>>,
     },
 }

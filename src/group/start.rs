@@ -1,7 +1,7 @@
 //! Starting a DomainGroup's worker: on a thread of its own (`spawn`,
 //! pinned before it opens its domains) or driven by the application
 //! (`manual`, `Progress`), with the state it shares with the API.
-use super::{GroupInfo, Shared, Worker, held};
+use super::{GroupInfo, Place, Shared, Worker, held};
 use crate::completion::notify::Notifier;
 use crate::config::EngineConfig;
 use crate::domain::Domain;
@@ -25,6 +25,13 @@ fn new_shared(cfg: &EngineConfig, notifier: &Notifier) -> Result<Arc<Shared>> {
         tag: held::new_tag(),
         awaited: AtomicBool::new(false),
     }))
+}
+
+/// A new engine's identity: random high bits, never 0, with the low bits
+/// (`wire::GROUP_BITS`) free for each group's index. Random enough that a
+/// restarted engine never reuses it.
+pub fn new_epoch_base() -> u64 {
+    (crate::domain::random_u64() & !crate::wire::GROUP_BITS).max(crate::wire::GROUP_BITS + 1)
 }
 
 /// A worker that the application's threads drive (manual progress: no
@@ -57,21 +64,20 @@ impl<D: Domain> Progress for Worker<D> {
 pub fn manual<D: Domain>(
     cfg: &EngineConfig,
     notifier: Notifier,
-    home: Option<Arc<Shared>>,
+    place: Place,
 ) -> Result<(Arc<Shared>, GroupInfo, Box<dyn Progress>)> {
     let shared = new_shared(cfg, &notifier)?;
-    let w = Worker::<D>::new(cfg.clone(), shared.clone(), notifier, home)?;
+    let w = Worker::<D>::new(cfg.clone(), shared.clone(), notifier, place)?;
     let info = w.info();
     Ok((shared, info, Box::new(w)))
 }
 
-/// Starts a worker thread over `cfg.domains` domains of type `D`. `home`:
-/// the home group's state, for a worker of another group (its immediates
-/// are counted there); `None` for the home group itself.
+/// Starts a worker thread over `cfg.domains` domains of type `D`, at
+/// `place` in its engine.
 pub fn spawn<D: Domain>(
     cfg: &EngineConfig,
     notifier: Notifier,
-    home: Option<Arc<Shared>>,
+    place: Place,
     name: String,
 ) -> Result<(Arc<Shared>, GroupInfo, JoinHandle<()>)> {
     let shared = new_shared(cfg, &notifier)?;
@@ -86,7 +92,7 @@ pub fn spawn<D: Domain>(
                 let _ = tx.send(Err(e));
                 return;
             }
-            match Worker::<D>::new(cfg2, shared2, notifier, home) {
+            match Worker::<D>::new(cfg2, shared2, notifier, place) {
                 Ok(w) => {
                     let _ = tx.send(Ok(w.info()));
                     w.run();

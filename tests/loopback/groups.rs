@@ -283,3 +283,79 @@ pub fn groups_in_manual_progress(prov: &str, domains: usize) -> TestResult {
     });
     Ok(())
 }
+
+/// Cancel and peer state go by *engine* with DomainGroups. A peer of two
+/// groups, stopped before it could answer, with requests parked towards
+/// both of its groups from both of ours: `cancel_peer` with its main address
+/// ends all of them, and `peer_state` with any of its groups' addresses says
+/// `Connecting`. Once it answers, the peer-state callback says `Up` once,
+/// with its main address, though four pairs of groups came up; once it is
+/// killed, `Down` once.
+pub fn groups_cancel_and_state_per_engine(prov: &str, domains: usize) -> TestResult {
+    let (cfg, ev) = super::faults::with_peer_events(EngineConfig {
+        provider: Some(prov.into()),
+        bind_addr: Some("127.0.0.1".into()),
+        domains,
+        groups: vec![GroupConfig::default(), GroupConfig::default()],
+        ..Default::default()
+    });
+    let a = TransferEngine::new(&cfg).map_err(e2s)?;
+    let (mut s0, mut s1) = (vec![7u8; R], vec![9u8; R]);
+    let (r0, r1) = (register_in(&a, 0, &mut s0)?, register_in(&a, 1, &mut s1)?);
+    let mut p = Peer::spawn_groups(prov, domains, R, 2)?;
+    p.signal("STOP");
+    let main = addr(&p);
+    let groups = fabriclib::EngineAddress::parse(&p.groups).map_err(e2s)?;
+    let (d0, d1) = (desc(&p), Arc::new(MrDesc::parse(&p.desc1).map_err(e2s)?));
+    // Six writes parked (the peer never answered): from each of our groups
+    // to the peer's group of the same index.
+    let ends = super::faults::Ends::new(6);
+    for i in 0..3 {
+        a.submit_single_write(4096, None, &r0, 0, &d0, 0, ends.on(i)).map_err(e2s)?;
+        a.submit_single_write(4096, None, &r1, 0, &d1, 0, ends.on(3 + i)).map_err(e2s)?;
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    for g in &groups.groups {
+        if a.peer_state(g).map_err(e2s)? != Some(fabriclib::PeerState::Connecting) {
+            return Err(format!("peer_state(group {}) is not Connecting", g.group_index()));
+        }
+    }
+    let n = a.cancel_peer(&main).map_err(e2s)?;
+    ends.wait_all(Duration::from_secs(1))?;
+    ends.only(&[Status::Canceled]).map_err(|e| format!("{e} (cancel_peer said {n})"))?;
+    if n != 6 {
+        return Err(format!("cancel_peer canceled {n} requests, 6 were pending"));
+    }
+    p.signal("CONT");
+    // Both pairs come up; the application hears of one engine, once.
+    for (r, d) in [(&r0, &d0), (&r1, &d1)] {
+        let f = flag();
+        a.submit_single_write(4096, None, r, 0, d, 0, OnDone::Flag(f.clone())).map_err(e2s)?;
+        wait_flag(&f)?;
+    }
+    a.add_engine_peer(&groups).map_err(e2s)?;
+    let t = Instant::now();
+    while groups.groups.iter().any(|g| a.peer_state(g).ok().flatten() != Some(fabriclib::PeerState::Up)) {
+        if t.elapsed() > Duration::from_secs(10) {
+            return Err("the peer's groups did not all come up".into());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    p.kill9();
+    std::thread::sleep(Duration::from_secs(4)); // past the keepalive timeout of every pair
+    let seen: Vec<(bool, fabriclib::PeerState)> = ev
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| e.0.engine_id() == main.engine_id())
+        .map(|e| (e.0 == main, e.1))
+        .collect();
+    let want = vec![(true, fabriclib::PeerState::Up), (true, fabriclib::PeerState::Down)];
+    if seen != want {
+        return Err(format!("peer-state reports (main address?, state): {seen:?}, expected {want:?}"));
+    }
+    if a.peer_state(&groups.groups[1]).map_err(e2s)? != Some(fabriclib::PeerState::Down) {
+        return Err("peer_state of the killed peer's group 1 is not Down".into());
+    }
+    Ok(())
+}

@@ -566,6 +566,7 @@ const TESTS: &[(&str, Test)] = &[
     ("groups_take_memory_of_their_numa_node", groups::groups_take_memory_of_their_numa_node),
     ("groups_per_gpu_from_the_topology", groups::groups_per_gpu_from_the_topology),
     ("groups_in_manual_progress", groups::groups_in_manual_progress),
+    ("groups_cancel_and_state_per_engine", groups::groups_cancel_and_state_per_engine),
 ];
 
 fn main() {

@@ -1,6 +1,8 @@
 //! The peer process: an engine with one registered region, driven by line
 //! commands on stdin, answering on stdout. The test process spawns one per
-//! remote peer (`<test binary> --peer PROVIDER DOMAINS REGION_BYTES [BIND_ADDR | nics=A,B]`).
+//! remote peer (`<test binary> --peer PROVIDER DOMAINS REGION_BYTES [BIND_ADDR | nics=A,B] [groups=N]`;
+//! with `groups=N` the engine has N groups, and a second region in group 1 whose descriptor,
+//! and the engine's groups blob, follow on the `INFO` line).
 //!
 //! Commands: `EXPECT imm count` (answers `FIRED imm status` when the count is
 //! reached), `HASH [off len]` (answers `HASH <fnv64 of the region or range>`), `ECHO len count`
@@ -19,11 +21,13 @@ pub fn main(args: &[String]) -> ! {
     let bind = args.get(3).cloned().unwrap_or_else(|| "127.0.0.1".into());
     let nics: Vec<String> =
         bind.strip_prefix("nics=").map(|n| n.split(',').map(String::from).collect()).unwrap_or_default();
+    let groups: usize = args.get(4).and_then(|g| g.strip_prefix("groups=")).map_or(0, |n| n.parse().unwrap());
     let cfg = EngineConfig {
         provider: Some(provider),
         bind_addr: nics.is_empty().then_some(bind),
         domains,
         nics,
+        groups: vec![Default::default(); groups],
         ..Default::default()
     };
     let engine = Arc::new(TransferEngine::new(&cfg).unwrap_or_else(|e| {
@@ -42,7 +46,14 @@ pub fn main(args: &[String]) -> ! {
             let _ = writeln!(o, "{line}").and_then(|_| o.flush());
         }
     };
-    say(format!("INFO {} {}", to_hex(&engine.main_address().to_bytes()), to_hex(&mr.descriptor().to_bytes())));
+    let mut mem1 = vec![0u8; if groups > 1 { region } else { 0 }];
+    // SAFETY: mem1 outlives the registration (dropped after the engine below).
+    let mr1 = (groups > 1).then(|| unsafe { engine.register_in_group(1, mem1.as_mut_ptr(), region, None) }.unwrap());
+    let more = match &mr1 {
+        Some(m) => format!(" {} {}", to_hex(&m.descriptor().to_bytes()), to_hex(&engine.engine_address().to_bytes())),
+        None => String::new(),
+    };
+    say(format!("INFO {} {}{more}", to_hex(&engine.main_address().to_bytes()), to_hex(&mr.descriptor().to_bytes())));
     let mut parent: Option<NetAddr> = None;
     for line in std::io::stdin().lock().lines() {
         let line = line.unwrap();
@@ -96,10 +107,12 @@ pub fn main(args: &[String]) -> ! {
         }
     }
     drop(mr);
+    drop(mr1);
     match Arc::try_unwrap(engine) {
         Ok(e) => drop(e),
         Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
     }
     drop(mem);
+    drop(mem1);
     std::process::exit(0)
 }

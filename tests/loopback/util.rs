@@ -60,6 +60,10 @@ pub struct Peer {
     backlog: Vec<String>,
     pub addr: Vec<u8>,
     pub desc: Vec<u8>,
+    /// With `groups=N` (`spawn_groups`): a region of group 1's, and the
+    /// engine's groups blob.
+    pub desc1: Vec<u8>,
+    pub groups: Vec<u8>,
     /// Set by `kill9`: its death by signal is ours.
     killed: bool,
 }
@@ -95,6 +99,17 @@ impl Peer {
         domains: usize,
         region: usize,
     ) -> Result<Peer, String> {
+        Self::spawn_args(wrapper, &[provider, &domains.to_string(), &region.to_string(), bind])
+    }
+
+    /// A peer whose engine has `groups` groups of `domains` NICs, with a
+    /// region in group 0 (`desc`) and one in group 1 (`desc1`).
+    pub fn spawn_groups(provider: &str, domains: usize, region: usize, groups: usize) -> Result<Peer, String> {
+        let g = format!("groups={groups}");
+        Self::spawn_args(&[], &[provider, &domains.to_string(), &region.to_string(), "127.0.0.1", &g])
+    }
+
+    fn spawn_args(wrapper: &[&str], args: &[&str]) -> Result<Peer, String> {
         let exe = std::env::current_exe().unwrap();
         let mut cmd = match wrapper.split_first() {
             Some((first, rest)) => {
@@ -105,7 +120,8 @@ impl Peer {
             None => Command::new(exe),
         };
         let mut child = cmd
-            .args(["--peer", provider, &domains.to_string(), &region.to_string(), bind])
+            .arg("--peer")
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -121,11 +137,15 @@ impl Peer {
                 }
             }
         });
-        let mut p = Peer { child, stdin, lines, backlog: vec![], addr: vec![], desc: vec![], killed: false };
+        let (addr, desc, desc1, groups) = (vec![], vec![], vec![], vec![]);
+        let mut p = Peer { child, stdin, lines, backlog: vec![], addr, desc, desc1, groups, killed: false };
         let info = p.wait_for("INFO")?;
         let w: Vec<&str> = info.split_whitespace().collect();
         p.addr = from_hex(w[1]);
         p.desc = from_hex(w[2]);
+        if let [d1, g] = &w[3..] {
+            (p.desc1, p.groups) = (from_hex(d1), from_hex(g));
+        }
         Ok(p)
     }
 
