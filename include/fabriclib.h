@@ -208,6 +208,9 @@ typedef struct fabriclib_remote_mr *const *fabriclib_remote_mr_list;
 // `fabriclib_submit_opts.timeout_us` for a request with no deadline.
 #define FABRICLIB_NO_TIMEOUT UINT64_MAX
 
+// The low bits of an epoch: the group's index in its engine (`MAX_GROUPS` is 16).
+#define GROUP_BITS 15
+
 // Why an operation failed (or could not be started).
 enum fabriclib_status
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
@@ -283,10 +286,14 @@ typedef struct fabriclib_remote_mr fabriclib_remote_mr;
 // A watched 64-bit word and its callback.
 typedef struct fabriclib_watcher fabriclib_watcher;
 
-// Told when a peer comes up (`FABRICLIB_PEER_UP`, `why` 0) or goes down
-// (`FABRICLIB_PEER_DOWN`, `why` `FABRICLIB_STATUS_PEER_DOWN` or
-// `FABRICLIB_STATUS_STALE`). `addr` (`addr_len` bytes) is the peer's
-// address blob, valid during the call. Runs on the engine's callback thread.
+// Told when a peer engine comes up (`FABRICLIB_PEER_UP`, `why` 0) or goes
+// down (`FABRICLIB_PEER_DOWN`, `why` `FABRICLIB_STATUS_PEER_DOWN` or
+// `FABRICLIB_STATUS_STALE`), once each time, whatever its groups: an engine
+// is up when every pair of groups in contact with it is, down as soon as
+// one is. `addr` (`addr_len` bytes) is the peer's main address (what its
+// `fabriclib_engine_address` gives) — or, until one of its groups has said
+// it, the address of the group it was met through — valid during the call.
+// Runs on the engine's callback thread.
 typedef void (*fabriclib_peer_cb)(void *user_data,
                                   const uint8_t *addr,
                                   size_t addr_len,
@@ -783,9 +790,13 @@ fabriclib_status fabriclib_peer_add(const struct fabriclib_engine *engine,
                                     const struct fabriclib_submit_opts *opts,
                                     uint64_t *request_id);
 
-// Writes the state of the peer at `addr` (`FABRICLIB_PEER_*`) to `*state`;
-// `FABRICLIB_STATUS_NOT_FOUND` if this engine has never been in contact
-// with it. Any thread; not from a fabriclib callback.
+// Writes the state of the peer engine named by `addr` (its address, any
+// of its groups' addresses, or its groups blob) to `*state`
+// (`FABRICLIB_PEER_*`): with DomainGroups every pair of groups in contact
+// counts, `FABRICLIB_PEER_DOWN` if any is down, else
+// `FABRICLIB_PEER_CONNECTING` if any has not answered yet, else
+// `FABRICLIB_PEER_UP`. `FABRICLIB_STATUS_NOT_FOUND` if this engine has
+// never been in contact with it. Any thread; not from a fabriclib callback.
 fabriclib_status fabriclib_peer_state(const struct fabriclib_engine *engine,
                                       const uint8_t *addr,
                                       size_t addr_len,
@@ -991,9 +1002,10 @@ fabriclib_status fabriclib_submit_recvs(const struct fabriclib_engine *engine,
 // expectation per immediate value at a time (`FABRICLIB_STATUS_ALREADY_EXISTS`).
 // An expectation that fails (timed out, canceled, shut down) discards the
 // immediates it had counted: they can never complete a later expectation.
-// Immediates of that transfer that land after it failed count afresh; before
-// reusing the value, wait until its writer is done (or down) and reset the
-// counter (`fabriclib_imm_count_reset`), or use a new value. Any thread.
+// Immediates of that transfer that land after it failed count afresh, even
+// after its writer reported OK (OK frees the source; it does not mean the
+// target counted): use a new value after a failure rather than resetting
+// this one (docs/failure-semantics.md, "OK is not landed"). Any thread.
 fabriclib_status fabriclib_expect_imm_count(const struct fabriclib_engine *engine,
                                             uint32_t imm,
                                             uint32_t count,
@@ -1089,9 +1101,11 @@ fabriclib_status fabriclib_submit_barrier(const struct fabriclib_engine *engine,
 // yet). Any thread; not from a fabriclib callback (it waits for the worker).
 fabriclib_status fabriclib_cancel(const struct fabriclib_engine *engine, uint64_t request_id);
 
-// Cancels every pending request to the engine whose address is `addr`
-// (`addr_len` bytes), including scatters and barriers with a destination
-// there; writes how many to `*canceled` unless it is NULL. Each ends as for
+// Cancels every pending request to the engine named by `addr` (`addr_len`
+// bytes: its address, the address of any of its groups, or its groups blob
+// from `fabriclib_engine_groups_address`), from every group of this engine,
+// including scatters and barriers with a destination there; writes how
+// many to `*canceled` unless it is NULL. Each ends as for
 // `fabriclib_cancel`. Any thread; not from a fabriclib callback.
 fabriclib_status fabriclib_cancel_peer(const struct fabriclib_engine *engine,
                                        const uint8_t *addr,

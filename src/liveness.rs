@@ -63,7 +63,13 @@ fn os_err(what: &str) -> Error {
 /// Maps `len` bytes of the file at `path` (`write`: read-write, else read-only).
 fn map(path: &str, write: bool, create: bool) -> Result<*mut Page> {
     let c = CString::new(path).expect("no NUL in a record path");
-    let flags = if create { libc::O_RDWR | libc::O_CREAT | libc::O_EXCL } else if write { libc::O_RDWR } else { libc::O_RDONLY };
+    let flags = if create {
+        libc::O_RDWR | libc::O_CREAT | libc::O_EXCL
+    } else if write {
+        libc::O_RDWR
+    } else {
+        libc::O_RDONLY
+    };
     // SAFETY: c is a valid C string; the fd is closed below in every case.
     let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC, 0o600) };
     if fd < 0 {

@@ -376,9 +376,10 @@ pub extern "C" fn fabriclib_submit_recvs(
 /// expectation per immediate value at a time (`FABRICLIB_STATUS_ALREADY_EXISTS`).
 /// An expectation that fails (timed out, canceled, shut down) discards the
 /// immediates it had counted: they can never complete a later expectation.
-/// Immediates of that transfer that land after it failed count afresh; before
-/// reusing the value, wait until its writer is done (or down) and reset the
-/// counter (`fabriclib_imm_count_reset`), or use a new value. Any thread.
+/// Immediates of that transfer that land after it failed count afresh, even
+/// after its writer reported OK (OK frees the source; it does not mean the
+/// target counted): use a new value after a failure rather than resetting
+/// this one (docs/failure-semantics.md, "OK is not landed"). Any thread.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_expect_imm_count(
     engine: *const fabriclib_engine,

@@ -91,8 +91,10 @@ mod tests {
         NetAddr { epoch: engine << 4 | group, domains: vec![vec![b].into()] }
     }
 
-    fn recorder() -> (PeerStates, Arc<Mutex<Vec<(NetAddr, PeerState)>>>) {
-        let seen: Arc<Mutex<Vec<(NetAddr, PeerState)>>> = Default::default();
+    type Seen = Arc<Mutex<Vec<(NetAddr, PeerState)>>>;
+
+    fn recorder() -> (PeerStates, Seen) {
+        let seen: Seen = Default::default();
         let s2 = seen.clone();
         let cb = PeerCallback(Arc::new(move |a: &NetAddr, s: PeerState, _: Option<&Error>| {
             s2.lock().unwrap().push((a.clone(), s))

@@ -124,7 +124,8 @@ impl TransferEngine {
         let mut groups: Vec<Group> = Vec::with_capacity(group_cfgs.len());
         // One identity for every group's epoch; peer state told per peer engine.
         let base = crate::group::new_epoch_base();
-        let peer_states = cfg.on_peer_state.clone().map(|cb| Arc::new(crate::completion::peer_state::PeerStates::new(cb)));
+        let peer_states =
+            cfg.on_peer_state.clone().map(|cb| Arc::new(crate::completion::peer_state::PeerStates::new(cb)));
         for (g, (gcfg, n)) in group_cfgs.iter().zip(notifiers).enumerate() {
             let place = crate::group::Place {
                 index: g,
@@ -394,8 +395,9 @@ impl TransferEngine {
     /// How many immediates `imm` have landed and are not yet taken by an
     /// expectation; with `reset`, that count is set to 0 (an armed
     /// expectation stays armed and counts from 0). Returns the count before
-    /// the reset. For example: after a failed transfer, wait until its writer
-    /// is known to be done (or down), then reset, before reusing the value.
+    /// the reset. A reset does not stop immediates of an earlier transfer
+    /// still on their way from counting after it, even once its writer has
+    /// reported `Ok`: after a failed transfer, use a new value.
     pub fn imm_count(&self, imm: u32, reset: bool) -> Result<u64> {
         self.rpc(|reply| Ctrl::ImmCount { imm, reset, reply })
     }

@@ -319,7 +319,7 @@ impl<D: Domain> Worker<D> {
         let peer = &mut self.peers.list[p as usize];
         if let State::Down(_) = peer.state {
             // A peer whose engine is gone stays down: its record says so.
-            if fenced && !peer.watch.as_ref().is_some_and(|w| !w.gone()) {
+            if fenced && peer.watch.as_ref().is_none_or(|w| w.gone()) {
                 (peer.watch, peer.unfenced) = match Watch::open(peer.addr.epoch) {
                     Ok(w) => (Some(w), None),
                     Err(e) => (None, Some(e)),

@@ -308,15 +308,20 @@ int main(void) {
         /* Groups addresses: g is 1 + 2 NICs, e one group of 1: refused as a whole; e takes other's plain address. */
         static uint8_t groups[FABRICLIB_MAX_ENGINE_ADDRESS_LEN];
         size_t groups_len = 0;
+        int up = -1;
         EXPECT(fabriclib_engine_groups_address(g, groups, sizeof groups, &groups_len), FABRICLIB_STATUS_OK);
         EXPECT(fabriclib_peer_add_engine(e, groups, groups_len), FABRICLIB_STATUS_INVALID_ARGUMENT);
         EXPECT(fabriclib_peer_add_engine(e, groups, groups_len - 1), FABRICLIB_STATUS_MALFORMED);
         EXPECT(fabriclib_peer_add_engine(e, NULL, 4), FABRICLIB_STATUS_INVALID_ARGUMENT);
+        /* Cancel and peer state take an engine's groups blob too (any of its groups names it). */
+        EXPECT(fabriclib_cancel_peer(e, groups, groups_len, &n), FABRICLIB_STATUS_OK);
+        EXPECT(fabriclib_cancel_peer(e, groups, groups_len - 1, &n), FABRICLIB_STATUS_MALFORMED);
+        EXPECT(fabriclib_peer_state(e, groups, groups_len, &up), FABRICLIB_STATUS_NOT_FOUND);
         fabriclib_engine *third = make_engine(); /* e and other must stay strangers (checked below) */
         EXPECT(fabriclib_engine_address(third, gaddr, sizeof gaddr, &gaddr_len), FABRICLIB_STATUS_OK);
         EXPECT(fabriclib_peer_add_engine(e, gaddr, gaddr_len), FABRICLIB_STATUS_OK);
         /* Up before third goes: a connection torn down while it is being set up leaks inside libfabric's rxm. */
-        int up = -1;
+        up = -1;
         for (int i = 0; i < 5000 && up != FABRICLIB_PEER_UP; i++) {
             if (fabriclib_peer_state(e, gaddr, gaddr_len, &up) != FABRICLIB_STATUS_OK) up = -1;
             if (up != FABRICLIB_PEER_UP) nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
@@ -333,9 +338,9 @@ int main(void) {
      * binds its own port (port, port+1, port+2), as with the config setter. */
     {
         int port = free_ports(3);
-        char bind[64];
-        snprintf(bind, sizeof bind, "127.0.0.1:%d", port);
-        setenv("FABRICLIB_BIND_ADDR", bind, 1);
+        char bind_env[64];
+        snprintf(bind_env, sizeof bind_env, "127.0.0.1:%d", port);
+        setenv("FABRICLIB_BIND_ADDR", bind_env, 1);
         fabriclib_config *gc = NULL;
         fabriclib_engine *g = NULL;
         uint32_t count = 0;
@@ -348,7 +353,7 @@ int main(void) {
         fabriclib_config_free(gc);
         EXPECT(fabriclib_engine_group_count(g, &count), FABRICLIB_STATUS_OK);
         checks++;
-        if (port < 0 || count != 2) failures++, fprintf(stderr, "FAIL: env bind %s: %u groups\n", bind, count);
+        if (port < 0 || count != 2) failures++, fprintf(stderr, "FAIL: env bind %s: %u groups\n", bind_env, count);
         /* Every NIC listens on its own port: port+2 is taken now, port+3 is not. */
         for (int i = 0; i < 4; i++) {
             int fd = socket(AF_INET, SOCK_STREAM, 0);

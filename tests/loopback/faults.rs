@@ -597,7 +597,8 @@ pub fn restart_on_the_same_address(prov: &str, domains: usize) -> TestResult {
 fn respawn_with_pid(pid: u32, prov: &str, domains: usize, region: usize) -> Result<Option<Peer>, String> {
     let arch = std::env::consts::ARCH;
     for _ in 0..20 {
-        std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).map_err(|e| format!("ns_last_pid: {e}"))?;
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string())
+            .map_err(|e| format!("ns_last_pid: {e}"))?;
         let mut p = Peer::spawn_under(&["setarch", arch, "-R"], "127.0.0.1", prov, domains, region)?;
         if p.pid() == pid {
             return Ok(Some(p));
@@ -646,7 +647,9 @@ pub fn restart_with_the_same_pid(prov: &str, domains: usize) -> TestResult {
     let counted = second.has_line("FIRED 194 ");
     eprintln!("    old descriptor after a same-pid restart: {:?}; landed {landed}, counted {counted}", ends.tally());
     if landed || counted {
-        return Err(format!("a write through the old descriptor reached the new process (landed {landed}, counted {counted})"));
+        return Err(format!(
+            "a write through the old descriptor reached the new process (landed {landed}, counted {counted})"
+        ));
     }
     ends.only(&[Status::PeerDown, Status::Stale])?;
     // The new incarnation is served through its own descriptor.

@@ -343,13 +343,8 @@ pub fn groups_cancel_and_state_per_engine(prov: &str, domains: usize) -> TestRes
     }
     p.kill9();
     std::thread::sleep(Duration::from_secs(4)); // past the keepalive timeout of every pair
-    let seen: Vec<(bool, fabriclib::PeerState)> = ev
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|e| e.0.engine_id() == main.engine_id())
-        .map(|e| (e.0 == main, e.1))
-        .collect();
+    let seen: Vec<(bool, fabriclib::PeerState)> =
+        ev.lock().unwrap().iter().filter(|e| e.0.engine_id() == main.engine_id()).map(|e| (e.0 == main, e.1)).collect();
     let want = vec![(true, fabriclib::PeerState::Up), (true, fabriclib::PeerState::Down)];
     if seen != want {
         return Err(format!("peer-state reports (main address?, state): {seen:?}, expected {want:?}"));
