@@ -208,9 +208,6 @@ typedef struct fabriclib_remote_mr *const *fabriclib_remote_mr_list;
 // `fabriclib_submit_opts.timeout_us` for a request with no deadline.
 #define FABRICLIB_NO_TIMEOUT UINT64_MAX
 
-// The low bits of an epoch: the group's index in its engine (`MAX_GROUPS` is 16).
-#define GROUP_BITS 15
-
 // Why an operation failed (or could not be started).
 enum fabriclib_status
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
