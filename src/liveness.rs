@@ -184,7 +184,7 @@ impl Record {
         let path = path(epoch);
         let tmp = format!("{path}.{}", std::process::id());
         let page = map(&tmp, true, true)?;
-        let rec = Record { page, path: tmp };
+        let mut rec = Record { page, path: tmp };
         // SAFETY: page is a fresh, zeroed, writable mapping of PAGE bytes.
         unsafe {
             let mut attr: libc::pthread_mutexattr_t = std::mem::zeroed();
@@ -218,13 +218,8 @@ impl Record {
         if unsafe { libc::rename(c_tmp.as_ptr(), c_path.as_ptr()) } != 0 {
             return Err(os_err(&format!("rename to {path}")));
         }
-        Ok(Record { page: rec.into_page(), path })
-    }
-
-    fn into_page(self) -> *mut Page {
-        let p = self.page;
-        std::mem::forget(self);
-        p
+        rec.path = path;
+        Ok(rec)
     }
 }
 
