@@ -199,6 +199,9 @@ typedef struct fabriclib_remote_mr *const *fabriclib_remote_mr_list;
 // (`cuMemHostAlloc` with `PORTABLE | DEVICEMAP`); `UNSUPPORTED` without CUDA.
 #define FABRICLIB_MEMORY_CUDA_MAPPED 2
 
+// `fabriclib_submit_opts.flags`: OK means delivered (since 0.4).
+#define FABRICLIB_SUBMIT_DELIVERED 1
+
 // `fabriclib_submit_opts.route`: over all NICs (the default).
 #define FABRICLIB_ROUTE_SHARD 0
 
@@ -348,6 +351,18 @@ typedef void (*fabriclib_done_cb)(void *user_data, fabriclib_status status);
 // a NIC not below the domain count, or a send on a NIC other than 0
 // (receive buffers are posted on NIC 0).
 //
+// `flags` (since 0.4): `FABRICLIB_SUBMIT_DELIVERED` makes
+// `FABRICLIB_STATUS_OK` mean *delivered*: every byte and immediate of the
+// request has been taken in by the target engine — its immediates counted
+// there, ahead of any call its application makes after hearing of this OK
+// (`fabriclib_imm_count_reset` included). Without it OK means only that the
+// source buffer is free again (docs/failure-semantics.md, "What OK
+// means"). It costs one round trip per destination engine after the last
+// work request completes; any other outcome says what it says without the
+// flag. `FABRICLIB_STATUS_UNSUPPORTED` on a provider that does not deliver
+// a message after the writes posted before it (tcp;ofi_rxm and shm do).
+// Other bits: `FABRICLIB_STATUS_INVALID_ARGUMENT`.
+//
 // `struct_size` is how the library tells which fields the caller knows: a
 // program built against this header keeps working with later libraries
 // (fields it does not know take their defaults), and one built against a
@@ -367,6 +382,7 @@ typedef struct fabriclib_submit_opts {
   uint64_t timeout_us;
   uint32_t route;
   uint32_t nic;
+  uint32_t flags;
 } fabriclib_submit_opts;
 
 // Called on the engine's watcher thread when it sees a watched word change:

@@ -52,6 +52,18 @@ pub type fabriclib_recv_cb =
 /// a NIC not below the domain count, or a send on a NIC other than 0
 /// (receive buffers are posted on NIC 0).
 ///
+/// `flags` (since 0.4): `FABRICLIB_SUBMIT_DELIVERED` makes
+/// `FABRICLIB_STATUS_OK` mean *delivered*: every byte and immediate of the
+/// request has been taken in by the target engine — its immediates counted
+/// there, ahead of any call its application makes after hearing of this OK
+/// (`fabriclib_imm_count_reset` included). Without it OK means only that the
+/// source buffer is free again (docs/failure-semantics.md, "What OK
+/// means"). It costs one round trip per destination engine after the last
+/// work request completes; any other outcome says what it says without the
+/// flag. `FABRICLIB_STATUS_UNSUPPORTED` on a provider that does not deliver
+/// a message after the writes posted before it (tcp;ofi_rxm and shm do).
+/// Other bits: `FABRICLIB_STATUS_INVALID_ARGUMENT`.
+///
 /// `struct_size` is how the library tells which fields the caller knows: a
 /// program built against this header keeps working with later libraries
 /// (fields it does not know take their defaults), and one built against a
@@ -72,7 +84,11 @@ pub struct fabriclib_submit_opts {
     pub timeout_us: u64,
     pub route: u32,
     pub nic: u32,
+    pub flags: u32,
 }
+
+/// `fabriclib_submit_opts.flags`: OK means delivered (since 0.4).
+pub const FABRICLIB_SUBMIT_DELIVERED: u32 = 1;
 
 /// `fabriclib_submit_opts.route`: over all NICs (the default).
 pub const FABRICLIB_ROUTE_SHARD: u32 = 0;
@@ -227,7 +243,12 @@ pub(crate) fn on_done(d: *const fabriclib_submit_opts) -> Result<RequestOpts> {
         FABRICLIB_NO_TIMEOUT => Deadline::Never,
         us => Deadline::After(std::time::Duration::from_micros(us)),
     };
-    let opts = notify_of(d)?.deadline(deadline);
+    let mut opts = notify_of(d)?.deadline(deadline);
+    match d.flags {
+        0 => {}
+        FABRICLIB_SUBMIT_DELIVERED => opts = opts.delivered(),
+        f => crate::bail!(InvalidArgument, "fabriclib_submit_opts.flags {f:#x}: not FABRICLIB_SUBMIT_* bits"),
+    }
     match d.route {
         FABRICLIB_ROUTE_SHARD => Ok(opts),
         FABRICLIB_ROUTE_NIC => Ok(opts.on_nic(d.nic as usize)),

@@ -45,12 +45,12 @@ impl OnDone {
 
     /// This notification with a deadline of its own (instead of the engine's).
     pub fn deadline(self, deadline: Deadline) -> RequestOpts {
-        RequestOpts { done: self, deadline, route: Route::Shard }
+        RequestOpts { deadline, ..self.into() }
     }
 
     /// This notification, the request on NIC (domain) `k` only.
     pub fn on_nic(self, k: usize) -> RequestOpts {
-        RequestOpts { done: self, deadline: Deadline::EngineDefault, route: Route::Nic(k) }
+        RequestOpts { route: Route::Nic(k), ..self.into() }
     }
 }
 
@@ -86,6 +86,8 @@ pub struct RequestOpts {
     pub done: OnDone,
     pub deadline: Deadline,
     pub route: Route,
+    /// `Ok` means delivered, not only sent: see `delivered()`.
+    pub delivered: bool,
 }
 
 impl RequestOpts {
@@ -93,11 +95,24 @@ impl RequestOpts {
     pub fn on_nic(self, k: usize) -> RequestOpts {
         RequestOpts { route: Route::Nic(k), ..self }
     }
+
+    /// These options, with `Ok` meaning *delivered*: every byte and
+    /// immediate of the request has been taken in by the target engine (its
+    /// immediates counted there, ahead of any call its application makes
+    /// after hearing of this `Ok` — an `imm_count` reset included). Costs one
+    /// round trip per destination engine after the last work request
+    /// completes. Without it, `Ok` means only that the source is free again.
+    /// Any other outcome says what it says without the option.
+    /// `Unsupported` at submit on a provider that does not deliver a message
+    /// after the writes posted before it (`Domain::orders_sends_after_writes`).
+    pub fn delivered(self) -> RequestOpts {
+        RequestOpts { delivered: true, ..self }
+    }
 }
 
 impl From<OnDone> for RequestOpts {
     fn from(done: OnDone) -> RequestOpts {
-        RequestOpts { done, deadline: Deadline::EngineDefault, route: Route::Shard }
+        RequestOpts { done, deadline: Deadline::EngineDefault, route: Route::Shard, delivered: false }
     }
 }
 

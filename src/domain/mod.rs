@@ -192,6 +192,14 @@ pub trait Domain: Sized + Send + 'static {
     fn keys_checked_by_target(&self) -> bool {
         true
     }
+    /// Whether a message to a peer is delivered after every write posted to
+    /// it before the message on this domain, and the target takes them from
+    /// its completion queue in that order: then an answered engine message
+    /// proves the writes before it delivered (delivery fences,
+    /// group/fence.rs). Without it, `RequestOpts::delivered` is refused.
+    fn orders_sends_after_writes(&self) -> bool {
+        false
+    }
 }
 
 /// How a provider without device-memory support refuses GPU memory.

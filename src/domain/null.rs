@@ -35,6 +35,10 @@ impl NullDomain {
 }
 
 impl Domain for NullDomain {
+    fn orders_sends_after_writes(&self) -> bool {
+        true // nothing travels
+    }
+
     fn open(_cfg: &EngineConfig, index: usize) -> Result<Self> {
         let addr = format!("null:{}:{index}", std::process::id()).into_bytes();
         Ok(NullDomain { addr, done: VecDeque::with_capacity(DEPTH), peers: HashMap::new(), next_key: 1 })

@@ -309,6 +309,14 @@ impl TransferEngine {
     ) -> Result<RequestId> {
         self.alive()?;
         let nic = self.nic_of(g, opts.route, matches!(shape, Shape::Send { .. }))?;
+        if opts.delivered && !self.groups[g].info.delivery_fences {
+            bail!(
+                Unsupported,
+                "delivered: the {} provider does not promise to deliver a message after the writes posted \
+                 before it, which is how delivery is confirmed",
+                self.groups[g].info.provider
+            );
+        }
         let shared = &self.groups[g].shared;
         // The completion path is bounded too: requests not yet reported
         // (callbacks not yet returned) count until they are.
@@ -318,7 +326,8 @@ impl TransferEngine {
         }
         let id = self.next_request.fetch_add(1, Ordering::Relaxed);
         let timeout = self.timeout(opts.deadline);
-        let req = Request { id, timeout, shape, imm, done: opts.done, region: src_mr.map(|m| m.0.index), nic };
+        let (done, delivered, region) = (opts.done, opts.delivered, src_mr.map(|m| m.0.index));
+        let req = Request { id, timeout, shape, imm, done, region, nic, delivered };
         if let Err(req) = shared.data.push(req) {
             // Dropped unfired: a submit that returns an error never calls back.
             drop(req);

@@ -149,7 +149,7 @@ impl<D: Domain> Worker<D> {
         for pool in &self.pools {
             self.domains[0].deregister(&pool.mr);
         }
-        self.peers.close(&mut self.domains[0]);
+        self.peers.close(&mut self.domains);
         release(&mut self.domains, &self.scratch_mr);
         self.stage.close(&mut self.domains[0]);
         self.notifier.release_inflight();

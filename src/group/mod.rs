@@ -7,6 +7,7 @@ mod accept;
 mod control;
 pub mod counters;
 mod ending;
+mod fence;
 mod held;
 mod peers;
 mod recv;
@@ -100,6 +101,8 @@ pub struct GroupInfo {
     pub max_send: usize,
     /// Whether every domain registers CUDA device memory (`Domain::device_memory`).
     pub device_memory: bool,
+    /// Whether requests may ask for delivery fences (`Domain::orders_sends_after_writes`).
+    pub delivery_fences: bool,
     /// The NIC of each domain, in domain order.
     pub nics: Vec<crate::domain::nic::Nic>,
 }
@@ -153,6 +156,8 @@ struct Worker<D: Domain> {
     /// this is the home group); `forward` holds the arrivals of one pass.
     home: Option<Arc<Shared>>,
     forward: Vec<(u32, u64)>,
+    /// Delivery fences to send and answers owed (fence.rs).
+    fences: fence::Fences,
     /// This group's index in its engine.
     group: usize,
     /// Peer-state reports go here (none: the application did not ask).
@@ -225,6 +230,7 @@ impl<D: Domain> Worker<D> {
             waiter,
             home: place.home,
             forward: Vec::new(),
+            fences: Default::default(),
             group: place.index,
             peer_states: place.peer_states,
             _live: live,
@@ -245,6 +251,7 @@ impl<D: Domain> Worker<D> {
             // Sends go through domain 0; one larger than its answer-free limit cannot be split.
             max_send: MAX_SEND.min(self.domains[0].answer_free_limit()),
             device_memory: self.domains.iter().all(|d| d.device_memory()),
+            delivery_fences: self.domains.iter().all(|d| d.orders_sends_after_writes()),
             nics: self.domains.iter().map(|d| d.nic()).collect(),
         }
     }
@@ -351,6 +358,7 @@ impl<D: Domain> Worker<D> {
         // Receive buffers first, so that a peer's message always finds one.
         let mut busy = self.post_receives();
         busy |= self.post_engine_receives();
+        busy |= self.post_fences();
         for d in 0..self.domains.len() {
             busy |= self.post_domain(d);
         }
@@ -444,12 +452,15 @@ impl<D: Domain> Worker<D> {
             }
             self.comps = comps;
         }
-        self.send_acks();
         if !self.forward.is_empty() {
             let home = self.home.as_ref().unwrap();
             home.ctrl.push(Ctrl::ImmArrived { counts: std::mem::take(&mut self.forward) });
             home.wake();
         }
+        // Answers last: whatever arrived before a FENCE (or a BYE) is counted,
+        // or queued at home ahead of anything its answer leads to.
+        self.send_acks();
+        self.send_fence_acks();
         busy
     }
 
@@ -517,8 +528,12 @@ impl<D: Domain> Worker<D> {
         }
     }
 
-    /// Reports request `slot` if it has finished (`Slots::finish`).
+    /// Reports request `slot` if it has finished (`Slots::finish`); one that
+    /// wants a delivery fence gets it first (fence.rs).
     fn maybe_finish(&mut self, slot: u32) {
+        if self.slots.get(slot).is_some_and(|a| a.fence_due()) {
+            self.start_fence(slot);
+        }
         let (stage, regions, dsts, domains) = (&mut self.stage, &mut self.regions, &mut self.dsts, &mut self.domains);
         let notifier = &self.notifier;
         self.slots.finish(slot, |a| {

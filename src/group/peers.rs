@@ -23,9 +23,11 @@
 //! so that steady traffic never waits.
 //!
 //! Messages travel on `Chan::Engine` (tagged, apart from the application's
-//! sends), from domain 0 to domain 0:
-//! `"FLK" kind:u8 sender-address` (the address as `NetAddr::to_bytes`), or,
-//! from a group other than its engine's first, `"FLK" (kind | 0x80)
+//! sends), from domain 0 to domain 0 — but delivery fences (fence.rs), which
+//! go on every domain a request used, domain d to domain d:
+//! `"FLK" kind:u8 [tag:u64] sender-address` (the address as
+//! `NetAddr::to_bytes`; the tag only on FENCE and FENCE_ACK), or,
+//! from a group other than its engine's first, `"FLK" (kind | 0x80) [tag]
 //! len:u16 sender-address main-address` (the engine's main address, so that
 //! peers can tell the application about the engine by the address it knows).
 //!
@@ -52,10 +54,15 @@ const PONG: u8 = 2;
 const BYE: u8 = 3;
 /// The answer to a BYE: the peer has handled every message we sent before it.
 const BYE_ACK: u8 = 4;
+/// A delivery fence of a request (its tag), on the domain of its writes.
+pub(super) const FENCE: u8 = 5;
+/// The answer to a FENCE: everything sent before it on that domain has been
+/// taken in (immediates counted, or handed to the home group's queue).
+pub(super) const FENCE_ACK: u8 = 6;
 /// The kind bit of a message that carries the sender engine's main address.
 const WITH_MAIN: u8 = 0x80;
 /// The peer entry of an engine message to an engine not in the table.
-const NO_ENTRY: u32 = u32::MAX;
+pub(super) const NO_ENTRY: u32 = u32::MAX;
 /// At a reusable address, a peer silent this long is asked again before the
 /// next request to it is posted (at most `keepalive_interval`).
 pub(crate) const RECHECK_AFTER: Duration = Duration::from_millis(100);
@@ -115,11 +122,13 @@ pub(super) struct Peers {
     /// address, for a group other than the first: `with_main`).
     me: Vec<u8>,
     with_main: bool,
+    /// `SLOTS` receive buffers per domain: buffer `i` is domain `i / SLOTS`'s.
     recv: Arc<OwnedMem>,
-    recv_mr: LocalMr,
+    /// The receive and send buffers' registrations, one per domain.
+    recv_mr: Vec<LocalMr>,
     repost: Vec<u32>,
     send: Arc<OwnedMem>,
-    send_mr: LocalMr,
+    send_mr: Vec<LocalMr>,
     send_free: Vec<u32>,
     /// The engine is shutting down: strangers are not answered (a first
     /// message must never come from an endpoint about to close).
@@ -144,7 +153,7 @@ impl Peers {
         // With the main address when it fits in one message (it always
         // does but for 8-NIC groups with very long provider addresses).
         let (me, with_main) = match main.map(|m| m.to_bytes()) {
-            Some(m) if 6 + mine.len() + m.len() <= MSG => {
+            Some(m) if 14 + mine.len() + m.len() <= MSG => {
                 let mut b = (mine.len() as u16).to_le_bytes().to_vec();
                 b.extend_from_slice(&mine);
                 b.extend_from_slice(&m);
@@ -152,16 +161,17 @@ impl Peers {
             }
             _ => (mine, false),
         };
-        let recv = OwnedMem::new(MSG * SLOTS);
+        let recv = OwnedMem::new(MSG * SLOTS * domains.len());
         let send = OwnedMem::new(MSG * SLOTS);
-        let recv_mr = domains[0].register(recv.ptr, recv.len, Memory::Host)?;
-        let send_mr = match domains[0].register(send.ptr, send.len, Memory::Host) {
+        let recv_mr = register_all(domains, &recv)?;
+        let send_mr = match register_all(domains, &send) {
             Ok(m) => m,
             Err(e) => {
-                domains[0].deregister(&recv_mr);
+                super::release(domains, &recv_mr);
                 return Err(e);
             }
         };
+        let n = domains.len();
         Ok(Peers {
             list: Vec::new(),
             index: HashMap::new(),
@@ -170,7 +180,7 @@ impl Peers {
             with_main,
             recv,
             recv_mr,
-            repost: (0..SLOTS as u32).collect(),
+            repost: (0..(SLOTS * n) as u32).collect(),
             send,
             send_mr,
             send_free: (0..SLOTS as u32).collect(),
@@ -228,9 +238,9 @@ impl Peers {
         self.send_free.len() < SLOTS
     }
 
-    pub(super) fn close<D: Domain>(&self, domain0: &mut D) {
-        domain0.deregister(&self.recv_mr);
-        domain0.deregister(&self.send_mr);
+    pub(super) fn close<D: Domain>(&self, domains: &mut [D]) {
+        super::release(domains, &self.recv_mr);
+        super::release(domains, &self.send_mr);
     }
 }
 
@@ -379,20 +389,30 @@ impl<D: Domain> Worker<D> {
     /// Posts engine message `kind` to domain-0 peer `id` (entry `p`, or
     /// `NO_ENTRY` for an engine not in the table).
     fn post_engine(&mut self, id: PeerId, p: u32, kind: u8) -> bool {
+        self.post_engine_on(0, id, p, kind, None)
+    }
+
+    /// Posts engine message `kind` (with `tag`: FENCE, FENCE_ACK) through
+    /// domain `d` to that domain's peer `id` (entry `p`, or `NO_ENTRY`).
+    pub(super) fn post_engine_on(&mut self, d: usize, id: PeerId, p: u32, kind: u8, tag: Option<u64>) -> bool {
         let Some(slot) = self.peers.send_free.pop() else {
             return false;
         };
-        let len = 4 + self.peers.me.len();
+        let head = 4 + tag.map_or(0, |_| 8);
+        let len = head + self.peers.me.len();
         let kind = if self.peers.with_main { kind | WITH_MAIN } else { kind };
         // SAFETY: slot `slot` of the send buffer is ours until its completion; len <= MSG.
         let buf = unsafe {
             let b = self.peers.send.ptr.add(slot as usize * MSG);
             std::ptr::copy_nonoverlapping([b'F', b'L', b'K', kind].as_ptr(), b, 4);
-            std::ptr::copy_nonoverlapping(self.peers.me.as_ptr(), b.add(4), len - 4);
+            if let Some(t) = tag {
+                std::ptr::copy_nonoverlapping(t.to_le_bytes().as_ptr(), b.add(4), 8);
+            }
+            std::ptr::copy_nonoverlapping(self.peers.me.as_ptr(), b.add(head), len - head);
             b
         };
         let token = Token::EngineSend { peer: p, slot: slot as u16 }.encode();
-        match self.domains[0].post_send(Chan::Engine, id, buf, len, self.peers.send_mr.desc, token) {
+        match self.domains[d].post_send(Chan::Engine, id, buf, len, self.peers.send_mr[d].desc, token) {
             Ok(Post::Posted) => true,
             _ => {
                 self.peers.send_free.push(slot);
@@ -421,13 +441,14 @@ impl<D: Domain> Worker<D> {
     pub(super) fn post_engine_receives(&mut self) -> bool {
         let mut busy = false;
         while let Some(&i) = self.peers.repost.last() {
+            let d = i as usize / SLOTS;
             // SAFETY: slot i lies inside the receive buffer.
             let buf = unsafe { self.peers.recv.ptr.add(i as usize * MSG) };
-            match self.domains[0].post_recv(
+            match self.domains[d].post_recv(
                 Chan::Engine,
                 buf,
                 MSG,
-                self.peers.recv_mr.desc,
+                self.peers.recv_mr[d].desc,
                 Token::EngineRecv(i).encode(),
             ) {
                 Ok(Post::Posted) => {
@@ -452,7 +473,7 @@ impl<D: Domain> Worker<D> {
             return;
         }
         // Garbage from a stranger is ignored: only well-formed addresses count.
-        let Some((kind, from, main)) = parse_msg(&msg[3..]) else {
+        let Some((kind, tag, from, main)) = parse_msg(&msg[3..]) else {
             return;
         };
         if self.peers.closing {
@@ -489,6 +510,8 @@ impl<D: Domain> Worker<D> {
                 }
                 self.owe_ack(&from);
             }
+            FENCE => self.owe_fence_ack(i as usize / SLOTS, &from, tag),
+            FENCE_ACK => self.fence_acked(tag),
             _ => {}
         }
     }
@@ -690,15 +713,36 @@ impl<D: Domain> Worker<D> {
     }
 }
 
-/// An engine message after `"FLK"`: its kind, the sender's address and, from
-/// another group than its engine's first, the engine's main address.
-fn parse_msg(m: &[u8]) -> Option<(u8, NetAddr, Option<NetAddr>)> {
+/// An engine message after `"FLK"`: its kind, its tag (FENCE, FENCE_ACK;
+/// else 0), the sender's address and, from another group than its engine's
+/// first, the engine's main address.
+fn parse_msg(m: &[u8]) -> Option<(u8, u64, NetAddr, Option<NetAddr>)> {
     let (&kind, rest) = m.split_first()?;
-    if kind & WITH_MAIN == 0 {
-        return Some((kind, NetAddr::parse(rest).ok()?, None));
+    let (with_main, kind) = (kind & WITH_MAIN != 0, kind & !WITH_MAIN);
+    let (tag, rest) = match kind {
+        FENCE | FENCE_ACK => (u64::from_le_bytes(rest.get(..8)?.try_into().ok()?), &rest[8..]),
+        _ => (0, rest),
+    };
+    if !with_main {
+        return Some((kind, tag, NetAddr::parse(rest).ok()?, None));
     }
     let n = u16::from_le_bytes(rest.get(..2)?.try_into().ok()?) as usize;
     let from = NetAddr::parse(rest.get(2..2 + n)?).ok()?;
     let main = NetAddr::parse(rest.get(2 + n..)?).ok();
-    Some((kind & !WITH_MAIN, from, main))
+    Some((kind, tag, from, main))
+}
+
+/// Registers `mem` in every domain (undone if one refuses).
+fn register_all<D: Domain>(domains: &mut [D], mem: &OwnedMem) -> Result<Vec<LocalMr>> {
+    let mut out = Vec::with_capacity(domains.len());
+    for d in 0..domains.len() {
+        match domains[d].register(mem.ptr, mem.len, Memory::Host) {
+            Ok(m) => out.push(m),
+            Err(e) => {
+                super::release(domains, &out);
+                return Err(e);
+            }
+        }
+    }
+    Ok(out)
 }

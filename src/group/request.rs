@@ -79,6 +79,9 @@ pub struct Request {
     pub region: Option<u32>,
     /// The one domain it goes through (`Route::Nic`); `None`: sharded.
     pub nic: Option<u8>,
+    /// `Ok` only once delivered: every byte and immediate taken in by the
+    /// target engine (a delivery fence, fence.rs).
+    pub delivered: bool,
 }
 
 impl Request {
@@ -274,7 +277,16 @@ pub enum Ctrl {
 impl Request {
     /// A request with no source region and nobody to tell (unit tests).
     pub(crate) fn test(shape: Shape) -> Request {
-        Request { id: 1, timeout: None, shape, imm: None, done: OnDone::Nothing, region: None, nic: None }
+        Request {
+            id: 1,
+            timeout: None,
+            shape,
+            imm: None,
+            done: OnDone::Nothing,
+            region: None,
+            nic: None,
+            delivered: false,
+        }
     }
 }
 

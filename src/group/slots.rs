@@ -3,6 +3,7 @@
 //! an earlier request in a slot never touches the current one. A request
 //! leaves the table through `finish` only, and only once it has nothing left
 //! on the wire and either posted every unit or ended early.
+use super::fence::Fence;
 use super::request::Request;
 use super::token::EPOCH_MASK;
 use crate::error::Error;
@@ -32,6 +33,8 @@ pub(super) struct Active {
     pub(super) error: Option<Error>,
     /// The staging slot of a send (stage.rs).
     pub(super) stage: Option<u32>,
+    /// Its delivery fence (fence.rs): `No` unless the request asked for one.
+    pub(super) fence: Fence,
 }
 
 impl Active {
@@ -42,9 +45,15 @@ impl Active {
         }
     }
 
-    /// Nothing on the wire, and everything posted or ended early.
+    /// Nothing on the wire, and everything posted (and, if asked for,
+    /// fenced) or ended early.
     fn finished(&self) -> bool {
-        self.outstanding == 0 && (self.error.is_some() || self.posted >= self.units)
+        self.outstanding == 0 && (self.error.is_some() || (self.posted >= self.units && self.fence.settled()))
+    }
+
+    /// Every work request came back and nothing failed: its fence is due.
+    pub(super) fn fence_due(&self) -> bool {
+        self.fence == Fence::Wanted && self.outstanding == 0 && self.error.is_none() && self.posted >= self.units
     }
 }
 
@@ -67,6 +76,7 @@ impl Slots {
         });
         let epoch = self.gens[slot as usize];
         let units = req.units();
+        let delivered = req.delivered;
         self.list[slot as usize] = Some(Active {
             req,
             epoch,
@@ -80,6 +90,7 @@ impl Slots {
             parked: true,
             error: None,
             stage: None,
+            fence: if delivered { Fence::Wanted } else { Fence::No },
         });
         self.live += 1;
         (slot, epoch)

@@ -242,6 +242,8 @@ int main(void) {
     EXPECT(fabriclib_expect_imm_count(e, 20, 1, &unsized, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
     unsized.struct_size = 40; /* a program built against 0.2: no route, no nic */
     EXPECT(fabriclib_expect_imm_count(e, 23, 1, &unsized, NULL), FABRICLIB_STATUS_OK);
+    unsized.struct_size = 48; /* a program built against 0.3: no flags */
+    EXPECT(fabriclib_expect_imm_count(e, 24, 1, &unsized, NULL), FABRICLIB_STATUS_OK);
     struct { fabriclib_submit_opts base; uint64_t nic, stream; } later = {.base = {.struct_size = sizeof later}};
     EXPECT(fabriclib_expect_imm_count(e, 21, 1, &later.base, NULL), FABRICLIB_STATUS_OK); /* later fields zero */
     later.stream = 7;
@@ -372,6 +374,11 @@ int main(void) {
     EXPECT(fabriclib_submit_single_write(e, 16, NULL, mr, 0, rmr, 0, &on_nic1, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
     fabriclib_submit_opts bad_route = {.struct_size = sizeof(fabriclib_submit_opts), .route = 7};
     EXPECT(fabriclib_submit_single_write(e, 16, NULL, mr, 0, rmr, 0, &bad_route, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    /* flags: FABRICLIB_SUBMIT_DELIVERED is taken (tcp orders a message after writes), other bits are not. */
+    fabriclib_submit_opts delivered = {.struct_size = sizeof(fabriclib_submit_opts), .flags = FABRICLIB_SUBMIT_DELIVERED};
+    fabriclib_submit_opts bad_flags = {.struct_size = sizeof(fabriclib_submit_opts), .flags = 2};
+    EXPECT(fabriclib_submit_single_write(e, 16, NULL, mr, 0, rmr, 0, &delivered, NULL), FABRICLIB_STATUS_OK);
+    EXPECT(fabriclib_submit_single_write(e, 16, NULL, mr, 0, rmr, 0, &bad_flags, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
     /* An expectation's route is checked as every other call's (its immediates count from any NIC). */
     EXPECT(fabriclib_expect_imm_count(e, 77, 1, &on_nic1, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_expect_imm_count(e, 77, 1, &bad_route, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);

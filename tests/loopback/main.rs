@@ -556,6 +556,7 @@ const TESTS: &[(&str, Test)] = &[
     ("netns_2_and_4_nics_carry_a_paged_write", nics::nics_carry_a_paged_write),
     ("netns_one_nic_down_mid_transfer", nics::one_nic_down_mid_transfer),
     ("no_stale_immediate_counts", imm::no_stale_immediate_counts),
+    ("delivered_means_counted", imm::delivered_means_counted),
     ("watcher_drives_layer_writes", imm::watcher_drives_layer_writes),
     ("idle_policies_sleep_and_wake", imm::idle_policies_sleep_and_wake),
     ("manual_progress", imm::manual_progress),

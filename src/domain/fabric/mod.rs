@@ -53,6 +53,8 @@ pub struct FabricDomain {
     answer_free: usize,
     /// `Domain::addresses_come_back`: the provider uses IP addresses.
     ip: bool,
+    /// `Domain::orders_sends_after_writes`.
+    ordered: bool,
     peers: HashMap<Box<[u8]>, PeerId>,
     ctx: CtxPool,
     cq_buf: Vec<fi_cq_data_entry>,
@@ -108,7 +110,17 @@ impl FabricDomain {
         // SAFETY: as above.
         let ip = IP_FORMATS.contains(&unsafe { (*fe.info).addr_format });
         let cq_buf = vec![fi_cq_data_entry::default(); CQ_BATCH];
-        Ok(FabricDomain { fe, answer_free, ip, peers: HashMap::new(), ctx, cq_buf })
+        // A send after writes arrives after them where the provider says so
+        // (`FI_ORDER_SAW`: tcp;ofi_rxm, one stream per peer). shm 1.17 says so
+        // only when asked, which would turn off its sender-side copies; it
+        // keeps the order anyway for what fabriclib posts: a write with an
+        // immediate goes as a command into the target's one FIFO queue, as a
+        // send does, and a write without one is complete in the target's
+        // memory (copied by the sender) before its completion is reported.
+        // SAFETY: as above.
+        let order = unsafe { (*(*fe.info).tx_attr).msg_order };
+        let ordered = fe.provider == "shm" || order & FI_ORDER_SAW as u64 != 0;
+        Ok(FabricDomain { fe, answer_free, ip, ordered, peers: HashMap::new(), ctx, cq_buf })
     }
 
     fn post_result(&mut self, what: &str, ret: isize, ctx: *mut c_void) -> Result<Post> {
@@ -174,6 +186,10 @@ impl Domain for FabricDomain {
 
     fn addresses_come_back(&self) -> bool {
         self.ip
+    }
+
+    fn orders_sends_after_writes(&self) -> bool {
+        self.ordered
     }
 
     fn keys_checked_by_target(&self) -> bool {
