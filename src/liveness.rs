@@ -60,7 +60,8 @@ fn os_err(what: &str) -> Error {
     Error::new(Status::Provider, format!("liveness record: {what}: {}", std::io::Error::last_os_error()))
 }
 
-/// Maps `len` bytes of the file at `path` (`write`: read-write, else read-only).
+/// Maps the record page of the file at `path`: created (exclusively,
+/// mode 0600) with `create`, read-write with `write`, else read-only.
 fn map(path: &str, write: bool, create: bool) -> Result<*mut Page> {
     let c = CString::new(path).expect("no NUL in a record path");
     let flags = if create {
@@ -128,24 +129,27 @@ static KEEPER: Mutex<Option<(u32, mpsc::Sender<Keep>)>> = Mutex::new(None);
 fn keeper() -> Result<mpsc::Sender<Keep>> {
     let mut k = KEEPER.lock().unwrap_or_else(|e| e.into_inner());
     let pid = std::process::id();
-    if let Some((p, tx)) = k.as_ref().filter(|(p, _)| *p == pid) {
-        let _ = p;
+    if let Some((_, tx)) = k.as_ref().filter(|(p, _)| *p == pid) {
         return Ok(tx.clone());
     }
     let (tx, rx) = mpsc::channel::<Keep>();
     std::thread::Builder::new()
         .name("fabriclib-live".into())
         .spawn(move || {
+            // Each address is a mapped record page whose mutex was
+            // initialised (process-shared, robust) by Record::create, and
+            // stays mapped until its Unlock has been answered.
             for cmd in rx {
-                // SAFETY: each address is a mapped record page whose mutex was
-                // initialised (process-shared, robust) by Record::create, and
-                // stays mapped until its Unlock has been answered.
                 match cmd {
                     Keep::Lock(p, reply) => {
+                        // SAFETY: a live, initialised record mutex (above).
                         let r = unsafe { libc::pthread_mutex_lock(p as *mut libc::pthread_mutex_t) };
-                        let _ = reply.send(if r == 0 { Ok(unsafe { libc::gettid() } as u32) } else { Err(r) });
+                        // SAFETY: gettid has no preconditions.
+                        let tid = unsafe { libc::gettid() } as u32;
+                        let _ = reply.send(if r == 0 { Ok(tid) } else { Err(r) });
                     }
                     Keep::Unlock(p, reply) => {
+                        // SAFETY: a live record mutex this thread locked (above).
                         let r = unsafe { libc::pthread_mutex_unlock(p as *mut libc::pthread_mutex_t) };
                         let _ = reply.send(if r == 0 { Ok(0) } else { Err(r) });
                     }
