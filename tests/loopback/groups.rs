@@ -11,15 +11,21 @@ const PAGES: usize = 64;
 const PAGE: usize = 4096;
 const R: usize = PAGES * PAGE;
 
-/// An engine of two groups of `domains` NICs; group 1's worker on `cpu`.
-fn two_groups(prov: &str, domains: usize, cpu: u32) -> Result<TransferEngine, String> {
-    let cfg = EngineConfig {
+/// The configuration of an engine of two groups of `domains` NICs on loopback.
+pub fn two_groups_cfg(prov: &str, domains: usize) -> EngineConfig {
+    EngineConfig {
         provider: Some(prov.into()),
         bind_addr: Some("127.0.0.1".into()),
         domains,
-        groups: vec![GroupConfig::default(), GroupConfig { worker_cpus: vec![cpu], ..Default::default() }],
+        groups: vec![GroupConfig::default(), GroupConfig::default()],
         ..Default::default()
-    };
+    }
+}
+
+/// An engine of two groups of `domains` NICs; group 1's worker on `cpu`.
+fn two_groups(prov: &str, domains: usize, cpu: u32) -> Result<TransferEngine, String> {
+    let mut cfg = two_groups_cfg(prov, domains);
+    cfg.groups[1].worker_cpus = vec![cpu];
     TransferEngine::new(&cfg).map_err(e2s)
 }
 
@@ -292,13 +298,7 @@ pub fn groups_in_manual_progress(prov: &str, domains: usize) -> TestResult {
 /// with its main address, though four pairs of groups came up; once it is
 /// killed, `Down` once.
 pub fn groups_cancel_and_state_per_engine(prov: &str, domains: usize) -> TestResult {
-    let (cfg, ev) = super::faults::with_peer_events(EngineConfig {
-        provider: Some(prov.into()),
-        bind_addr: Some("127.0.0.1".into()),
-        domains,
-        groups: vec![GroupConfig::default(), GroupConfig::default()],
-        ..Default::default()
-    });
+    let (cfg, ev) = super::faults::with_peer_events(two_groups_cfg(prov, domains));
     let a = TransferEngine::new(&cfg).map_err(e2s)?;
     let (mut s0, mut s1) = (vec![7u8; R], vec![9u8; R]);
     let (r0, r1) = (register_in(&a, 0, &mut s0)?, register_in(&a, 1, &mut s1)?);

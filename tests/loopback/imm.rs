@@ -374,14 +374,7 @@ pub fn delivered_means_counted(prov: &str, domains: usize) -> TestResult {
     const P: usize = 128;
     const PAGE: usize = 4096;
     let w = local(prov, domains, P * PAGE, 91)?;
-    let cfg = EngineConfig {
-        provider: Some(prov.into()),
-        bind_addr: Some("127.0.0.1".into()),
-        domains,
-        groups: vec![Default::default(), Default::default()],
-        ..Default::default()
-    };
-    let r = TransferEngine::new(&cfg).map_err(e2s)?;
+    let r = TransferEngine::new(&super::groups::two_groups_cfg(prov, domains)).map_err(e2s)?;
     let (mut d0, mut d1) = (vec![0u8; P * PAGE], vec![0u8; P * PAGE]);
     // SAFETY: d0 and d1 outlive the handles (dropped at the end of this function, after them).
     let (m0, m1) = unsafe {
