@@ -122,9 +122,18 @@ typedef struct fabriclib_remote_mr *const *fabriclib_remote_mr_list;
 #endif
 "#
     ));
-    cbindgen::generate_with_config(&crate_dir, config)
+    // The C surface only: src/capi/ (its mod.rs and the modules it declares)
+    // and the status enum. Nothing else of the crate is parsed, so nothing
+    // internal can reach the header (an allow-list of files, not a deny-list
+    // of names).
+    cbindgen::Builder::new()
+        .with_config(config)
+        .with_src(format!("{crate_dir}/src/capi/mod.rs"))
+        .with_src(format!("{crate_dir}/src/status.rs"))
+        .generate()
         .expect("cbindgen failed")
         .write_to_file(format!("{crate_dir}/include/fabriclib.h"));
     println!("cargo:rerun-if-changed=src/capi");
+    println!("cargo:rerun-if-changed=src/status.rs");
     println!("cargo:rerun-if-changed=cbindgen.toml");
 }

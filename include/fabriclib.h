@@ -167,6 +167,9 @@ typedef struct fabriclib_remote_mr *const *fabriclib_remote_mr_list;
 // `fabriclib_config_set_thread_cpus`: the watcher thread.
 #define FABRICLIB_THREAD_WATCHER 2
 
+// The most groups `fabriclib_config_add_group` adds to one engine.
+#define FABRICLIB_MAX_GROUPS 16
+
 // `fabriclib_config_set_idle_policy`: keep spinning while an expectation is
 // armed (the lowest first-arrival latency; one core per engine). The default.
 #define FABRICLIB_IDLE_SPIN 0
@@ -433,9 +436,6 @@ typedef struct fabriclib_scatter_dst {
   const struct fabriclib_remote_mr *dst;
   uint64_t dst_offset;
 } fabriclib_scatter_dst;
-
-// Every status, in code order (codes are 0..N without gaps).
-#define fabriclib_status_ALL { fabriclib_status_Ok, fabriclib_status_Again, fabriclib_status_InvalidArgument, fabriclib_status_OutOfBounds, fabriclib_status_BadHandle, fabriclib_status_Malformed, fabriclib_status_AlreadyExists, fabriclib_status_Provider, fabriclib_status_Unsupported, fabriclib_status_Shutdown, fabriclib_status_Panic, fabriclib_status_BufferTooSmall, fabriclib_status_Truncated, fabriclib_status_Canceled, fabriclib_status_TimedOut, fabriclib_status_PeerDown, fabriclib_status_Stale, fabriclib_status_RemoteAccess, fabriclib_status_LocalAccess, fabriclib_status_NotFound, }
 
 #ifdef __cplusplus
 extern "C" {

@@ -16,6 +16,7 @@ pub mod gpu;
 pub mod group;
 pub mod liveness;
 pub mod pin;
+pub mod status;
 pub mod sys;
 pub mod topo;
 pub mod watcher;

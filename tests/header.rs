@@ -188,3 +188,158 @@ fn the_status_enum_is_status_all_in_code_order() {
         assert_eq!(fabriclib::Status::from_code(s as i32), Some(s));
     }
 }
+
+/// The header's comments: `//` and `/* */` text, in order.
+fn comments() -> Vec<String> {
+    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/include/fabriclib.h")).unwrap();
+    let mut out = Vec::new();
+    let mut rest = src.as_str();
+    while let Some(i) = rest.find('/') {
+        rest = &rest[i..];
+        if let Some(r) = rest.strip_prefix("//") {
+            let end = r.find('\n').unwrap_or(r.len());
+            out.push(r[..end].to_string());
+            rest = &r[end..];
+        } else if let Some(r) = rest.strip_prefix("/*") {
+            let end = r.find("*/").unwrap_or(r.len());
+            out.push(r[..end].to_string());
+            rest = &r[end..];
+        } else {
+            rest = &rest[1..];
+        }
+    }
+    out
+}
+
+/// `FABRICLIB_*` words in `text`; a family written `FABRICLIB_PEER_*` keeps its `_*`.
+fn fabriclib_words(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("FABRICLIB_") {
+        let w: String = rest[i..]
+            .chars()
+            .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_' || *c == '*')
+            .collect();
+        rest = &rest[i + w.len()..];
+        let w = w.trim_end_matches(|c| c == '_' && !w.ends_with("_*")).to_string();
+        out.push(w);
+    }
+    out
+}
+
+/// The environment variables the header's comments name (not C names):
+/// each must be one the library reads.
+const ENVIRONMENT: [&str; 2] = ["FABRICLIB_BIND_ADDR", "FABRICLIB_PROVIDER"];
+
+/// (object-like macros, function-like macros, enumerators) of the header.
+fn defined() -> (Vec<String>, Vec<String>, Vec<String>) {
+    let (mut objects, mut functions, mut enumerators) = (Vec::new(), Vec::new(), Vec::new());
+    for line in code().lines() {
+        let t = line.trim_start();
+        if let Some(d) = t.strip_prefix("#define ") {
+            let name: String = d.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            let list = if d[name.len()..].starts_with('(') { &mut functions } else { &mut objects };
+            if !list.contains(&name) {
+                list.push(name);
+            }
+        } else if t.starts_with("FABRICLIB_") && t.contains('=') {
+            enumerators.push(t.split([' ', '=']).next().unwrap().to_string());
+        }
+    }
+    (objects, functions, enumerators)
+}
+
+/// A name a comment mentions is defined (`FABRICLIB_PEER_*`: some name starts
+/// with `FABRICLIB_PEER_`), or is an environment variable the library reads.
+/// And every `pub const FABRICLIB_*` of `src/capi/` reaches the header
+/// (cbindgen silently leaves out constants it cannot evaluate).
+#[test]
+fn every_name_the_header_mentions_is_defined() {
+    let (objects, functions, enumerators) = defined();
+    let all: Vec<&String> = objects.iter().chain(&functions).chain(&enumerators).collect();
+    let config = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/config.rs")).unwrap();
+    let mut missing = Vec::new();
+    for w in comments().iter().flat_map(|c| fabriclib_words(c)) {
+        let ok = match w.strip_suffix('*') {
+            Some(family) => all.iter().any(|n| n.starts_with(family)),
+            None if ENVIRONMENT.contains(&w.as_str()) => config.contains(&format!("\"{w}\"")),
+            None => all.iter().any(|n| **n == w),
+        };
+        if !ok && !missing.contains(&w) {
+            missing.push(w);
+        }
+    }
+    let capi = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/src/capi"));
+    for f in std::fs::read_dir(capi).unwrap() {
+        for line in std::fs::read_to_string(f.unwrap().path()).unwrap().lines() {
+            if let Some(rest) = line.strip_prefix("pub const FABRICLIB_") {
+                let name = format!("FABRICLIB_{}", rest.split(':').next().unwrap());
+                if !objects.contains(&name) && !missing.contains(&name) {
+                    missing.push(name);
+                }
+            }
+        }
+    }
+    assert!(missing.is_empty(), "documented or declared but not defined in the header: {missing:?}");
+    assert!(comments().iter().any(|c| fabriclib_words(c).iter().any(|w| w.ends_with('*'))), "no family seen");
+}
+
+#[test]
+fn the_scan_catches_a_documented_name_that_is_not_defined() {
+    assert_eq!(
+        fabriclib_words("see `FABRICLIB_NOPE` and FABRICLIB_PEER_* and FABRICLIB_X_"),
+        ["FABRICLIB_NOPE", "FABRICLIB_PEER_*", "FABRICLIB_X"]
+    );
+}
+
+/// Every macro of the header expanded, and every enumerator used, in one
+/// translation unit compiled by gcc and clang as C99, C11, C23, C++11 and
+/// C++20 with `-Wall -Wextra -Werror` (clang: `scripts/deps.sh` installs it).
+#[test]
+fn every_macro_expands_in_every_dialect() {
+    let (objects, functions, enumerators) = defined();
+    let mut body = String::new();
+    for n in objects.iter().chain(&enumerators) {
+        match n.as_str() {
+            "FABRICLIB_H" | "FABRICLIB_NOEXCEPT" => {}
+            "FABRICLIB_VERSION_STRING" => body.push_str(&format!("    sink += (long long)sizeof({n});\n")),
+            _ => body.push_str(&format!("    sink += (long long)({n});\n")),
+        }
+    }
+    for n in &functions {
+        body.push_str(&format!("    sink += (long long)({n}(0, 3, 0));\n"));
+    }
+    let tu = format!(
+        "#include \"fabriclib.h\"\n\
+         static void done_cb(void *user_data, fabriclib_status status) FABRICLIB_NOEXCEPT {{ (void)user_data; (void)status; }}\n\
+         int main(void) {{\n    long long sink = 0;\n    fabriclib_done_cb cb = done_cb;\n    (void)cb;\n{body}    return (int)(sink & 1);\n}}\n"
+    );
+    assert!(functions.len() >= 2 && objects.len() > 20 && enumerators.len() >= 20, "the scan found too little");
+    let dir = std::env::temp_dir().join(format!("fabriclib-header-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (c, cpp) = (dir.join("all.c"), dir.join("all.cpp"));
+    std::fs::write(&c, &tu).unwrap();
+    std::fs::write(&cpp, &tu).unwrap();
+    let include = concat!(env!("CARGO_MANIFEST_DIR"), "/include");
+    let mut failed = Vec::new();
+    for (cc, file, stds) in [
+        ("gcc", &c, &["c99", "c11", "c2x"][..]),
+        ("clang", &c, &["c99", "c11", "c2x"][..]),
+        ("g++", &cpp, &["c++11", "c++20"][..]),
+        ("clang++", &cpp, &["c++11", "c++20"][..]),
+    ] {
+        for std in stds {
+            let out = std::process::Command::new(cc)
+                .args([&format!("-std={std}"), "-Wall", "-Wextra", "-Werror", "-I", include, "-c", "-o"])
+                .arg(dir.join("all.o"))
+                .arg(file)
+                .output()
+                .unwrap_or_else(|e| panic!("{cc}: {e} (scripts/deps.sh installs gcc, g++ and clang)"));
+            if !out.status.success() {
+                failed.push(format!("{cc} -std={std}:\n{}", String::from_utf8_lossy(&out.stderr)));
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(failed.is_empty(), "the header does not compile:\n{}", failed.join("\n"));
+}

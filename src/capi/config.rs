@@ -183,7 +183,9 @@ pub extern "C" fn fabriclib_config_set_thread_cpus(
 }
 
 /// The most groups `fabriclib_config_add_group` adds to one engine.
-pub const FABRICLIB_MAX_GROUPS: u32 = crate::config::MAX_GROUPS as u32;
+// A literal: cbindgen writes only the constants it can evaluate.
+pub const FABRICLIB_MAX_GROUPS: u32 = 16;
+const _: () = assert!(FABRICLIB_MAX_GROUPS as usize == crate::config::MAX_GROUPS);
 
 /// Adds a DomainGroup to the engine: its own NICs and worker thread, and
 /// the memory whose registrations it takes. The first group added is group
