@@ -15,6 +15,7 @@ pub mod error;
 pub mod gpu;
 pub mod group;
 pub mod liveness;
+pub mod os;
 pub mod pin;
 pub mod status;
 pub mod sys;

@@ -29,7 +29,7 @@
 //! processes are left in `/dev/shm` (like shm's own files) and swept by the
 //! next engine that creates one.
 use crate::error::{Error, Result, Status};
-use std::ffi::CString;
+use crate::os::{self, SharedMutex};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, mpsc};
 
@@ -46,7 +46,7 @@ const PREFIX: &str = "fabriclib-live-";
 /// what a reader checks it against.
 #[repr(C)]
 struct Page {
-    mutex: libc::pthread_mutex_t,
+    mutex: SharedMutex,
     closed: AtomicU32,
     magic: u32,
     epoch: u64,
@@ -56,40 +56,12 @@ fn path(epoch: u64) -> String {
     format!("/dev/shm/{PREFIX}{epoch:016x}")
 }
 
-fn os_err(what: &str) -> Error {
-    Error::new(Status::Provider, format!("liveness record: {what}: {}", std::io::Error::last_os_error()))
-}
-
 /// Maps the record page of the file at `path`: created (exclusively,
 /// mode 0600) with `create`, read-write with `write`, else read-only.
 fn map(path: &str, write: bool, create: bool) -> Result<*mut Page> {
-    let c = CString::new(path).expect("no NUL in a record path");
-    let flags = if create {
-        libc::O_RDWR | libc::O_CREAT | libc::O_EXCL
-    } else if write {
-        libc::O_RDWR
-    } else {
-        libc::O_RDONLY
-    };
-    // SAFETY: c is a valid C string; the fd is closed below in every case.
-    let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC, 0o600) };
-    if fd < 0 {
-        return Err(os_err(&format!("open {path}")));
-    }
-    // SAFETY: fd is ours; the mapping outlives it (mmap keeps its own reference).
-    unsafe {
-        if create && libc::ftruncate(fd, PAGE as libc::off_t) != 0 {
-            let e = os_err("ftruncate");
-            libc::close(fd);
-            return Err(e);
-        }
-        let prot = if write { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
-        let p = libc::mmap(std::ptr::null_mut(), PAGE, prot, libc::MAP_SHARED, fd, 0);
-        libc::close(fd);
-        if p == libc::MAP_FAILED {
-            return Err(os_err("mmap"));
-        }
-        Ok(p.cast())
+    match crate::os::map_shared_file(path, PAGE, create, write) {
+        Ok(p) => Ok(p.cast()),
+        Err(e) => Err(Error::new(Status::Provider, format!("liveness record: {path}: {e}"))),
     }
 }
 
@@ -143,14 +115,12 @@ fn keeper() -> Result<mpsc::Sender<Keep>> {
                 match cmd {
                     Keep::Lock(p, reply) => {
                         // SAFETY: a live, initialised record mutex (above).
-                        let r = unsafe { libc::pthread_mutex_lock(p as *mut libc::pthread_mutex_t) };
-                        // SAFETY: gettid has no preconditions.
-                        let tid = unsafe { libc::gettid() } as u32;
-                        let _ = reply.send(if r == 0 { Ok(tid) } else { Err(r) });
+                        let r = unsafe { os::mutex_lock(p as *mut SharedMutex) };
+                        let _ = reply.send(if r == 0 { Ok(os::gettid()) } else { Err(r) });
                     }
                     Keep::Unlock(p, reply) => {
                         // SAFETY: a live record mutex this thread locked (above).
-                        let r = unsafe { libc::pthread_mutex_unlock(p as *mut libc::pthread_mutex_t) };
+                        let r = unsafe { os::mutex_unlock(p as *mut SharedMutex) };
                         let _ = reply.send(if r == 0 { Ok(0) } else { Err(r) });
                     }
                 }
@@ -191,12 +161,7 @@ impl Record {
         let mut rec = Record { page, path: tmp };
         // SAFETY: page is a fresh, zeroed, writable mapping of PAGE bytes.
         unsafe {
-            let mut attr: libc::pthread_mutexattr_t = std::mem::zeroed();
-            libc::pthread_mutexattr_init(&mut attr);
-            libc::pthread_mutexattr_setpshared(&mut attr, libc::PTHREAD_PROCESS_SHARED);
-            libc::pthread_mutexattr_setrobust(&mut attr, libc::PTHREAD_MUTEX_ROBUST);
-            let r = libc::pthread_mutex_init(&mut (*page).mutex, &attr);
-            libc::pthread_mutexattr_destroy(&mut attr);
+            let r = os::robust_mutex_init(&mut (*page).mutex);
             if r != 0 {
                 return Err(Error::new(Status::Provider, format!("liveness record: pthread_mutex_init: {r}")));
             }
@@ -215,12 +180,10 @@ impl Record {
                 ),
             ));
         }
-        let c_tmp = CString::new(rec.path.as_str()).expect("no NUL");
-        let c_path = CString::new(path.as_str()).expect("no NUL");
-        // SAFETY: two valid C strings. Published only now, locked: a reader
-        // (or a sweeper) never sees a record that is not yet held.
-        if unsafe { libc::rename(c_tmp.as_ptr(), c_path.as_ptr()) } != 0 {
-            return Err(os_err(&format!("rename to {path}")));
+        // Published only now, locked: a reader (or a sweeper) never sees a
+        // record that is not yet held.
+        if let Err(e) = std::fs::rename(&rec.path, &path) {
+            crate::bail!(Provider, "liveness record: rename to {path}: {e}");
         }
         rec.path = path;
         Ok(rec)
@@ -235,13 +198,10 @@ impl Drop for Record {
         if unsafe { word(self.page) }.load(Ordering::Acquire) & FUTEX_TID_MASK != 0 {
             let _ = ask(|tx| Keep::Unlock(self.page as usize, tx));
         }
-        let c = CString::new(self.path.as_str()).expect("no NUL");
-        // SAFETY: a valid C string; the page is ours to unmap (the keeper has
-        // answered, so it no longer holds the mutex in it).
-        unsafe {
-            libc::unlink(c.as_ptr());
-            libc::munmap(self.page.cast(), PAGE);
-        }
+        let _ = std::fs::remove_file(&self.path);
+        // SAFETY: the page is ours to unmap (the keeper has answered, so it
+        // no longer holds the mutex in it).
+        unsafe { os::unmap(self.page.cast(), PAGE) };
     }
 }
 
@@ -287,8 +247,8 @@ impl Watch {
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        // SAFETY: our own mapping.
-        unsafe { libc::munmap(self.page as *mut libc::c_void, PAGE) };
+        // SAFETY: our own mapping, used no more.
+        unsafe { os::unmap(self.page as *mut u8, PAGE) };
     }
 }
 
@@ -311,7 +271,7 @@ fn sweep() {
                 if (*page).magic == MAGIC && gone(page) {
                     let _ = std::fs::remove_file(&p);
                 }
-                libc::munmap(page.cast(), PAGE);
+                os::unmap(page.cast(), PAGE);
             }
         }
     }

@@ -3,13 +3,7 @@
 //! after pinning, so their memory is allocated from its NUMA node (first touch).
 use crate::error::{Error, Result, Status};
 
-unsafe extern "C" {
-    fn sched_setaffinity(pid: i32, size: usize, mask: *const u64) -> i32;
-    fn sched_getaffinity(pid: i32, size: usize, mask: *mut u64) -> i32;
-}
-
-/// CPUs a mask covers: 1024, as glibc's `cpu_set_t`.
-const MAX_CPUS: u32 = 1024;
+use crate::os::MAX_CPUS;
 
 /// Parses a CPU list: comma-separated CPUs and ranges (`"0-3,8,10-11"`);
 /// empty means none (not pinned).
@@ -54,13 +48,7 @@ pub fn pin_current_thread(cpus: &[u32]) -> Result<()> {
     if cpus.is_empty() {
         return Ok(());
     }
-    let mut mask = [0u64; (MAX_CPUS / 64) as usize];
-    for &c in cpus.iter().filter(|&&c| c < MAX_CPUS) {
-        mask[(c / 64) as usize] |= 1 << (c % 64);
-    }
-    // SAFETY: mask is a 1024-bit cpu_set_t; pid 0 is the calling thread.
-    if unsafe { sched_setaffinity(0, size_of_val(&mask), mask.as_ptr()) } != 0 {
-        let e = std::io::Error::last_os_error();
+    if let Err(e) = crate::os::set_thread_cpus(cpus) {
         crate::bail!(InvalidArgument, "cannot pin a thread to CPUs {cpus:?}: {e}");
     }
     Ok(())
@@ -68,12 +56,7 @@ pub fn pin_current_thread(cpus: &[u32]) -> Result<()> {
 
 /// The CPUs the calling thread may run on.
 pub fn current_thread_cpus() -> Vec<u32> {
-    let mut mask = [0u64; (MAX_CPUS / 64) as usize];
-    // SAFETY: as above, reading.
-    if unsafe { sched_getaffinity(0, size_of_val(&mask), mask.as_mut_ptr()) } != 0 {
-        return Vec::new();
-    }
-    (0..MAX_CPUS).filter(|&c| mask[(c / 64) as usize] >> (c % 64) & 1 == 1).collect()
+    crate::os::thread_cpus()
 }
 
 #[cfg(test)]

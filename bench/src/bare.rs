@@ -103,7 +103,7 @@ fn open(provider: &str, v: Variant) -> R<Ep> {
         let d = &mut *(*hints).domain_attr;
         d.mr_mode = (FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT) as i32;
         d.threading = fi_threading_FI_THREAD_DOMAIN;
-        (*(*hints).fabric_attr).prov_name = libc_strdup(name.as_ptr());
+        (*(*hints).fabric_attr).prov_name = fabriclib::os::strdup(&name);
         let mut info = null_mut();
         ck("fi_getinfo", fi_getinfo(FI_API_VERSION, std::ptr::null(), std::ptr::null(), 0, hints, &mut info) as isize)?;
         let (mut fabric, mut domain, mut cq, mut av, mut ep) =
@@ -126,11 +126,6 @@ fn open(provider: &str, v: Variant) -> R<Ep> {
         fi_freeinfo(info);
         Ok(Ep { fabric, domain, mrs: Default::default(), ep, cq, av, mr_mode, addr, fe: None })
     }
-}
-
-unsafe extern "C" {
-    #[link_name = "strdup"]
-    fn libc_strdup(s: *const std::ffi::c_char) -> *mut std::ffi::c_char;
 }
 
 impl Drop for Ep {

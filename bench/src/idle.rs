@@ -22,14 +22,7 @@ fn e2s(e: fabriclib::Error) -> String {
 
 /// This process's CPU time (user + system), in seconds.
 fn cpu_seconds() -> f64 {
-    unsafe extern "C" {
-        fn clock_gettime(clock: i32, ts: *mut [i64; 2]) -> i32;
-    }
-    const CLOCK_PROCESS_CPUTIME_ID: i32 = 2;
-    let mut ts = [0i64; 2];
-    // SAFETY: a valid clock id and out-pointer.
-    unsafe { clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    ts[0] as f64 + ts[1] as f64 * 1e-9
+    fabriclib::os::process_cpu_seconds()
 }
 
 struct Pair {

@@ -337,19 +337,11 @@ fn cpus() -> usize {
 /// Pins the calling thread (and every thread it starts later) to one CPU,
 /// or with `None` lets it run on all of them again.
 fn pin_to(cpu: Option<usize>) -> R<()> {
-    unsafe extern "C" {
-        fn sched_setaffinity(pid: i32, size: usize, mask: *const u64) -> i32;
-    }
-    let mut mask = [0u64; 16];
-    match cpu {
-        Some(c) => mask[c / 64] |= 1 << (c % 64),
-        None => mask = [u64::MAX; 16],
-    }
-    // SAFETY: mask is a 1024-bit cpu_set_t; pid 0 is this thread (threads started later inherit it).
-    if unsafe { sched_setaffinity(0, size_of_val(&mask), mask.as_ptr()) } != 0 {
-        return Err(format!("cannot pin to CPU {cpu:?}: {}", std::io::Error::last_os_error()));
-    }
-    Ok(())
+    let cpus: Vec<u32> = match cpu {
+        Some(c) => vec![c as u32],
+        None => (0..fabriclib::os::MAX_CPUS).collect(),
+    };
+    fabriclib::os::set_thread_cpus(&cpus).map_err(|e| format!("cannot pin to CPU {cpu:?}: {e}"))
 }
 
 /// The CPU of loopback process `k` (0: the client, `i + 1`: server `i`).

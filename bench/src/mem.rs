@@ -11,15 +11,6 @@ pub static HUGE: AtomicBool = AtomicBool::new(false);
 
 const HUGE_PAGE: usize = 2 << 20;
 
-unsafe extern "C" {
-    fn mmap(addr: *mut u8, len: usize, prot: i32, flags: i32, fd: i32, off: i64) -> *mut u8;
-    fn munmap(addr: *mut u8, len: usize) -> i32;
-    fn madvise(addr: *mut u8, len: usize, advice: i32) -> i32;
-}
-const PROT_READ_WRITE: i32 = 0x1 | 0x2;
-const MAP_PRIVATE_ANONYMOUS: i32 = 0x02 | 0x20;
-const MADV_HUGEPAGE: i32 = 14;
-
 pub enum Mem {
     Heap(Vec<u8>),
     /// `len` bytes at `ptr`, inside the mapping of `mapped` bytes at `base`.
@@ -45,15 +36,11 @@ impl Mem {
         }
         // One huge page more, to align the start.
         let mapped = len.div_ceil(HUGE_PAGE) * HUGE_PAGE + HUGE_PAGE;
-        // SAFETY: a fresh private anonymous mapping.
-        let base = unsafe { mmap(std::ptr::null_mut(), mapped, PROT_READ_WRITE, MAP_PRIVATE_ANONYMOUS, -1, 0) };
-        if base as isize == -1 || base.is_null() {
-            return Err(format!("mmap of {mapped} bytes failed"));
-        }
+        let base = fabriclib::os::map_anonymous(mapped).map_err(|e| format!("mmap of {mapped} bytes: {e}"))?;
         let ptr = ((base as usize).div_ceil(HUGE_PAGE) * HUGE_PAGE) as *mut u8;
         // SAFETY: [ptr, ptr+len) lies inside the mapping; advice only.
         unsafe {
-            madvise(ptr, len.div_ceil(HUGE_PAGE) * HUGE_PAGE, MADV_HUGEPAGE);
+            fabriclib::os::advise_huge_pages(ptr, len.div_ceil(HUGE_PAGE) * HUGE_PAGE);
             std::ptr::write_bytes(ptr, 0, len);
         }
         THP_SEEN.fetch_max(thp_bytes(), Ordering::Relaxed);
@@ -99,7 +86,7 @@ impl Drop for Mem {
     fn drop(&mut self) {
         if let Mem::Huge { base, mapped, .. } = *self {
             // SAFETY: the mapping made in `new`, unmapped once.
-            unsafe { munmap(base, mapped) };
+            unsafe { fabriclib::os::unmap(base, mapped) };
         }
     }
 }

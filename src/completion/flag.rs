@@ -56,37 +56,16 @@ pub fn wait(f: &AtomicU32, timeout: Option<Duration>) -> Option<u32> {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-const SYS_FUTEX: std::ffi::c_long = 202;
-#[cfg(target_arch = "aarch64")]
-const SYS_FUTEX: std::ffi::c_long = 98;
-const FUTEX_WAIT_PRIVATE: i32 = 128;
-const FUTEX_WAKE_PRIVATE: i32 = 1 | 128;
-
-#[repr(C)]
-struct Timespec {
-    sec: i64,
-    nsec: i64,
-}
-
-unsafe extern "C" {
-    fn syscall(num: std::ffi::c_long, ...) -> std::ffi::c_long;
-}
-
 /// Sleeps while `*f == expected` (or until `timeout`, or a spurious wake-up).
 fn futex_wait(f: &AtomicU32, expected: u32, timeout: Option<Duration>) {
-    let ts = timeout.map(|d| Timespec { sec: d.as_secs() as i64, nsec: d.subsec_nanos() as i64 });
-    let tp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const Timespec);
-    // SAFETY: futex(2) on a live, aligned u32; the kernel only reads it.
-    unsafe { syscall(SYS_FUTEX, f.as_ptr(), FUTEX_WAIT_PRIVATE, expected, tp) };
+    crate::os::futex_wait(f, expected, timeout)
 }
 
 /// Wakes every thread sleeping on `f`. The word may be freed by its owner
 /// right after it saw `FLAG_DONE`: the kernel then finds no waiter (or
 /// returns EFAULT), which is harmless.
 fn futex_wake(f: &AtomicU32) {
-    // SAFETY: futex(2) wake reads nothing at the address.
-    unsafe { syscall(SYS_FUTEX, f.as_ptr(), FUTEX_WAKE_PRIVATE, i32::MAX) };
+    crate::os::futex_wake_all(f)
 }
 
 #[cfg(test)]

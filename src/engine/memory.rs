@@ -131,8 +131,8 @@ impl TransferEngine {
         };
         let registered = self.rpc_to(group, |reply| Ctrl::Register { ptr: ptr as usize, len, mem, reply });
         if let Memory::Cuda { dmabuf: Some((fd, _)), .. } = mem {
-            // SAFETY: our fd from the export; the provider holds its own reference now.
-            unsafe { crate::group::close_fd(fd) };
+            // Our fd from the export; the provider holds its own reference now.
+            crate::os::close(fd);
         }
         let (index, locals) = registered?;
         let desc = Arc::new(MrDesc {

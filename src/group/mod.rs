@@ -109,7 +109,6 @@ pub struct GroupInfo {
 
 pub use stage::MAX_SEND;
 pub use start::{Progress, manual, new_epoch_base, spawn};
-pub(crate) use waiter::close as close_fd;
 /// Work requests posted per domain before the worker polls again.
 const POST_BURST: usize = 256;
 /// Empty polling passes between two `sched_yield`s.

@@ -300,30 +300,7 @@ fn hops(a: &[u64], b: &[u64]) -> usize {
 /// yet), from the kernel (`get_mempolicy(MPOL_F_NODE | MPOL_F_ADDR)`);
 /// `None` if it does not say (an unmapped address: `EFAULT`).
 pub fn numa_node_of(addr: usize) -> Option<u32> {
-    unsafe extern "C" {
-        fn syscall(num: std::ffi::c_long, ...) -> std::ffi::c_long;
-    }
-    #[cfg(target_arch = "x86_64")]
-    const SYS_GET_MEMPOLICY: std::ffi::c_long = 239;
-    #[cfg(target_arch = "aarch64")]
-    const SYS_GET_MEMPOLICY: std::ffi::c_long = 236;
-    const MPOL_F_NODE: std::ffi::c_ulong = 1;
-    const MPOL_F_ADDR: std::ffi::c_ulong = 2;
-    let mut node: std::ffi::c_int = -1;
-    // SAFETY: the kernel writes one int to `node`; no node mask is passed
-    // (NULL, 0); `addr` is only looked up in the page tables (an unmapped
-    // one is an error return, not a fault).
-    let r = unsafe {
-        syscall(
-            SYS_GET_MEMPOLICY,
-            &mut node as *mut std::ffi::c_int,
-            std::ptr::null_mut::<std::ffi::c_ulong>(),
-            0 as std::ffi::c_ulong,
-            addr,
-            MPOL_F_NODE | MPOL_F_ADDR,
-        )
-    };
-    (r == 0 && node >= 0).then_some(node as u32)
+    crate::os::numa_node_of(addr)
 }
 
 #[cfg(test)]

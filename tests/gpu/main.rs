@@ -103,16 +103,11 @@ fn dmabuf_export() -> TestResult {
     unsafe { c.mem_free(0, d) }.map_err(e2s)?;
     let (fd, off) = r.map_err(e2s)?;
     let size = std::fs::metadata(format!("/proc/self/fd/{fd}")).map(|m| m.len()).unwrap_or(0);
-    // SAFETY: our fd.
-    unsafe { close(fd) };
+    fabriclib::os::close(fd);
     if fd < 0 || off != 100 {
         return Err(format!("export gave fd {fd}, offset {off} (want 100)"));
     }
     Ok(Passed(format!("cuMemGetHandleForAddressRange(DMA_BUF_FD): fd {fd}, offset {off}, fstat size {size}")))
-}
-
-unsafe extern "C" {
-    fn close(fd: i32) -> i32;
 }
 
 fn device_memory_refused_without_fi_hmem() -> TestResult {

@@ -205,13 +205,7 @@ pub fn watcher_drives_layer_writes(prov: &str, domains: usize) -> TestResult {
 
 /// This process's CPU time in seconds (every thread).
 fn cpu_seconds() -> f64 {
-    unsafe extern "C" {
-        fn clock_gettime(clock: i32, ts: *mut [i64; 2]) -> i32;
-    }
-    let mut ts = [0i64; 2];
-    // SAFETY: CLOCK_PROCESS_CPUTIME_ID (2) and a valid out-pointer.
-    unsafe { clock_gettime(2, &mut ts) };
-    ts[0] as f64 + ts[1] as f64 * 1e-9
+    fabriclib::os::process_cpu_seconds()
 }
 
 /// The sleeping idle policies: with an expectation armed and nothing

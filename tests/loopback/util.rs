@@ -248,14 +248,9 @@ impl Drop for Peer {
     }
 }
 
-unsafe extern "C" {
-    fn geteuid() -> u32;
-}
-
 /// Whether the tests run as root (network namespaces, the kernel's last pid).
 pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { geteuid() == 0 }
+    fabriclib::os::is_root()
 }
 
 /// A killed shm endpoint leaves its file behind: remove it.

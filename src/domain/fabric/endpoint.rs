@@ -1,7 +1,7 @@
 //! `FabricEndpoint`: the libfabric objects of one endpoint, the `fi_info`
 //! fabriclib asks for, NIC choice, and memory registration.
 use super::super::{LocalMr, Memory};
-use super::{IP_FORMATS, check, fi_err, split_bind, strdup};
+use super::{IP_FORMATS, check, fi_err, split_bind};
 use crate::domain::nic::{Choice, Nic};
 use crate::error::{Error, Result, Status};
 use crate::sys::*;
@@ -69,7 +69,7 @@ impl FabricEndpoint {
             d.threading = fi_threading_FI_THREAD_DOMAIN;
             let name = CString::new(provider)
                 .map_err(|_| Error::new(Status::InvalidArgument, "provider name contains NUL"))?;
-            (*(*hints).fabric_attr).prov_name = strdup(name.as_ptr());
+            (*(*hints).fabric_attr).prov_name = crate::os::strdup(&name);
             let mut info = null_mut();
             let mut ret = fi_getinfo(FI_API_VERSION, std::ptr::null(), std::ptr::null(), 0, hints, &mut info) as i64;
             // Bind socket providers to the configured address; providers that do

@@ -20,12 +20,8 @@ use crate::config::EngineConfig;
 use crate::error::{Error, Result, Status};
 use crate::sys::*;
 use std::collections::HashMap;
-use std::ffi::{CStr, c_char, c_void};
+use std::ffi::{CStr, c_void};
 use std::ptr::null_mut;
-
-unsafe extern "C" {
-    fn strdup(s: *const c_char) -> *mut c_char;
-}
 
 mod endpoint;
 pub use endpoint::FabricEndpoint;
