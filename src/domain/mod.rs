@@ -4,7 +4,6 @@
 //! path). Implementations: libfabric (`fabric.rs`), `null` (`null.rs`: completes
 //! every work request at once; for measuring the engine's host cost); verbs
 //! comes later.
-mod ctx;
 pub mod fabric;
 pub mod nic;
 pub mod null;

@@ -13,7 +13,7 @@
 // (the Domain contract), so these methods stay safe to call from it.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
-use super::ctx::{CtxPool, NO_PEER};
+use ctx::{CtxPool, NO_PEER};
 use super::nic::{Choice, Nic};
 use super::{Chan, Completion, Domain, LocalMr, Memory, PeerId, Post, WriteWr};
 use crate::config::EngineConfig;
@@ -23,6 +23,7 @@ use std::collections::HashMap;
 use std::ffi::{CStr, c_void};
 use std::ptr::null_mut;
 
+mod ctx;
 mod endpoint;
 pub use endpoint::FabricEndpoint;
 

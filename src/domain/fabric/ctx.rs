@@ -3,7 +3,7 @@
 //! it back to the worker's token and peer, bounds the operations in flight
 //! (per endpoint and per peer), and lets a dead peer's operations be
 //! abandoned so that their late completions are swallowed.
-use super::{PeerId, Post};
+use crate::domain::{PeerId, Post};
 use crate::sys::fi_context2;
 use std::ffi::c_void;
 
