@@ -5,8 +5,8 @@
 //! every work request at once; for measuring the engine's host cost); verbs
 //! comes later.
 pub mod fabric;
-pub mod nic;
 pub mod null;
+pub use fabric::nic;
 
 use crate::config::EngineConfig;
 use crate::error::{Error, Result};

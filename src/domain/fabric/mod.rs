@@ -14,7 +14,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use ctx::{CtxPool, NO_PEER};
-use super::nic::{Choice, Nic};
+use nic::{Choice, Nic};
 use super::{Chan, Completion, Domain, LocalMr, Memory, PeerId, Post, WriteWr};
 use crate::config::EngineConfig;
 use crate::error::{Error, Result, Status};
@@ -25,6 +25,7 @@ use std::ptr::null_mut;
 
 mod ctx;
 mod endpoint;
+pub mod nic;
 pub use endpoint::FabricEndpoint;
 
 const CQ_BATCH: usize = 64;
