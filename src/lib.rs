@@ -26,7 +26,7 @@ pub mod wire;
 pub use completion::flag::wait as wait_flag;
 pub use completion::notify::{Deadline, FLAG_DONE, OnDone, RequestId, RequestOpts, Route};
 pub use config::{EngineConfig, GroupConfig, IdlePolicy, MAX_GROUPS, PeerState};
-pub use domain::nic::Nic;
+pub use domain::Nic;
 pub use engine::{MrHandle, Pages, PeerGroup, ScatterDst, TransferEngine};
 pub use error::{Error, Result, Status};
 pub use group::counters::{Count, Counters, NicCount};

@@ -7,8 +7,9 @@
 //! ```text
 //! fabriclib-info [--json] [--provider LIST] [--domains N] [--nics-per-gpu N]
 //! ```
+use fabriclib::Nic;
 use fabriclib::domain::fabric::FabricEndpoint;
-use fabriclib::domain::nic::{Nic, numa_of_pci, spread};
+use fabriclib::domain::fabric::nic::{numa_of_pci, spread};
 use fabriclib::topo::Topo;
 use serde_json::{Value, json};
 

@@ -6,12 +6,41 @@
 //! comes later.
 pub mod fabric;
 pub mod null;
-pub use fabric::nic;
 
 use crate::config::EngineConfig;
 use crate::error::{Error, Result};
 use crate::wire::RemoteKey;
 use std::ffi::c_void;
+
+/// The NIC one engine domain is open on.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Nic {
+    /// The backend's name for it (libfabric: the `fi_info` domain name).
+    pub name: String,
+    /// PCI address (`0000:00:05.0`), from the provider or sysfs; `None` when
+    /// it has none (loopback, shm) or the system does not say.
+    pub pci: Option<String>,
+    /// NUMA node of its PCI device; `None` where sysfs says -1 (VMs) or nothing.
+    pub numa: Option<u32>,
+}
+
+/// Which `Domain` implementation an engine's groups open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// libfabric (`fabric/`): EFA, and the software providers tcp and shm.
+    Fabric,
+    /// `null.rs`: moves nothing, completes everything at once (the benchmark
+    /// times the engine's own cost with it).
+    Null,
+}
+
+impl Backend {
+    /// The backend `cfg` asks for: `Null` only when its provider is named
+    /// "null" (never a default), else libfabric.
+    pub fn of(cfg: &EngineConfig) -> Backend {
+        if cfg.providers() == ["null"] { Backend::Null } else { Backend::Fabric }
+    }
+}
 
 /// A provider-side handle for one registered region in one domain.
 #[derive(Clone, Copy, Debug)]
@@ -103,8 +132,8 @@ pub trait Domain: Sized + Send + 'static {
     /// The provider actually in use (e.g. `tcp;ofi_rxm`).
     fn provider(&self) -> &str;
     /// The NIC it is open on (nic.rs).
-    fn nic(&self) -> nic::Nic {
-        nic::Nic { name: self.provider().to_string(), ..Default::default() }
+    fn nic(&self) -> Nic {
+        Nic { name: self.provider().to_string(), ..Default::default() }
     }
     /// This domain's address, as peers pass it to `resolve`.
     fn address(&self) -> &[u8];

@@ -2,7 +2,7 @@
 //! `progress`), started and stopped here.
 use crate::completion::notify;
 use crate::config::EngineConfig;
-use crate::domain::{fabric::FabricDomain, null::NullDomain};
+use crate::domain::{Backend, fabric::FabricDomain, null::NullDomain};
 use crate::error::Result;
 use crate::group::{self, GroupInfo, Place, Shared};
 use std::sync::atomic::Ordering;
@@ -26,22 +26,19 @@ impl Group {
     /// Starts group `place.index`'s worker (thread or manual) with `cfg`.
     pub(super) fn start(cfg: &EngineConfig, n: notify::Notifier, place: Place) -> Result<Group> {
         let g = place.index;
-        // "null" (named explicitly, never a default) measures the engine without a wire.
-        let null = cfg.providers() == ["null"];
+        let backend = crate::domain::Backend::of(cfg);
         // Linux keeps 15 characters of a thread's name: group 0's reads "fabriclib-worke".
         let name = if g == 0 { "fabriclib-worker".to_string() } else { format!("fabriclib-w{g}") };
         let (shared, info, worker, manual) = if cfg.manual_progress {
-            let (shared, info, p) = if null {
-                group::manual::<NullDomain>(cfg, n, place)?
-            } else {
-                group::manual::<FabricDomain>(cfg, n, place)?
+            let (shared, info, p) = match backend {
+                Backend::Null => group::manual::<NullDomain>(cfg, n, place)?,
+                Backend::Fabric => group::manual::<FabricDomain>(cfg, n, place)?,
             };
             (shared, info, None, Some(Mutex::new(Some(p))))
         } else {
-            let (shared, info, w) = if null {
-                group::spawn::<NullDomain>(cfg, n, place, name)?
-            } else {
-                group::spawn::<FabricDomain>(cfg, n, place, name)?
+            let (shared, info, w) = match backend {
+                Backend::Null => group::spawn::<NullDomain>(cfg, n, place, name)?,
+                Backend::Fabric => group::spawn::<FabricDomain>(cfg, n, place, name)?,
             };
             (shared, info, Some(w), None)
         };

@@ -69,7 +69,7 @@ pub struct TransferEngine {
     /// immediate expectations, peer greetings) and takes what no other claims.
     groups: Vec<Group>,
     /// Every group's NICs, group by group.
-    nics: Vec<crate::domain::nic::Nic>,
+    nics: Vec<crate::domain::Nic>,
     /// The largest write one work request may carry, on every group's NICs.
     max_msg: usize,
     callbacks: Option<JoinHandle<()>>,

@@ -61,7 +61,7 @@ pub(super) fn per_gpu(cfg: &EngineConfig) -> Result<Option<EngineConfig>> {
 /// with that placement; else why not, provider by provider.
 fn first_provider<T>(
     cfg: &EngineConfig,
-    make: impl Fn(&[crate::domain::nic::Nic]) -> Result<T>,
+    make: impl Fn(&[crate::domain::Nic]) -> Result<T>,
 ) -> std::result::Result<(String, T), String> {
     let mut why = Vec::new();
     for p in cfg.providers() {
@@ -88,7 +88,7 @@ impl TransferEngine {
     }
 
     /// The NIC each domain is open on, in domain order (group by group).
-    pub fn nics(&self) -> &[crate::domain::nic::Nic] {
+    pub fn nics(&self) -> &[crate::domain::Nic] {
         &self.nics
     }
 

@@ -104,7 +104,7 @@ pub struct GroupInfo {
     /// Whether requests may ask for delivery fences (`Domain::orders_sends_after_writes`).
     pub delivery_fences: bool,
     /// The NIC of each domain, in domain order.
-    pub nics: Vec<crate::domain::nic::Nic>,
+    pub nics: Vec<crate::domain::Nic>,
 }
 
 pub use stage::MAX_SEND;

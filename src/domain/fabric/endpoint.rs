@@ -2,7 +2,8 @@
 //! fabriclib asks for, NIC choice, and memory registration.
 use super::super::{LocalMr, Memory};
 use super::{IP_FORMATS, check, fi_err, split_bind};
-use crate::domain::nic::{Choice, Nic};
+use crate::domain::Nic;
+use crate::domain::fabric::nic::Choice;
 use crate::error::{Error, Result, Status};
 use crate::sys::*;
 use crate::wire::RemoteKey;
@@ -34,7 +35,7 @@ pub struct FabricEndpoint {
     /// provider has one.
     pub wait_fd: Option<i32>,
     /// The NIC it is open on.
-    pub nic: crate::domain::nic::Nic,
+    pub nic: crate::domain::Nic,
 }
 
 // SAFETY: the libfabric objects are owned by this value and used by one
@@ -101,10 +102,10 @@ impl FabricEndpoint {
         // SAFETY: list is a valid fi_info list until freed below; `pick`
         // returns entries of it.
         unsafe {
-            let nics = crate::domain::nic::names(list)
+            let nics = crate::domain::fabric::nic::names(list)
                 .iter()
-                .filter_map(|n| crate::domain::nic::pick(list, n))
-                .map(|e| crate::domain::nic::describe(e))
+                .filter_map(|n| crate::domain::fabric::nic::pick(list, n))
+                .map(|e| crate::domain::fabric::nic::describe(e))
                 .collect();
             fi_freeinfo(list);
             Ok(nics)
@@ -138,7 +139,7 @@ impl FabricEndpoint {
         // SAFETY: list is a valid fi_info list from fi_getinfo; the chosen entry
         // is duplicated before the list is freed.
         let info = unsafe {
-            let chosen = crate::domain::nic::choose(list, nic);
+            let chosen = crate::domain::fabric::nic::choose(list, nic);
             let info = chosen.as_ref().map(|&e| fi_dupinfo(e)).unwrap_or(null_mut());
             fi_freeinfo(list);
             match chosen {
@@ -164,7 +165,7 @@ impl FabricEndpoint {
                 key_mask: key_mask((*(*info).domain_attr).mr_key_size),
                 next_key: 0,
                 wait_fd: None,
-                nic: crate::domain::nic::describe(info),
+                nic: crate::domain::fabric::nic::describe(info),
             };
             // Requested keys start at a random point: an engine restarted at the
             // same address registers other keys, so a descriptor of its earlier

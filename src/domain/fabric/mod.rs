@@ -13,12 +13,13 @@
 // (the Domain contract), so these methods stay safe to call from it.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
-use ctx::{CtxPool, NO_PEER};
-use nic::{Choice, Nic};
+use super::Nic;
 use super::{Chan, Completion, Domain, LocalMr, Memory, PeerId, Post, WriteWr};
 use crate::config::EngineConfig;
 use crate::error::{Error, Result, Status};
 use crate::sys::*;
+use ctx::{CtxPool, NO_PEER};
+use nic::Choice;
 use std::collections::HashMap;
 use std::ffi::{CStr, c_void};
 use std::ptr::null_mut;

@@ -3,20 +3,9 @@
 //! `domain_attr->name` (`rdmap16s27-rdm`, `eth0`, `shm`). Each engine
 //! domain opens on one of them (`Choice`, `choose`); `Nic` records which,
 //! with its PCI address and NUMA node where the system says.
+use crate::domain::Nic;
 use crate::sys::*;
 use std::ffi::CStr;
-
-/// The NIC one engine domain is open on.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Nic {
-    /// The provider's name for it (`fi_info` domain name).
-    pub name: String,
-    /// PCI address (`0000:00:05.0`), from the provider or sysfs; `None` when
-    /// it has none (loopback, shm) or the system does not say.
-    pub pci: Option<String>,
-    /// NUMA node of its PCI device; `None` where sysfs says -1 (VMs) or nothing.
-    pub numa: Option<u32>,
-}
 
 /// The name of `info`'s NIC.
 ///
