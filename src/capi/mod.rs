@@ -201,7 +201,7 @@ pub const FABRICLIB_MAX_ENGINE_ADDRESS_LEN: usize = 33177;
 pub const FABRICLIB_MAX_DESCRIPTOR_LEN: usize = 2225;
 const _: () = {
     assert!(FABRICLIB_MAX_RECV_BUFFERS == crate::engine::MAX_RECV_BUFFERS);
-    assert!(FABRICLIB_MAX_SEND == crate::group::MAX_SEND);
+    assert!(FABRICLIB_MAX_SEND == crate::worker::MAX_SEND);
     assert!(FABRICLIB_MAX_ADDRESS_LEN == crate::wire::MAX_ADDRESS_LEN);
     assert!(FABRICLIB_MAX_ENGINE_ADDRESS_LEN == crate::wire::MAX_ENGINE_ADDRESS_LEN);
     assert!(FABRICLIB_MAX_DESCRIPTOR_LEN == crate::wire::MAX_DESCRIPTOR_LEN);

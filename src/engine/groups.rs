@@ -4,7 +4,7 @@ use crate::completion::notify;
 use crate::config::EngineConfig;
 use crate::domain::{Backend, fabric::FabricDomain, null::NullDomain};
 use crate::error::Result;
-use crate::group::{self, GroupInfo, Place, Shared};
+use crate::worker::{self, GroupInfo, Place, Shared};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -17,7 +17,7 @@ pub(super) struct Group {
     pub(super) info: GroupInfo,
     pub(super) worker: Option<JoinHandle<()>>,
     /// Manual progress: the worker, driven by `progress` (None once shut down).
-    pub(super) manual: Option<Mutex<Option<Box<dyn group::Progress>>>>,
+    pub(super) manual: Option<Mutex<Option<Box<dyn worker::Progress>>>>,
     pub(super) gpu: Option<i32>,
     pub(super) numa: Option<u32>,
 }
@@ -31,14 +31,14 @@ impl Group {
         let name = if g == 0 { "fabriclib-worker".to_string() } else { format!("fabriclib-w{g}") };
         let (shared, info, worker, manual) = if cfg.manual_progress {
             let (shared, info, p) = match backend {
-                Backend::Null => group::manual::<NullDomain>(cfg, n, place)?,
-                Backend::Fabric => group::manual::<FabricDomain>(cfg, n, place)?,
+                Backend::Null => worker::manual::<NullDomain>(cfg, n, place)?,
+                Backend::Fabric => worker::manual::<FabricDomain>(cfg, n, place)?,
             };
             (shared, info, None, Some(Mutex::new(Some(p))))
         } else {
             let (shared, info, w) = match backend {
-                Backend::Null => group::spawn::<NullDomain>(cfg, n, place, name)?,
-                Backend::Fabric => group::spawn::<FabricDomain>(cfg, n, place, name)?,
+                Backend::Null => worker::spawn::<NullDomain>(cfg, n, place, name)?,
+                Backend::Fabric => worker::spawn::<FabricDomain>(cfg, n, place, name)?,
             };
             (shared, info, Some(w), None)
         };

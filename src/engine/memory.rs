@@ -4,7 +4,7 @@ use super::TransferEngine;
 use crate::bail;
 use crate::domain::Memory;
 use crate::error::Result;
-use crate::group::request::{Ctrl, MrInner};
+use crate::worker::request::{Ctrl, MrInner};
 use crate::wire::{MrDesc, RemoteKey};
 use std::sync::Arc;
 

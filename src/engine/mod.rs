@@ -13,8 +13,8 @@ use crate::bail;
 use crate::completion::notify::{self, Deadline, RequestId, RequestOpts};
 use crate::config::EngineConfig;
 use crate::error::{Error, Result, Status};
-use crate::group::MAX_SEND;
-use crate::group::request::{Ctrl, Dst, Request, ScatterItem, Shape};
+use crate::worker::MAX_SEND;
+use crate::worker::request::{Ctrl, Dst, Request, ScatterItem, Shape};
 use crate::wire::{MrDesc, NetAddr};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -123,11 +123,11 @@ impl TransferEngine {
         notifiers.append(&mut siblings);
         let mut groups: Vec<Group> = Vec::with_capacity(group_cfgs.len());
         // One identity for every group's epoch; peer state told per peer engine.
-        let base = crate::group::new_epoch_base();
+        let base = crate::worker::new_epoch_base();
         let peer_states =
             cfg.on_peer_state.clone().map(|cb| Arc::new(crate::completion::peer_state::PeerStates::new(cb)));
         for (g, (gcfg, n)) in group_cfgs.iter().zip(notifiers).enumerate() {
-            let place = crate::group::Place {
+            let place = crate::worker::Place {
                 index: g,
                 epoch: base | g as u64,
                 home: groups.first().map(|h| h.shared.clone()),

@@ -6,7 +6,7 @@ use crate::completion::notify::Route;
 use crate::config::EngineConfig;
 use crate::domain::fabric::FabricDomain;
 use crate::error::{Result, Status};
-use crate::group::request::Ctrl;
+use crate::worker::request::Ctrl;
 
 /// `cfg` with `nics_near_gpu` turned into NIC names (and the first
 /// provider that offers them all); `None` when it is not set or `nics` is.
@@ -79,8 +79,8 @@ impl TransferEngine {
     /// requests only (not the engine's handshakes and keepalives). Counted
     /// by the worker and read through it (a control call).
     /// With several groups, their NICs one after the other, in group order.
-    pub fn counters(&self) -> Result<crate::group::counters::Counters> {
-        let mut all = crate::group::counters::Counters { nics: Vec::new() };
+    pub fn counters(&self) -> Result<crate::worker::counters::Counters> {
+        let mut all = crate::worker::counters::Counters { nics: Vec::new() };
         for g in 0..self.groups.len() {
             all.nics.extend(self.rpc_to(g, |reply| Ctrl::Counters { reply })?.nics);
         }

@@ -4,7 +4,7 @@ use super::{PeerGroup, TransferEngine};
 use crate::bail;
 use crate::completion::notify::{RequestId, RequestOpts};
 use crate::error::Result;
-use crate::group::request::{Ctrl, Shape};
+use crate::worker::request::{Ctrl, Shape};
 use crate::wire::NetAddr;
 
 impl TransferEngine {

@@ -145,7 +145,7 @@ impl Slots {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::group::request::{Request, Shape};
+    use crate::worker::request::{Request, Shape};
 
     fn connect() -> Request {
         let to = crate::wire::NetAddr { epoch: 1, domains: vec![vec![1u8, 2, 3].into()] };
