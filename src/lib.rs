@@ -29,5 +29,5 @@ pub use config::{EngineConfig, GroupConfig, IdlePolicy, MAX_GROUPS, PeerState};
 pub use domain::Nic;
 pub use engine::{MrHandle, Pages, PeerGroup, ScatterDst, TransferEngine};
 pub use error::{Error, Result, Status};
-pub use worker::counters::{Count, Counters, NicCount};
 pub use wire::{EngineAddress, MrDesc, NetAddr};
+pub use worker::counters::{Count, Counters, NicCount};

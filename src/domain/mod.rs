@@ -205,7 +205,7 @@ pub trait Domain: Sized + Send + 'static {
     }
     /// Whether a restarted process can take an old address again (IP
     /// providers): peers are then re-checked before requests are posted to
-    /// them after a silence (see group/peers.rs).
+    /// them after a silence (see worker/peers.rs).
     fn addresses_come_back(&self) -> bool {
         false
     }
@@ -224,7 +224,7 @@ pub trait Domain: Sized + Send + 'static {
     /// it before the message on this domain, and the target takes them from
     /// its completion queue in that order: then an answered engine message
     /// proves the writes before it delivered (delivery fences,
-    /// group/fence.rs). Without it, `RequestOpts::delivered` is refused.
+    /// worker/fence.rs). Without it, `RequestOpts::delivered` is refused.
     fn orders_sends_after_writes(&self) -> bool {
         false
     }

@@ -4,8 +4,8 @@ use super::TransferEngine;
 use crate::bail;
 use crate::domain::Memory;
 use crate::error::Result;
-use crate::worker::request::{Ctrl, MrInner};
 use crate::wire::{MrDesc, RemoteKey};
+use crate::worker::request::{Ctrl, MrInner};
 use std::sync::Arc;
 
 /// A registered local region (source of writes, target of peers' writes).

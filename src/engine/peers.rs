@@ -4,8 +4,8 @@ use super::{PeerGroup, TransferEngine};
 use crate::bail;
 use crate::completion::notify::{RequestId, RequestOpts};
 use crate::error::Result;
-use crate::worker::request::{Ctrl, Shape};
 use crate::wire::NetAddr;
+use crate::worker::request::{Ctrl, Shape};
 
 impl TransferEngine {
     /// Cancels request (or immediate expectation) `id`. Nothing more of it is

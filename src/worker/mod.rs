@@ -8,16 +8,13 @@ mod control;
 pub mod counters;
 mod ending;
 mod fence;
-mod held;
 mod peers;
 mod recv;
 pub mod request;
-mod slots;
 mod split;
 mod stage;
 mod start;
-mod timers;
-mod token;
+mod tables;
 mod waiter;
 
 use crate::completion::imm::ImmCounter;
@@ -39,6 +36,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
+use tables::{held, slots, timers, token};
 use timers::Timers;
 use token::Token;
 

@@ -14,11 +14,11 @@ const ENGINE_BIT: u64 = 1 << 62;
 const ENGINE_SEND_BIT: u64 = 1 << 61;
 const SPLIT_BIT: u64 = 1 << 60;
 /// Request slot generations wrap at 28 bits, so they never reach the kind bits.
-pub(super) const EPOCH_MASK: u32 = (1 << 28) - 1;
+pub(in crate::worker) const EPOCH_MASK: u32 = (1 << 28) - 1;
 
 /// What a work request belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Token {
+pub(in crate::worker) enum Token {
     /// A unit of the request in slot `slot`, at generation `epoch` (a late
     /// completion of an earlier request in that slot has another epoch).
     Request { slot: u32, epoch: u32 },
@@ -33,7 +33,7 @@ pub(super) enum Token {
 }
 
 impl Token {
-    pub(super) fn encode(self) -> u64 {
+    pub(in crate::worker) fn encode(self) -> u64 {
         match self {
             Token::Request { slot, epoch } => {
                 debug_assert!(epoch <= EPOCH_MASK);
@@ -49,7 +49,7 @@ impl Token {
         }
     }
 
-    pub(super) fn decode(t: u64) -> Token {
+    pub(in crate::worker) fn decode(t: u64) -> Token {
         if t & RECV_BIT != 0 {
             Token::Recv { pool: ((t & !RECV_BIT) >> 32) as u32, index: t as u32 }
         } else if t & ENGINE_BIT != 0 && t & ENGINE_SEND_BIT != 0 {

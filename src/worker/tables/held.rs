@@ -107,28 +107,28 @@ struct Region {
 
 /// The registered regions, by the index their handles carry.
 #[derive(Default)]
-pub(super) struct Regions(Slab<Region>);
+pub(in crate::worker) struct Regions(Slab<Region>);
 
 impl Regions {
-    pub(super) fn add(&mut self, locals: Vec<LocalMr>) -> u32 {
+    pub(in crate::worker) fn add(&mut self, locals: Vec<LocalMr>) -> u32 {
         self.0.insert(Region { locals, uses: 0, dropped: false })
     }
 
     /// One more request reads region `i`.
-    pub(super) fn take(&mut self, i: u32) -> Result<()> {
+    pub(in crate::worker) fn take(&mut self, i: u32) -> Result<()> {
         self.0.get_mut(i).ok_or_else(|| lost("region", i))?.uses += 1;
         Ok(())
     }
 
     /// One request fewer reads region `i`; its registrations if they are to be released now.
-    pub(super) fn put(&mut self, i: u32) -> Option<Vec<LocalMr>> {
+    pub(in crate::worker) fn put(&mut self, i: u32) -> Option<Vec<LocalMr>> {
         let r = self.0.get_mut(i)?;
         r.uses -= 1;
         self.release_if_done(i)
     }
 
     /// Region `i`'s handle is gone; its registrations if they are to be released now.
-    pub(super) fn dropped(&mut self, i: u32) -> Option<Vec<LocalMr>> {
+    pub(in crate::worker) fn dropped(&mut self, i: u32) -> Option<Vec<LocalMr>> {
         self.0.get_mut(i)?.dropped = true;
         self.release_if_done(i)
     }
@@ -139,12 +139,12 @@ impl Regions {
     }
 
     /// Region `i`'s registrations (`i` is used by a request in the worker).
-    pub(super) fn locals(&self, i: u32) -> &[LocalMr] {
+    pub(in crate::worker) fn locals(&self, i: u32) -> &[LocalMr] {
         &self.0.get(i).expect("a region in use stays in the table").locals
     }
 
     /// Every registration still held (shutdown).
-    pub(super) fn drain(&mut self) -> Vec<Vec<LocalMr>> {
+    pub(in crate::worker) fn drain(&mut self) -> Vec<Vec<LocalMr>> {
         let all = std::mem::take(&mut self.0);
         all.list.into_iter().flatten().map(|r| r.locals).collect()
     }
@@ -162,7 +162,7 @@ struct Entry {
 const SWEEP_MIN: usize = 64;
 
 /// The destination descriptors this engine has marked.
-pub(super) struct Dsts {
+pub(in crate::worker) struct Dsts {
     tag: u32,
     table: Slab<Entry>,
     /// Sweep once this many entries are live.
@@ -170,13 +170,13 @@ pub(super) struct Dsts {
 }
 
 impl Dsts {
-    pub(super) fn new(tag: u32) -> Dsts {
+    pub(in crate::worker) fn new(tag: u32) -> Dsts {
         Dsts { tag, table: Slab::default(), sweep_at: SWEEP_MIN }
     }
 
     /// Takes `dst` for a request if the table has it: one more use, and its
     /// owner's peer entry. `None` for a descriptor new to the table (`add` it).
-    pub(super) fn take(&mut self, dst: &mut Dst) -> Option<Result<u32>> {
+    pub(in crate::worker) fn take(&mut self, dst: &mut Dst) -> Option<Result<u32>> {
         let i = match dst {
             Dst::Held(i) => *i,
             // Marked after this request was submitted (by an earlier one).
@@ -189,7 +189,7 @@ impl Dsts {
     /// Adds a descriptor new to the table (`take` said `None`), whose owner
     /// is peer entry `peer`, with one use. It becomes `Held` unless another
     /// engine has marked it: then this engine's requests keep carrying clones.
-    pub(super) fn add(&mut self, dst: &mut Dst, peer: u32) {
+    pub(in crate::worker) fn add(&mut self, dst: &mut Dst, peer: u32) {
         let Dst::Owned(d) = dst else {
             return;
         };
@@ -212,7 +212,7 @@ impl Dsts {
     }
 
     /// One request fewer writes to `dst`.
-    pub(super) fn put(&mut self, dst: &Dst) {
+    pub(in crate::worker) fn put(&mut self, dst: &Dst) {
         if let Dst::Held(i) = dst {
             if let Some(e) = self.table.get_mut(*i) {
                 e.uses -= 1;
@@ -221,7 +221,7 @@ impl Dsts {
     }
 
     /// The descriptor `dst` names (taken by a request in the worker).
-    pub(super) fn get<'a>(&'a self, dst: &'a Dst) -> &'a MrDesc {
+    pub(in crate::worker) fn get<'a>(&'a self, dst: &'a Dst) -> &'a MrDesc {
         match dst {
             Dst::Owned(d) => d,
             Dst::Held(i) => &self.table.get(*i).expect("a descriptor in use stays in the table").desc,
@@ -231,7 +231,7 @@ impl Dsts {
     /// Entries that only the table still holds and no request uses, once
     /// there are enough entries to look; call `evict` with them after every
     /// queued request has been accepted.
-    pub(super) fn unheld(&mut self) -> Vec<u32> {
+    pub(in crate::worker) fn unheld(&mut self) -> Vec<u32> {
         if self.table.live() < self.sweep_at {
             return Vec::new();
         }
@@ -250,7 +250,7 @@ impl Dsts {
 
     /// Drops the entries of `gone` that still no request uses (nobody else
     /// holds them, so none can be named again).
-    pub(super) fn evict(&mut self, gone: &[u32]) {
+    pub(in crate::worker) fn evict(&mut self, gone: &[u32]) {
         for &i in gone {
             if self.table.get(i).is_some_and(|e| e.uses == 0) {
                 self.table.remove(i);

@@ -3,42 +3,42 @@
 //! an earlier request in a slot never touches the current one. A request
 //! leaves the table through `finish` only, and only once it has nothing left
 //! on the wire and either posted every unit or ended early.
-use super::fence::Fence;
-use super::request::Request;
 use super::token::EPOCH_MASK;
 use crate::error::Error;
 use crate::wire::MAX_DOMAINS;
+use crate::worker::fence::Fence;
+use crate::worker::request::Request;
 use std::sync::Arc;
 
 /// A request in the table.
-pub(super) struct Active {
-    pub(super) req: Request,
-    pub(super) epoch: u32,
-    pub(super) units: usize,
-    pub(super) posted: usize,
-    pub(super) outstanding: usize,
+pub(in crate::worker) struct Active {
+    pub(in crate::worker) req: Request,
+    pub(in crate::worker) epoch: u32,
+    pub(in crate::worker) units: usize,
+    pub(in crate::worker) posted: usize,
+    pub(in crate::worker) outstanding: usize,
     /// Next unit each domain posts.
-    pub(super) next: [usize; MAX_DOMAINS],
+    pub(in crate::worker) next: [usize; MAX_DOMAINS],
     /// How far `next` moves per posted unit: N when sharded over the
     /// domains, 1 when every unit goes through one (`admit`).
-    pub(super) step: usize,
+    pub(in crate::worker) step: usize,
     /// The destination peer (index into the peer table) of a
     /// single-destination request or a send.
-    pub(super) peer: u32,
+    pub(in crate::worker) peer: u32,
     /// The peer of each unit of a scatter or barrier.
-    pub(super) unit_peers: Option<Arc<[u32]>>,
+    pub(in crate::worker) unit_peers: Option<Arc<[u32]>>,
     /// Waiting for a peer's handshake; nothing queued yet.
-    pub(super) parked: bool,
+    pub(in crate::worker) parked: bool,
     /// Why it ended early; nothing more is posted once set.
-    pub(super) error: Option<Error>,
+    pub(in crate::worker) error: Option<Error>,
     /// The staging slot of a send (stage.rs).
-    pub(super) stage: Option<u32>,
+    pub(in crate::worker) stage: Option<u32>,
     /// Its delivery fence (fence.rs): `No` unless the request asked for one.
-    pub(super) fence: Fence,
+    pub(in crate::worker) fence: Fence,
 }
 
 impl Active {
-    pub(super) fn involves(&self, peer: u32) -> bool {
+    pub(in crate::worker) fn involves(&self, peer: u32) -> bool {
         match &self.unit_peers {
             Some(u) => u.contains(&peer),
             None => self.peer == peer,
@@ -52,13 +52,13 @@ impl Active {
     }
 
     /// Every work request came back and nothing failed: its fence is due.
-    pub(super) fn fence_due(&self) -> bool {
+    pub(in crate::worker) fn fence_due(&self) -> bool {
         self.fence == Fence::Wanted && self.outstanding == 0 && self.error.is_none() && self.posted >= self.units
     }
 }
 
 #[derive(Default)]
-pub(super) struct Slots {
+pub(in crate::worker) struct Slots {
     list: Vec<Option<Active>>,
     gens: Vec<u32>,
     free: Vec<u32>,
@@ -68,7 +68,7 @@ pub(super) struct Slots {
 impl Slots {
     /// Takes a free slot for `req` (parked, nothing posted); returns the
     /// slot and its epoch.
-    pub(super) fn insert(&mut self, req: Request, peer: u32, unit_peers: Option<Arc<[u32]>>) -> (u32, u32) {
+    pub(in crate::worker) fn insert(&mut self, req: Request, peer: u32, unit_peers: Option<Arc<[u32]>>) -> (u32, u32) {
         let slot = self.free.pop().unwrap_or_else(|| {
             self.list.push(None);
             self.gens.push(0);
@@ -97,38 +97,38 @@ impl Slots {
     }
 
     /// The request in `slot`, whatever its epoch.
-    pub(super) fn get(&mut self, slot: u32) -> Option<&mut Active> {
+    pub(in crate::worker) fn get(&mut self, slot: u32) -> Option<&mut Active> {
         self.list.get_mut(slot as usize)?.as_mut()
     }
 
     /// The request in `slot` if it is still the one of `epoch`.
-    pub(super) fn current(&mut self, slot: u32, epoch: u32) -> Option<&mut Active> {
+    pub(in crate::worker) fn current(&mut self, slot: u32, epoch: u32) -> Option<&mut Active> {
         self.get(slot).filter(|a| a.epoch == epoch)
     }
 
-    pub(super) fn is_current(&self, slot: u32, epoch: u32) -> bool {
+    pub(in crate::worker) fn is_current(&self, slot: u32, epoch: u32) -> bool {
         self.list.get(slot as usize).and_then(|a| a.as_ref()).is_some_and(|a| a.epoch == epoch)
     }
 
     /// The slots whose request satisfies `f`.
-    pub(super) fn find(&self, f: impl Fn(&Active) -> bool) -> Vec<u32> {
+    pub(in crate::worker) fn find(&self, f: impl Fn(&Active) -> bool) -> Vec<u32> {
         (0..self.list.len() as u32).filter(|&s| self.list[s as usize].as_ref().is_some_and(&f)).collect()
     }
 
     /// Every slot that holds a request.
-    pub(super) fn all(&self) -> Vec<u32> {
+    pub(in crate::worker) fn all(&self) -> Vec<u32> {
         self.find(|_| true)
     }
 
     /// Requests in the table.
-    pub(super) fn live(&self) -> usize {
+    pub(in crate::worker) fn live(&self) -> usize {
         self.live
     }
 
     /// If the request in `slot` has finished (see the module doc): hands it
     /// to `report`, then drops it where it lies (no copy of the whole
     /// request), and the slot is free with the next epoch. True if it had.
-    pub(super) fn finish(&mut self, slot: u32, report: impl FnOnce(&mut Active)) -> bool {
+    pub(in crate::worker) fn finish(&mut self, slot: u32, report: impl FnOnce(&mut Active)) -> bool {
         let s = slot as usize;
         let Some(a) = self.list.get_mut(s).and_then(|a| a.as_mut()).filter(|a| a.finished()) else {
             return false;

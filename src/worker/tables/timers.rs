@@ -9,7 +9,7 @@ use std::time::Instant;
 
 /// What a deadline is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) enum Timer {
+pub(in crate::worker) enum Timer {
     /// Request `slot` of `epoch`: times it out, or (if it has already
     /// ended) stops waiting for its work requests.
     Request { slot: u32, epoch: u32 },
@@ -18,7 +18,7 @@ pub(super) enum Timer {
 }
 
 #[derive(Default)]
-pub(super) struct Timers {
+pub(in crate::worker) struct Timers {
     /// Deadlines that are `now + the engine's default timeout`: they fall due
     /// in the order they were set, so a queue does (O(1) per request).
     fifo: VecDeque<(Instant, Timer)>,
@@ -28,7 +28,7 @@ pub(super) struct Timers {
 
 impl Timers {
     /// Adds a deadline; `in_order` when it is later than every earlier `in_order` one.
-    pub(super) fn add(&mut self, when: Instant, t: Timer, in_order: bool) {
+    pub(in crate::worker) fn add(&mut self, when: Instant, t: Timer, in_order: bool) {
         if in_order {
             self.fifo.push_back((when, t));
         } else {
@@ -37,7 +37,7 @@ impl Timers {
     }
 
     /// The next deadline that has passed by `now`, if any.
-    pub(super) fn due(&mut self, now: Instant) -> Option<Timer> {
+    pub(in crate::worker) fn due(&mut self, now: Instant) -> Option<Timer> {
         let f = self.fifo.front().map(|e| e.0).filter(|w| *w <= now);
         let h = self.heap.peek().map(|e| e.0.0).filter(|w| *w <= now);
         match (f, h) {
@@ -49,18 +49,18 @@ impl Timers {
     }
 
     /// The earliest deadline, passed or not.
-    pub(super) fn next(&self) -> Option<Instant> {
+    pub(in crate::worker) fn next(&self) -> Option<Instant> {
         let f = self.fifo.front().map(|e| e.0);
         let h = self.heap.peek().map(|e| e.0.0);
         f.into_iter().chain(h).min()
     }
 
-    pub(super) fn len(&self) -> usize {
+    pub(in crate::worker) fn len(&self) -> usize {
         self.fifo.len() + self.heap.len()
     }
 
     /// Drops the entries `live` says are stale.
-    pub(super) fn compact(&mut self, live: impl Fn(&Timer) -> bool) {
+    pub(in crate::worker) fn compact(&mut self, live: impl Fn(&Timer) -> bool) {
         self.fifo.retain(|e| live(&e.1));
         self.heap.retain(|e| live(&e.0.1));
     }
