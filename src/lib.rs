@@ -1,11 +1,12 @@
 //! fabriclib: an RDMA point-to-point transfer engine for LLM systems.
 //!
 //! Layers, top to bottom (one direction of dependency):
-//! `capi` (C ABI) → `engine` (TransferEngine, validation) → `group` (the
-//! DomainGroup worker: sharding, posting, completion aggregation) → `domain`
-//! (one NIC: the `Domain` trait and its libfabric implementation) → `sys`
-//! (libfabric bindings). `completion` (callbacks, flag words, the ImmCounter)
-//! is used by `engine` and `group` and uses neither.
+//! `capi` (C ABI) → `engine` (TransferEngine, validation) → `worker` (the
+//! worker of one DomainGroup: sharding, posting, completion aggregation) →
+//! `domain` (one NIC: the `Domain` trait, a folder per backend) → `sys`
+//! (libfabric bindings). `completion` (callbacks, flag words, the ImmCounter,
+//! peer state) is used by `engine` and `worker` and uses neither; `os` is the
+//! one room for the operating system.
 pub mod capi;
 pub mod completion;
 pub mod config;
