@@ -197,8 +197,9 @@ pub(crate) fn nic_count(n: usize, what: &str) -> crate::error::Result<usize> {
     Ok(n)
 }
 
-/// Most DomainGroups one engine may have.
-pub const MAX_GROUPS: usize = 16;
+/// Most DomainGroups one engine may have (a group's index fits the low bits
+/// of its epoch: wire.rs).
+pub use crate::wire::MAX_GROUPS;
 
 impl EngineConfig {
     /// The configuration of each group's worker: this one with the group's

@@ -29,8 +29,11 @@ pub const FORMAT_VERSION: u8 = 3;
 const KIND_ADDRESS: u8 = 0x41; // 'A'
 const KIND_DESCRIPTOR: u8 = 0x44; // 'D'
 const KIND_GROUPS: u8 = 0x47; // 'G'
-/// The low bits of an epoch: the group's index in its engine (`MAX_GROUPS` is 16).
-pub const GROUP_BITS: u64 = 0xf;
+/// Most DomainGroups one engine may have.
+pub const MAX_GROUPS: usize = 16;
+/// The low bits of an epoch: the group's index in its engine.
+pub const GROUP_BITS: u64 = (MAX_GROUPS - 1) as u64;
+const _: () = assert!(MAX_GROUPS.is_power_of_two());
 /// Most domains (NICs) one engine may have.
 pub const MAX_DOMAINS: usize = 8;
 /// Longest provider address we accept (EFA's is 32 bytes, sockaddr_in6 28).
@@ -41,7 +44,7 @@ pub const MAX_ADDRESS_LEN: usize = 4 + ADDR_BODY_MAX + 4;
 const ADDR_BODY_MAX: usize = 8 + 1 + MAX_DOMAINS * (2 + MAX_DOMAIN_ADDR);
 /// Longest groups-address blob (`EngineAddress`): header, group count,
 /// each group's address body, checksum.
-pub const MAX_ENGINE_ADDRESS_LEN: usize = 4 + 1 + crate::config::MAX_GROUPS * ADDR_BODY_MAX + 4;
+pub const MAX_ENGINE_ADDRESS_LEN: usize = 4 + 1 + MAX_GROUPS * ADDR_BODY_MAX + 4;
 /// Longest descriptor blob: header, base, length, the owner's address body,
 /// a (remote base, key) per domain, checksum.
 pub const MAX_DESCRIPTOR_LEN: usize = 4 + 16 + ADDR_BODY_MAX + MAX_DOMAINS * 16 + 4;
@@ -306,8 +309,8 @@ impl EngineAddress {
         r.header(KIND_GROUPS, "groups address")?;
         r.checksum(buf, "groups address")?;
         let n = r.u8("group count")? as usize;
-        if n == 0 || n > crate::config::MAX_GROUPS {
-            return Err(malformed(&format!("groups address: {n} groups (expected 1..={})", crate::config::MAX_GROUPS)));
+        if n == 0 || n > MAX_GROUPS {
+            return Err(malformed(&format!("groups address: {n} groups (expected 1..={})", MAX_GROUPS)));
         }
         let groups = (0..n).map(|_| NetAddr::read_body(&mut r)).collect::<Result<Vec<_>>>()?;
         r.finish("groups address")?;
@@ -388,7 +391,7 @@ mod tests {
         let biggest = EngineAddress {
             groups: vec![
                 NetAddr { epoch: 1, domains: vec![vec![1u8; MAX_DOMAIN_ADDR].into(); MAX_DOMAINS] };
-                crate::config::MAX_GROUPS
+                MAX_GROUPS
             ],
         };
         assert_eq!(biggest.to_bytes().len(), MAX_ENGINE_ADDRESS_LEN);

@@ -117,15 +117,25 @@ const TIMER_TICK: Duration = Duration::from_millis(1);
 /// looked at when it wakes; deadlines wake it in time).
 const BLOCK_MAX: Duration = Duration::from_millis(10);
 
+/// The worker of one DomainGroup: it owns the group's domains and every
+/// piece of request state; only its thread touches them (`FI_THREAD_DOMAIN`).
 struct Worker<D: Domain> {
+    /// The group's NICs, in domain order.
     domains: Vec<D>,
+    /// What the API shares with it: the submission and control queues, the
+    /// stop flag, the wake-up (start.rs).
     shared: Arc<Shared>,
+    /// How requests and events are reported (callback thread or flags).
     notifier: Notifier,
+    /// This group's configuration (engine settings, its NICs and CPUs).
     cfg: EngineConfig,
     /// This engine's address (with its epoch), as peers know it.
     address: NetAddr,
+    /// The requests it holds (tables/slots.rs).
     slots: Slots,
+    /// Per domain: the requests with units still to post there, (slot, epoch).
     pending: Vec<VecDeque<(u32, u32)>>,
+    /// Rotates the first domain of each sharded request (request.rs).
     rr: usize,
     /// The registered regions requests read from.
     regions: Regions,
@@ -133,19 +143,32 @@ struct Worker<D: Domain> {
     dsts: Dsts,
     /// Work requests and bytes per NIC and peer (counters.rs).
     tally: counters::Tally,
+    /// Immediates counted per value, and the expectations on them (home group).
     imm: ImmCounter,
+    /// The application's receive pools (recv.rs).
     pools: Vec<RecvPool>,
+    /// Receive buffers to post again, (pool, index): their callbacks returned.
     repost: VecDeque<(u32, u32)>,
+    /// Peer groups (`add_peer_group`): the peer entries of each, by id - 1.
     groups: Vec<Arc<[u32]>>,
+    /// The peer table and the engine's own protocol (peers.rs).
     peers: Peers,
+    /// Request and expectation deadlines (tables/timers.rs).
     timers: Timers,
+    /// The time at the start of this pass.
     now: Instant,
+    /// When keepalives and deadlines are looked at next (every TIMER_TICK).
     next_tick: Instant,
+    /// 64 registered bytes: the source of zero-byte writes (barriers,
+    /// immediates without data), registered in every domain (`scratch_mr`).
     scratch: Arc<OwnedMem>,
     scratch_mr: Vec<LocalMr>,
+    /// Copies of messages being sent (stage.rs).
     stage: Staging,
+    /// Reused buffers: one poll's completions, a dead peer's abandoned tokens.
     comps: Vec<Completion>,
     abandoned: Vec<u64>,
+    /// Writes split into bytes, then a zero-byte immediate (split.rs).
     splits: Splits,
     /// Blocks the idle worker on the domains' wait fds (None: it naps).
     waiter: Option<waiter::Waiter>,
