@@ -197,6 +197,48 @@ pub(crate) fn nic_count(n: usize, what: &str) -> crate::error::Result<usize> {
     Ok(n)
 }
 
+/// A bind address, parsed once: `host`, `host:port`, `[v6]` or `[v6]:port`
+/// (a bare IPv6 address has no port). With a port, the engine's NICs bind
+/// consecutive ports from it (`nth`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Bind {
+    pub host: String,
+    pub port: Option<u16>,
+}
+
+impl Bind {
+    pub fn parse(bind: &str) -> Bind {
+        let whole = || Bind { host: bind.to_string(), port: None };
+        if let Some(rest) = bind.strip_prefix('[') {
+            if let Some((host, tail)) = rest.split_once(']') {
+                return Bind { host: host.to_string(), port: tail.strip_prefix(':').and_then(|p| p.parse().ok()) };
+            }
+        }
+        match bind.split_once(':') {
+            Some((host, port)) if !port.contains(':') => match port.parse() {
+                Ok(p) => Bind { host: host.to_string(), port: Some(p) },
+                Err(_) => whole(),
+            },
+            _ => whole(),
+        }
+    }
+
+    /// The address of the `k`-th NIC from this one: port + k (no port: the same).
+    pub fn nth(&self, k: usize) -> Bind {
+        Bind { host: self.host.clone(), port: self.port.map(|p| (p as usize + k) as u16) }
+    }
+}
+
+impl std::fmt::Display for Bind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.port {
+            Some(p) if self.host.contains(':') => write!(f, "[{}]:{p}", self.host),
+            Some(p) => write!(f, "{}:{p}", self.host),
+            None => f.write_str(&self.host),
+        }
+    }
+}
+
 /// Most DomainGroups one engine may have (a group's index fits the low bits
 /// of its epoch: wire.rs).
 pub use crate::wire::MAX_GROUPS;
@@ -227,13 +269,7 @@ impl EngineConfig {
             if let Some(other) = self.groups[..g].iter().position(|o| o.numa.is_some() && o.numa == gc.numa) {
                 crate::bail!(InvalidArgument, "groups {other} and {g} both claim NUMA node {}", gc.numa.unwrap());
             }
-            let bind_addr = self.bind_addr.as_ref().map(|b| match b.rsplit_once(':') {
-                Some((host, port)) if !host.ends_with(':') => match port.parse::<u32>() {
-                    Ok(p) if first_domain > 0 => format!("{host}:{}", p + first_domain),
-                    _ => b.clone(),
-                },
-                _ => b.clone(),
-            });
+            let bind_addr = self.bind_addr.as_deref().map(|b| Bind::parse(b).nth(first_domain as usize).to_string());
             first_domain += domains as u32;
             out.push(EngineConfig {
                 domains,
@@ -246,6 +282,39 @@ impl EngineConfig {
             });
         }
         Ok(out)
+    }
+
+    /// What each of this group's domains opens on (`self` is one group's
+    /// configuration, the environment applied): its NIC — named, else the
+    /// bind address's, else spread over the provider's — its bind address
+    /// (port + domain index), the providers to try, its window and whether it
+    /// opens wait objects. Resolved once here; a domain opens from its spec.
+    pub fn domain_specs(&self) -> crate::error::Result<Vec<crate::domain::DomainSpec>> {
+        use crate::domain::{Choice, DomainSpec};
+        nic_count(self.domains, "domains")?;
+        if !self.nics.is_empty() && self.nics.len() != self.domains {
+            crate::bail!(
+                InvalidArgument,
+                "{} NICs named for {} domains: name one NIC per domain",
+                self.nics.len(),
+                self.domains
+            );
+        }
+        let bind = self.bind_addr.as_deref().map(Bind::parse);
+        Ok((0..self.domains)
+            .map(|i| DomainSpec {
+                index: i,
+                providers: self.providers(),
+                bind: bind.as_ref().map(|b| b.nth(i)),
+                nic: match (self.nics.get(i), &bind) {
+                    (Some(n), _) => Choice::Named(n.clone()),
+                    (None, Some(_)) => Choice::First,
+                    (None, None) => Choice::Spread(i),
+                },
+                peer_window: self.peer_window,
+                wait: self.idle_policy != IdlePolicy::Spin,
+            })
+            .collect())
     }
 
     /// Sets the peer-state callback.
@@ -316,5 +385,40 @@ impl IdlePolicy {
             2 => Ok(IdlePolicy::Block),
             _ => crate::bail!(InvalidArgument, "unknown idle policy {code} (0 spin, 1 auto, 2 block)"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bind_addresses_with_and_without_a_port() {
+        let b = |s: &str| Bind::parse(s);
+        assert_eq!(b("127.0.0.1"), Bind { host: "127.0.0.1".into(), port: None });
+        assert_eq!(b("127.0.0.1:7000"), Bind { host: "127.0.0.1".into(), port: Some(7000) });
+        assert_eq!(b("::1"), Bind { host: "::1".into(), port: None });
+        assert_eq!(b("[::1]:7000"), Bind { host: "::1".into(), port: Some(7000) });
+        assert_eq!(b("[::1]"), Bind { host: "::1".into(), port: None });
+        assert_eq!(b("10.0.0.2:7000").nth(1).to_string(), "10.0.0.2:7001");
+        assert_eq!(b("[::1]:7000").nth(2).to_string(), "[::1]:7002");
+        assert_eq!(b("10.0.0.2").nth(3).to_string(), "10.0.0.2");
+    }
+
+    #[test]
+    fn each_domain_gets_its_nic_and_port() {
+        let cfg = EngineConfig { domains: 2, bind_addr: Some("127.0.0.1:9000".into()), ..Default::default() };
+        let s = cfg.domain_specs().unwrap();
+        assert_eq!(
+            s.iter().map(|d| d.bind.as_ref().unwrap().to_string()).collect::<Vec<_>>(),
+            ["127.0.0.1:9000", "127.0.0.1:9001"]
+        );
+        assert!(s.iter().all(|d| d.nic == crate::domain::Choice::First));
+        let named = EngineConfig { domains: 2, nics: vec!["a".into(), "b".into()], ..Default::default() };
+        assert_eq!(named.domain_specs().unwrap()[1].nic, crate::domain::Choice::Named("b".into()));
+        let spread = EngineConfig { domains: 2, ..Default::default() };
+        assert_eq!(spread.domain_specs().unwrap()[1].nic, crate::domain::Choice::Spread(1));
+        let wrong = EngineConfig { domains: 2, nics: vec!["a".into()], ..Default::default() };
+        assert_eq!(wrong.domain_specs().unwrap_err().status, crate::Status::InvalidArgument);
     }
 }

@@ -24,6 +24,38 @@ pub struct Nic {
     pub numa: Option<u32>,
 }
 
+/// Which NIC a domain opens on; each backend matches it against its own
+/// list of NICs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Choice {
+    /// The backend's first (with a bind address: that address's NIC).
+    #[default]
+    First,
+    /// The NIC of this name; an error if the backend has none.
+    Named(String),
+    /// Domain `i` of an engine that named no NIC: the backend's NICs in
+    /// their order, loopback last, domain `i` on NIC `i mod n`.
+    Spread(usize),
+}
+
+/// What one domain opens on, resolved once from the engine's configuration
+/// (`EngineConfig::domain_specs`).
+#[derive(Clone, Debug, Default)]
+pub struct DomainSpec {
+    /// Its index in its group.
+    pub index: usize,
+    /// The providers to try, in order (the environment applied).
+    pub providers: Vec<String>,
+    /// The address IP providers bind it to (its own port, if one was fixed).
+    pub bind: Option<crate::config::Bind>,
+    /// Its NIC.
+    pub nic: Choice,
+    /// Work requests one peer may have in flight on it.
+    pub peer_window: usize,
+    /// Whether it opens a wait object (the idle policy may sleep on it).
+    pub wait: bool,
+}
+
 /// Which `Domain` implementation an engine's groups open.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
@@ -127,8 +159,8 @@ pub enum Completion {
 
 /// One NIC as the worker sees it.
 pub trait Domain: Sized + Send + 'static {
-    /// Opens domain number `index` of an engine.
-    fn open(cfg: &EngineConfig, index: usize) -> Result<Self>;
+    /// Opens the domain `spec` describes.
+    fn open(spec: &DomainSpec) -> Result<Self>;
     /// The provider actually in use (e.g. `tcp;ofi_rxm`).
     fn provider(&self) -> &str;
     /// The NIC it is open on (nic.rs).

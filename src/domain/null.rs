@@ -6,8 +6,8 @@
 //! naming it (`provider = "null"`); it is never tried by default.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+use super::DomainSpec;
 use super::{Chan, Completion, Domain, LocalMr, PeerId, Post, WriteWr};
-use crate::config::EngineConfig;
 use crate::error::Result;
 use crate::wire::RemoteKey;
 use std::collections::{HashMap, VecDeque};
@@ -39,8 +39,8 @@ impl Domain for NullDomain {
         true // nothing travels
     }
 
-    fn open(_cfg: &EngineConfig, index: usize) -> Result<Self> {
-        let addr = format!("null:{}:{index}", std::process::id()).into_bytes();
+    fn open(spec: &DomainSpec) -> Result<Self> {
+        let addr = format!("null:{}:{}", std::process::id(), spec.index).into_bytes();
         Ok(NullDomain { addr, done: VecDeque::with_capacity(DEPTH), peers: HashMap::new(), next_key: 1 })
     }
     fn provider(&self) -> &str {

@@ -197,8 +197,8 @@ fn release<D: Domain>(domains: &mut [D], locals: &[LocalMr]) {
 impl<D: Domain> Worker<D> {
     fn new(cfg: EngineConfig, shared: Arc<Shared>, notifier: Notifier, place: Place) -> Result<Self> {
         let mut domains = Vec::with_capacity(cfg.domains);
-        for i in 0..cfg.domains {
-            domains.push(D::open(&cfg, i)?);
+        for spec in cfg.domain_specs()? {
+            domains.push(D::open(&spec)?);
         }
         let scratch = OwnedMem::new(64);
         let mut scratch_mr = Vec::new();

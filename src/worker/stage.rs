@@ -64,7 +64,7 @@ mod tests {
 
     #[test]
     fn slots_hold_their_message_until_released() {
-        let mut d = NullDomain::open(&Default::default(), 0).unwrap();
+        let mut d = NullDomain::open(&Default::default()).unwrap();
         let mut st = Staging::new(&mut d).unwrap();
         let a = st.stage(b"first").unwrap();
         let b = st.stage(&[7u8; MAX_SEND]).unwrap();

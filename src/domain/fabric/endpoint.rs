@@ -1,9 +1,10 @@
 //! `FabricEndpoint`: the libfabric objects of one endpoint, the `fi_info`
 //! fabriclib asks for, NIC choice, and memory registration.
 use super::super::{LocalMr, Memory};
-use super::{IP_FORMATS, check, fi_err, split_bind};
+use super::{IP_FORMATS, check, fi_err};
+use crate::config::Bind;
+use crate::domain::Choice;
 use crate::domain::Nic;
-use crate::domain::fabric::nic::Choice;
 use crate::error::{Error, Result, Status};
 use crate::sys::*;
 use crate::wire::RemoteKey;
@@ -46,12 +47,8 @@ impl FabricEndpoint {
     /// The `fi_info` every fabriclib endpoint is opened from (`FI_EP_RDM`,
     /// `FI_MSG|FI_RMA`, the mr_mode bits we handle, `FI_THREAD_DOMAIN`),
     /// bound to `bind` (`host` or `host:port`) for IP-addressed providers.
-    fn getinfo(provider: &str, bind: Option<&str>) -> Result<*mut fi_info> {
-        let (node, port) = match bind.map(split_bind) {
-            Some((n, p)) => (Some(n), p),
-            None => (None, None),
-        };
-        let node = node.as_deref();
+    fn getinfo(provider: &str, bind: Option<&Bind>) -> Result<*mut fi_info> {
+        let (node, port) = (bind.map(|b| b.host.as_str()), bind.and_then(|b| b.port));
         // SAFETY: hints is a fresh fi_info from fi_allocinfo with all attr
         // structs allocated; strings we put in it are malloc'ed (fi_freeinfo frees them).
         unsafe {
@@ -118,24 +115,25 @@ impl FabricEndpoint {
         unsafe { (*(*self.info).tx_attr).size + (*(*self.info).rx_attr).size }
     }
 
-    /// Opens an endpoint of `provider` (bound to `node` for IP providers) with
+    /// Opens an endpoint of `provider` (bound to `node`, `host` or
+    /// `host:port`, for IP providers) with
     /// a completion queue of at least `cq_min` entries; with `wait`, the
     /// queue gets an `FI_WAIT_FD` wait object if the provider has one (tcp;ofi_rxm
     /// does, shm 1.17 does not: `wait_fd` stays `None`).
     pub fn open(provider: &str, node: Option<&str>, cq_min: usize, wait: bool) -> Result<FabricEndpoint> {
-        Self::open_on(provider, node, &Choice::First, cq_min, wait)
+        Self::open_on(provider, node.map(Bind::parse).as_ref(), &Choice::First, cq_min, wait)
     }
 
-    /// `open`, on the NIC `nic` chooses (a named NIC ignores `node`).
+    /// `open`, on the NIC `nic` chooses (a named NIC ignores `bind`).
     pub fn open_on(
         provider: &str,
-        node: Option<&str>,
+        bind: Option<&Bind>,
         nic: &Choice,
         cq_min: usize,
         wait: bool,
     ) -> Result<FabricEndpoint> {
-        let node = if matches!(nic, Choice::First) { node } else { None };
-        let list = Self::getinfo(provider, node)?;
+        let bind = if matches!(nic, Choice::First) { bind } else { None };
+        let list = Self::getinfo(provider, bind)?;
         // SAFETY: list is a valid fi_info list from fi_getinfo; the chosen entry
         // is duplicated before the list is freed.
         let info = unsafe {

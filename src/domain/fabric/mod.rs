@@ -13,13 +13,11 @@
 // (the Domain contract), so these methods stay safe to call from it.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
-use super::Nic;
-use super::{Chan, Completion, Domain, LocalMr, Memory, PeerId, Post, WriteWr};
-use crate::config::EngineConfig;
+use super::{Chan, Choice, Completion, Domain, DomainSpec, LocalMr, Memory, Nic, PeerId, Post, WriteWr};
+use crate::config::Bind;
 use crate::error::{Error, Result, Status};
 use crate::sys::*;
 use ctx::{CtxPool, NO_PEER};
-use nic::Choice;
 use std::collections::HashMap;
 use std::ffi::{CStr, c_void};
 use std::ptr::null_mut;
@@ -62,40 +60,14 @@ pub struct FabricDomain {
 // SAFETY: as for FabricEndpoint; the completion buffer holds plain data.
 unsafe impl Send for FabricDomain {}
 
-/// Splits a bind address into host and port: `host`, `host:port`,
-/// `[v6]` or `[v6]:port` (a bare IPv6 address has no port).
-pub fn split_bind(bind: &str) -> (String, Option<u16>) {
-    if let Some(rest) = bind.strip_prefix('[') {
-        if let Some((host, tail)) = rest.split_once(']') {
-            return (host.to_string(), tail.strip_prefix(':').and_then(|p| p.parse().ok()));
-        }
-    }
-    match bind.split_once(':') {
-        Some((host, port)) if !port.contains(':') => match port.parse() {
-            Ok(p) => (host.to_string(), Some(p)),
-            Err(_) => (bind.to_string(), None),
-        },
-        _ => (bind.to_string(), None),
-    }
-}
-
-/// Domain `index`'s bind address: with a port, domain i binds port + i.
-fn domain_bind(bind: &str, index: usize) -> String {
-    match split_bind(bind) {
-        (host, Some(p)) if host.contains(':') => format!("[{host}]:{}", p as usize + index),
-        (host, Some(p)) => format!("{host}:{}", p as usize + index),
-        _ => bind.to_string(),
-    }
-}
-
 impl FabricDomain {
     /// `FabricEndpoint::list_nics`.
     pub fn list_nics(provider: &str) -> Result<Vec<Nic>> {
         FabricEndpoint::list_nics(provider)
     }
 
-    fn open_with(provider: &str, node: Option<&str>, nic: &Choice, window: usize, wait: bool) -> Result<FabricDomain> {
-        let fe = FabricEndpoint::open_on(provider, node, nic, 4096, wait)?;
+    fn open_with(provider: &str, bind: Option<&Bind>, nic: &Choice, window: usize, wait: bool) -> Result<FabricDomain> {
+        let fe = FabricEndpoint::open_on(provider, bind, nic, 4096, wait)?;
         let ctx = CtxPool::new(fe.depth().max(256), window);
         // shm (1.17) carries an operation up to its inject size inside the
         // command it queues at the target, and completes it at once; a larger
@@ -132,28 +104,10 @@ impl FabricDomain {
 }
 
 impl Domain for FabricDomain {
-    fn open(cfg: &EngineConfig, index: usize) -> Result<Self> {
-        // The engine applied the environment once (`EngineConfig::with_env`);
-        // each group's bind port was derived from it.
-        let bind = cfg.bind_addr.as_deref().map(|b| domain_bind(b, index));
-        // Named NICs first; else, with a bind address, its NIC; else spread.
-        if !cfg.nics.is_empty() && cfg.nics.len() != cfg.domains {
-            crate::bail!(
-                InvalidArgument,
-                "{} NICs named for {} domains: name one NIC per domain",
-                cfg.nics.len(),
-                cfg.domains
-            );
-        }
-        let nic = match (cfg.nics.get(index), &bind) {
-            (Some(n), _) => Choice::Named(n.clone()),
-            (None, Some(_)) => Choice::First,
-            (None, None) => Choice::Spread(index),
-        };
+    fn open(spec: &DomainSpec) -> Result<Self> {
         let mut errors = Vec::new();
-        for p in cfg.providers() {
-            let wait = cfg.idle_policy != crate::config::IdlePolicy::Spin;
-            match Self::open_with(&p, bind.as_deref(), &nic, cfg.peer_window, wait) {
+        for p in &spec.providers {
+            match Self::open_with(p, spec.bind.as_ref(), &spec.nic, spec.peer_window, spec.wait) {
                 Ok(d) => return Ok(d),
                 // The provider is there; the NIC asked for is not.
                 Err(e) if e.status == Status::InvalidArgument => return Err(e),
@@ -402,21 +356,4 @@ fn failure(errno: i32) -> Error {
 pub fn strerror(errno: i32) -> String {
     // SAFETY: fi_strerror returns a static string.
     unsafe { CStr::from_ptr(fi_strerror(errno.abs())) }.to_string_lossy().into_owned()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bind_addresses_with_and_without_a_port() {
-        assert_eq!(split_bind("127.0.0.1"), ("127.0.0.1".into(), None));
-        assert_eq!(split_bind("127.0.0.1:7000"), ("127.0.0.1".into(), Some(7000)));
-        assert_eq!(split_bind("::1"), ("::1".into(), None));
-        assert_eq!(split_bind("[::1]:7000"), ("::1".into(), Some(7000)));
-        assert_eq!(split_bind("[::1]"), ("::1".into(), None));
-        assert_eq!(domain_bind("10.0.0.2:7000", 1), "10.0.0.2:7001");
-        assert_eq!(domain_bind("[::1]:7000", 2), "[::1]:7002");
-        assert_eq!(domain_bind("10.0.0.2", 3), "10.0.0.2");
-    }
 }

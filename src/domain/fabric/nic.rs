@@ -3,7 +3,7 @@
 //! `domain_attr->name` (`rdmap16s27-rdm`, `eth0`, `shm`). Each engine
 //! domain opens on one of them (`Choice`, `choose`); `Nic` records which,
 //! with its PCI address and NUMA node where the system says.
-use crate::domain::Nic;
+use crate::domain::{Choice, Nic};
 use crate::sys::*;
 use std::ffi::CStr;
 
@@ -61,18 +61,6 @@ pub unsafe fn pick(list: *mut fi_info, wanted: &str) -> Option<*mut fi_info> {
         }
     }
     first
-}
-
-/// Which NIC an endpoint opens on.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Choice {
-    /// The first entry `fi_getinfo` gives (with a bind address: that address's NIC).
-    First,
-    /// The NIC of this name; an error if the provider has none.
-    Named(String),
-    /// Domain `i` of an engine that named no NIC: the provider's NICs in
-    /// their order, loopback (`lo`) last, domain `i` on NIC `i mod n`.
-    Spread(usize),
 }
 
 /// The entry of `list` that `choice` names, or why there is none.
