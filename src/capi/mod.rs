@@ -231,13 +231,13 @@ pub extern "C" fn fabriclib_last_error_message() -> *const c_char {
 
 mod config;
 mod engine;
-mod gpu;
+mod watcher;
 mod memory;
 mod submit;
 
 pub use config::*;
 pub use engine::*;
-pub use gpu::*;
+pub use watcher::*;
 pub use memory::*;
 pub(crate) use submit::UserData;
 pub use submit::*;
