@@ -191,17 +191,6 @@ typedef struct fabriclib_remote_mr *const *fabriclib_remote_mr_list;
 // A peer was greeted and has not answered yet (`fabriclib_peer_state` only).
 #define FABRICLIB_PEER_CONNECTING 0
 
-// `memory`: CUDA-mapped host memory if a CUDA driver and the device are
-// present, else plain host memory.
-#define FABRICLIB_MEMORY_AUTO 0
-
-// `memory`: plain host memory (no kernel can reach it).
-#define FABRICLIB_MEMORY_HOST 1
-
-// `memory`: pinned host memory mapped into the GPU's address space
-// (`cuMemHostAlloc` with `PORTABLE | DEVICEMAP`); `UNSUPPORTED` without CUDA.
-#define FABRICLIB_MEMORY_CUDA_MAPPED 2
-
 // `fabriclib_submit_opts.flags`: OK means delivered (since 0.4).
 #define FABRICLIB_SUBMIT_DELIVERED 1
 
@@ -213,6 +202,17 @@ typedef struct fabriclib_remote_mr *const *fabriclib_remote_mr_list;
 
 // `fabriclib_submit_opts.timeout_us` for a request with no deadline.
 #define FABRICLIB_NO_TIMEOUT UINT64_MAX
+
+// `memory`: CUDA-mapped host memory if a CUDA driver and the device are
+// present, else plain host memory.
+#define FABRICLIB_MEMORY_AUTO 0
+
+// `memory`: plain host memory (no kernel can reach it).
+#define FABRICLIB_MEMORY_HOST 1
+
+// `memory`: pinned host memory mapped into the GPU's address space
+// (`cuMemHostAlloc` with `PORTABLE | DEVICEMAP`); `UNSUPPORTED` without CUDA.
+#define FABRICLIB_MEMORY_CUDA_MAPPED 2
 
 // Why an operation failed (or could not be started).
 enum fabriclib_status
@@ -303,21 +303,6 @@ typedef void (*fabriclib_peer_cb)(void *user_data,
                                   int32_t state,
                                   fabriclib_status why);
 
-// Work requests and bytes one NIC posted and completed for the
-// application, and its failed work requests, since the engine started
-// (`fabriclib_engine_counters`). Zero-initialise and set `struct_size =
-// sizeof(fabriclib_counters)`; the library writes the fields that fit in
-// `struct_size` (fields a later version adds stay as they are).
-typedef struct fabriclib_counters {
-  size_t struct_size;
-  uint64_t wrs_posted;
-  uint64_t bytes_posted;
-  uint64_t wrs_completed;
-  uint64_t bytes_completed;
-  // Work requests that failed, or were given up with their peer.
-  uint64_t errors;
-} fabriclib_counters;
-
 // Called once when a request ends: `status` is `FABRICLIB_STATUS_OK` or why
 // it failed; during a call with an error, `fabriclib_last_error_message()`
 // gives the details (for `FABRICLIB_STATUS_PROVIDER`, libfabric's error text
@@ -388,6 +373,34 @@ typedef struct fabriclib_submit_opts {
   uint32_t flags;
 } fabriclib_submit_opts;
 
+// Pages on one side of a paged write: page `i` starts at byte
+// `offset + indices[i] * stride` of the region.
+typedef struct fabriclib_pages {
+  const uint32_t *indices;
+  size_t count;
+  uint64_t stride;
+  uint64_t offset;
+} fabriclib_pages;
+
+// One destination of a scatter: `len` bytes from `src_offset` of the source
+// region to `dst_offset` of `dst`.
+typedef struct fabriclib_scatter_dst {
+  uint64_t len;
+  uint64_t src_offset;
+  const struct fabriclib_remote_mr *dst;
+  uint64_t dst_offset;
+} fabriclib_scatter_dst;
+
+// Called for every received message with its bytes (`data`, `len`), valid
+// only during the call: the buffer returns to the pool when the callback
+// returns. On error (`FABRICLIB_STATUS_TRUNCATED`, and a last call with
+// `FABRICLIB_STATUS_SHUTDOWN` when the engine is destroyed) `data` is NULL
+// and `len` 0. Runs on the engine's callback thread.
+typedef void (*fabriclib_recv_cb)(void *user_data,
+                                  fabriclib_status status,
+                                  const uint8_t *data,
+                                  size_t len);
+
 // Called on the engine's watcher thread when it sees a watched word change:
 // `old_value` is the value the previous call reported (0 at first),
 // `new_value` the word's value now. Values may be skipped (two changes
@@ -409,56 +422,24 @@ typedef struct fabriclib_watcher_opts {
   int32_t device;
 } fabriclib_watcher_opts;
 
-// Called for every received message with its bytes (`data`, `len`), valid
-// only during the call: the buffer returns to the pool when the callback
-// returns. On error (`FABRICLIB_STATUS_TRUNCATED`, and a last call with
-// `FABRICLIB_STATUS_SHUTDOWN` when the engine is destroyed) `data` is NULL
-// and `len` 0. Runs on the engine's callback thread.
-typedef void (*fabriclib_recv_cb)(void *user_data,
-                                  fabriclib_status status,
-                                  const uint8_t *data,
-                                  size_t len);
-
-// Pages on one side of a paged write: page `i` starts at byte
-// `offset + indices[i] * stride` of the region.
-typedef struct fabriclib_pages {
-  const uint32_t *indices;
-  size_t count;
-  uint64_t stride;
-  uint64_t offset;
-} fabriclib_pages;
-
-// One destination of a scatter: `len` bytes from `src_offset` of the source
-// region to `dst_offset` of `dst`.
-typedef struct fabriclib_scatter_dst {
-  uint64_t len;
-  uint64_t src_offset;
-  const struct fabriclib_remote_mr *dst;
-  uint64_t dst_offset;
-} fabriclib_scatter_dst;
+// Work requests and bytes one NIC posted and completed for the
+// application, and its failed work requests, since the engine started
+// (`fabriclib_engine_counters`). Zero-initialise and set `struct_size =
+// sizeof(fabriclib_counters)`; the library writes the fields that fit in
+// `struct_size` (fields a later version adds stay as they are).
+typedef struct fabriclib_counters {
+  size_t struct_size;
+  uint64_t wrs_posted;
+  uint64_t bytes_posted;
+  uint64_t wrs_completed;
+  uint64_t bytes_completed;
+  // Work requests that failed, or were given up with their peer.
+  uint64_t errors;
+} fabriclib_counters;
 
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
-
-// The library's version, e.g. `"0.3.0"` (the header's is
-// `FABRICLIB_VERSION_STRING`). Static string; never fails.
-const char *fabriclib_version(void);
-
-// The library's version as one number, `FABRICLIB_VERSION_NUMBER(major,
-// minor, patch)`: compare it with the header's `FABRICLIB_VERSION`.
-uint32_t fabriclib_version_number(void);
-
-// A static, human-readable description of a status code (never NULL;
-// unknown codes give "unknown status"). Takes a plain `int32_t`, so that a
-// status taken from a flag word (`flag & FABRICLIB_FLAG_STATUS_MASK`) needs
-// no cast in C++.
-const char *fabriclib_status_str(int32_t status);
-
-// The message of the last call that failed on the calling thread (empty if
-// none). Successful calls do not clear it. The pointer stays valid until the
-// next failing fabriclib call on this thread.
-const char *fabriclib_last_error_message(void);
 
 // Creates a config with the defaults: provider from `FABRICLIB_PROVIDER`,
 // else `efa`, else `tcp;ofi_rxm`; 1 domain; no bind address. `*out` receives
@@ -716,73 +697,84 @@ fabriclib_status fabriclib_engine_address(const struct fabriclib_engine *engine,
                                           size_t cap,
                                           size_t *len);
 
-// Writes how many DomainGroups the engine has to `*out` (1 unless
-// `fabriclib_config_add_group` added them). Any thread.
-fabriclib_status fabriclib_engine_group_count(const struct fabriclib_engine *engine, uint32_t *out);
-
-// Copies group `group`'s address (the same kind of blob as
-// `fabriclib_engine_address`, which is group 0's): the descriptors of
-// regions registered in the group carry it. Buffer rules as in
-// `fabriclib_engine_address`; `INVALID_ARGUMENT` for a group the engine
-// does not have. Any thread.
-fabriclib_status fabriclib_engine_group_address(const struct fabriclib_engine *engine,
-                                                uint32_t group,
-                                                uint8_t *buf,
-                                                size_t cap,
-                                                size_t *len);
-
-// Copies every group's address, group 0's first (a "groups" blob: the
-// engine's groups × NICs; `FABRICLIB_MAX_ENGINE_ADDRESS_LEN` bytes always
-// fit), for a peer's `fabriclib_peer_add_engine`. Buffer rules as in
-// `fabriclib_engine_address`. Any thread.
-fabriclib_status fabriclib_engine_groups_address(const struct fabriclib_engine *engine,
-                                                 uint8_t *buf,
-                                                 size_t cap,
-                                                 size_t *len);
-
-// Greets every group of the engine whose groups blob
-// (`fabriclib_engine_groups_address`; a plain address counts as one group)
-// is `addr`/`addr_len`, from every group of this engine with as many NICs,
-// as `fabriclib_peer_add` does. `INVALID_ARGUMENT` unless both engines
-// have as many groups and as many NICs in each (the message names both);
-// `MALFORMED` for a bad blob. Any thread.
-fabriclib_status fabriclib_peer_add_engine(const struct fabriclib_engine *engine,
-                                           const uint8_t *addr,
-                                           size_t addr_len);
-
 // Writes the name of the libfabric provider in use (e.g. `"tcp;ofi_rxm"`) to
 // `*out`; the string lives as long as the engine. Any thread.
 fabriclib_status fabriclib_engine_provider(const struct fabriclib_engine *engine, const char **out);
-
-// Writes the name of domain `domain`'s NIC (the provider's name for it,
-// e.g. `"eth0"`, `"rdmap16s27-rdm"`, `"shm"`) to `*out`, and its NUMA node
-// to `*numa` if not NULL (-1 where the system does not say, as in most
-// VMs); the string lives as long as the engine. `INVALID_ARGUMENT` if
-// `domain` is not below the engine's domain count. Any thread.
-fabriclib_status fabriclib_engine_nic(const struct fabriclib_engine *engine,
-                                      uint32_t domain,
-                                      const char **out,
-                                      int32_t *numa);
-
-// Reads the counters of domain `domain`'s NIC into `*out`: its totals
-// with `peer` NULL, else what it did for the peer whose engine address
-// (`fabriclib_engine_address`'s blob) is `peer`/`peer_len` (zeros if
-// none). The application's requests only, not the engine's own messages.
-// `INVALID_ARGUMENT` for a domain not below the domain count, a
-// `struct_size` below this version's, NULL `out`; `MALFORMED` for a bad
-// address. Any thread; a control call (it waits for the worker, or
-// progresses a manual-progress engine).
-fabriclib_status fabriclib_engine_counters(const struct fabriclib_engine *engine,
-                                           uint32_t domain,
-                                           const uint8_t *peer,
-                                           size_t peer_len,
-                                           struct fabriclib_counters *out);
 
 // Writes the largest message `fabriclib_submit_send` takes on this engine
 // to `*out`: 64 KiB, or 4 KiB on `shm`, whose larger
 // messages wait on the receiver's answer (a receiver that died would stall
 // every later one; libfabric 1.17). Any thread.
 fabriclib_status fabriclib_engine_max_send(const struct fabriclib_engine *engine, size_t *out);
+
+// Registers `len` bytes of host memory at `ptr` with every domain of the
+// engine. The memory must stay valid until `fabriclib_mr_deregister` and
+// until every request using it has completed. `*out` receives the handle.
+// Any thread (registrations are serialised on the worker).
+fabriclib_status fabriclib_mr_register(const struct fabriclib_engine *engine,
+                                       void *ptr,
+                                       size_t len,
+                                       struct fabriclib_mr **out);
+
+// Registers `len` bytes at `ptr` in group `group` of the engine
+// (`fabriclib_config_add_group`) whatever memory it is, where
+// `fabriclib_mr_register` would choose the group of the memory's GPU or
+// NUMA node: host memory with `device` -1, else CUDA device memory of
+// `device` (as `fabriclib_mr_register_device`). `INVALID_ARGUMENT` for a
+// group the engine does not have. Otherwise as `fabriclib_mr_register`.
+fabriclib_status fabriclib_mr_register_in_group(const struct fabriclib_engine *engine,
+                                                uint32_t group,
+                                                void *ptr,
+                                                size_t len,
+                                                int32_t device,
+                                                struct fabriclib_mr **out);
+
+// Registers `len` bytes of CUDA device memory of GPU `device` at `ptr`
+// (`fabriclib_mr_register` detects device memory by itself when the process
+// uses CUDA; this says it explicitly). The region is exported as a dma-buf
+// where the driver can and handed to the provider as GPU memory; a provider
+// without `FI_HMEM` (tcp and shm of the distributions' libfabric) refuses with
+// `FABRICLIB_STATUS_UNSUPPORTED`, naming itself. `UNSUPPORTED` too without a
+// CUDA driver; `INVALID_ARGUMENT` if `ptr` is not device memory of `device`.
+fabriclib_status fabriclib_mr_register_device(const struct fabriclib_engine *engine,
+                                              void *ptr,
+                                              size_t len,
+                                              int32_t device,
+                                              struct fabriclib_mr **out);
+
+// Writes the index of the engine's group the region is registered in
+// (0 for an engine of one group) to `*out`. Any thread.
+fabriclib_status fabriclib_mr_group(const struct fabriclib_mr *mr, uint32_t *out);
+
+// Releases a registration (NULL is a no-op). Requests still using it keep it
+// alive until they complete; the memory may be freed once they have.
+void fabriclib_mr_deregister(struct fabriclib_mr *mr);
+
+// Copies the region's descriptor (versioned binary blob: address, length and
+// one key per domain) for a peer to parse with `fabriclib_remote_mr_parse`.
+// Buffer rules as in `fabriclib_engine_address`. Any thread.
+fabriclib_status fabriclib_mr_descriptor(const struct fabriclib_mr *mr,
+                                         uint8_t *buf,
+                                         size_t cap,
+                                         size_t *len);
+
+// Parses a peer's descriptor (`len` bytes at `buf`). Truncated, padded,
+// corrupt or unknown-version blobs give `FABRICLIB_STATUS_MALFORMED`: every
+// address and descriptor blob ends with a CRC-32C of its bytes, so a blob
+// damaged on its way (any single flipped bit, any truncation) is refused,
+// never used. The checksum is no defence against a deliberately forged
+// blob: descriptors must come from a channel you trust. `*out`
+// receives a handle the caller frees with `fabriclib_remote_mr_free`.
+fabriclib_status fabriclib_remote_mr_parse(const uint8_t *buf,
+                                           size_t len,
+                                           struct fabriclib_remote_mr **out);
+
+// Writes the length in bytes of a peer's region to `*len`.
+fabriclib_status fabriclib_remote_mr_len(const struct fabriclib_remote_mr *mr, uint64_t *len);
+
+// Frees a parsed descriptor (NULL is a no-op). Requests already submitted
+// with it are unaffected.
+void fabriclib_remote_mr_free(struct fabriclib_remote_mr *mr);
 
 // Greets the engine whose address is `addr` (`addr_len` bytes) now, rather
 // than at the first request to it. A peer that is down is greeted afresh
@@ -803,6 +795,16 @@ fabriclib_status fabriclib_peer_add(const struct fabriclib_engine *engine,
                                     const struct fabriclib_submit_opts *opts,
                                     uint64_t *request_id);
 
+// Greets every group of the engine whose groups blob
+// (`fabriclib_engine_groups_address`; a plain address counts as one group)
+// is `addr`/`addr_len`, from every group of this engine with as many NICs,
+// as `fabriclib_peer_add` does. `INVALID_ARGUMENT` unless both engines
+// have as many groups and as many NICs in each (the message names both);
+// `MALFORMED` for a bad blob. Any thread.
+fabriclib_status fabriclib_peer_add_engine(const struct fabriclib_engine *engine,
+                                           const uint8_t *addr,
+                                           size_t addr_len);
+
 // Writes the state of the peer engine named by `addr` (its address, any
 // of its groups' addresses, or its groups blob) to `*state`
 // (`FABRICLIB_PEER_*`): with DomainGroups every pair of groups in contact
@@ -814,6 +816,192 @@ fabriclib_status fabriclib_peer_state(const struct fabriclib_engine *engine,
                                       const uint8_t *addr,
                                       size_t addr_len,
                                       int32_t *state);
+
+// Resolves `count` peer engine addresses (`addrs[i]` of `addr_lens[i]`
+// bytes) once, so scatters and barriers to them skip per-destination
+// lookups. Writes a non-zero group handle to `*out`. Any thread.
+fabriclib_status fabriclib_add_peer_group(const struct fabriclib_engine *engine,
+                                          fabriclib_blob_list addrs,
+                                          const size_t *addr_lens,
+                                          size_t count,
+                                          uint64_t *out);
+
+// Writes `len` bytes from `src_offset` of `src` to `dst_offset` of `dst`.
+// `imm` is NULL or points to an immediate: then the destination counts
+// exactly **one** `*imm` once every byte has landed, `len` may be 0
+// (notification only), and `len` must fit the provider's max message size.
+// Without an immediate, large writes are split and sharded over domains.
+// `opts` reports when the source buffer may be reused; that is not proof
+// that the bytes landed (the receiver's immediate is). Any thread.
+fabriclib_status fabriclib_submit_single_write(const struct fabriclib_engine *engine,
+                                               uint64_t len,
+                                               const uint32_t *imm,
+                                               const struct fabriclib_mr *src,
+                                               uint64_t src_offset,
+                                               const struct fabriclib_remote_mr *dst,
+                                               uint64_t dst_offset,
+                                               const struct fabriclib_submit_opts *opts,
+                                               uint64_t *request_id);
+
+// Writes `src_pages->count` pages of `page_len` bytes: page `i` goes from
+// source page `src_pages->indices[i]` to destination page
+// `dst_pages->indices[i]` (both counts must match). Every page is checked
+// against both regions before anything is posted. With `imm` non-NULL the
+// destination counts **one `*imm` per page**. Pages are sharded over the
+// domains. The index arrays are copied. Any thread.
+fabriclib_status fabriclib_submit_paged_writes(const struct fabriclib_engine *engine,
+                                               uint64_t page_len,
+                                               const uint32_t *imm,
+                                               const struct fabriclib_mr *src,
+                                               const struct fabriclib_pages *src_pages,
+                                               const struct fabriclib_remote_mr *dst,
+                                               const struct fabriclib_pages *dst_pages,
+                                               const struct fabriclib_submit_opts *opts,
+                                               uint64_t *request_id);
+
+// Writes a different slice of `src` to each of `count` destinations (each
+// possibly another peer). With `imm` non-NULL each destination's owner counts
+// **one `*imm` per destination**. `group` is 0 or a handle from
+// `fabriclib_add_peer_group` whose peer `i` owns `dsts[i].dst`. The array is
+// copied. Any thread.
+fabriclib_status fabriclib_submit_scatter(const struct fabriclib_engine *engine,
+                                          uint64_t group,
+                                          const uint32_t *imm,
+                                          const struct fabriclib_mr *src,
+                                          const struct fabriclib_scatter_dst *dsts,
+                                          size_t count,
+                                          const struct fabriclib_submit_opts *opts,
+                                          uint64_t *request_id);
+
+// Sends a zero-byte write carrying `imm` to each of `count` destination
+// regions: each destination's owner counts **one `imm` per destination**.
+// `group` as for `fabriclib_submit_scatter`. Any thread.
+fabriclib_status fabriclib_submit_barrier(const struct fabriclib_engine *engine,
+                                          uint64_t group,
+                                          uint32_t imm,
+                                          fabriclib_remote_mr_list dsts,
+                                          size_t count,
+                                          const struct fabriclib_submit_opts *opts,
+                                          uint64_t *request_id);
+
+// Sends a copy of `len` bytes at `msg` (at most 65536; 4096 on `shm`: see
+// `fabriclib_engine_max_send`) to the engine whose
+// address is `addr` (`addr_len` bytes); `msg` may be reused at once. The peer
+// must have a receive buffer posted (`fabriclib_submit_recvs`) at least
+// `len` bytes long. Any thread; the end is reported through `opts`.
+//
+// Every `fabriclib_submit_*` function (and `fabriclib_expect_imm_count`)
+// writes the new request's id to `*request_id` unless it is NULL: pass it
+// to `fabriclib_cancel`.
+fabriclib_status fabriclib_submit_send(const struct fabriclib_engine *engine,
+                                       const uint8_t *addr,
+                                       size_t addr_len,
+                                       const void *msg,
+                                       size_t len,
+                                       const struct fabriclib_submit_opts *opts,
+                                       uint64_t *request_id);
+
+// Posts `count` receive buffers (at most 4096) for messages of up to `len`
+// bytes (at most 65536) as one pool. Each arriving message calls
+// `callback(user_data, FABRICLIB_STATUS_OK, data, len)` on the callback
+// thread; the buffer is reposted when it returns. A message longer than `len`
+// is dropped and reported as `callback(user_data, FABRICLIB_STATUS_TRUNCATED,
+// NULL, 0)`; the sender's connection is unaffected (each buffer is 64 KiB
+// underneath, so a pool costs `count` × 64 KiB). When
+// the engine is destroyed, `callback` runs once more with
+// `FABRICLIB_STATUS_SHUTDOWN`; `user_data` must stay valid until then. Any thread.
+fabriclib_status fabriclib_submit_recvs(const struct fabriclib_engine *engine,
+                                        size_t len,
+                                        size_t count,
+                                        fabriclib_recv_cb callback,
+                                        void *user_data);
+
+// Cancels request (or immediate expectation) `request_id`. Nothing more of
+// it is posted; it reports `FABRICLIB_STATUS_CANCELED` once the provider has
+// given back its work requests already on the wire: after that report the
+// caller may reuse or free its buffers. Some, all or none of its bytes (and
+// immediates) may have landed. Returns `FABRICLIB_STATUS_NOT_FOUND` if the
+// request has already ended (it then reports its own outcome, if it has not
+// yet). Any thread; not from a fabriclib callback (it waits for the worker).
+fabriclib_status fabriclib_cancel(const struct fabriclib_engine *engine, uint64_t request_id);
+
+// Cancels every pending request to the engine named by `addr` (`addr_len`
+// bytes: its address, the address of any of its groups, or its groups blob
+// from `fabriclib_engine_groups_address`), from every group of this engine,
+// including scatters and barriers with a destination there; writes how
+// many to `*canceled` unless it is NULL. Each ends as for
+// `fabriclib_cancel`. Any thread; not from a fabriclib callback.
+fabriclib_status fabriclib_cancel_peer(const struct fabriclib_engine *engine,
+                                       const uint8_t *addr,
+                                       size_t addr_len,
+                                       size_t *canceled);
+
+// Waits until the completion flag word `flag` (a request's
+// `fabriclib_submit_opts.flag`) holds `FABRICLIB_FLAG_DONE`, sleeping (a
+// futex) rather than spinning after the first 20 µs, and writes the word
+// to `*value` (unless NULL): `FABRICLIB_FLAG_DONE | status`. Returns
+// `FABRICLIB_STATUS_OK` once done; `FABRICLIB_STATUS_AGAIN` if
+// `timeout_us` passed first (0: only look; `FABRICLIB_NO_TIMEOUT`: wait
+// for ever). Any thread, several at once; the flag may be a `uint32_t`, a
+// C11 `_Atomic uint32_t` or a C++ `std::atomic<uint32_t>`.
+fabriclib_status fabriclib_flag_wait(const uint32_t *flag, uint64_t timeout_us, uint32_t *value);
+
+// Why request `request_id` (a submit's or an expectation's id) failed, for
+// callers that watch a flag rather than take a callback: writes its status
+// to `*status` and its message, NUL-terminated, into `buf` of `cap` bytes
+// (the length with the NUL to `*len`; if it does not fit, only `*len`,
+// with `FABRICLIB_STATUS_BUFFER_TOO_SMALL`). The errors of the last 1024
+// failed requests are kept, and each is there before its flag is stored;
+// `FABRICLIB_STATUS_NOT_FOUND` for a request that has not failed (still
+// running, ended OK) or failed longer ago. Any thread.
+fabriclib_status fabriclib_request_error(const struct fabriclib_engine *engine,
+                                         uint64_t request_id,
+                                         fabriclib_status *status,
+                                         char *buf,
+                                         size_t cap,
+                                         size_t *len);
+
+// Reports through `opts` once `count` (>= 1) writes carrying immediate `imm`
+// have landed in this engine's memory. Immediates that arrived before the
+// call count too; a surplus is kept for the next expectation. At most one
+// expectation per immediate value at a time (`FABRICLIB_STATUS_ALREADY_EXISTS`).
+// An expectation that fails (timed out, canceled, shut down) discards the
+// immediates it had counted: they can never complete a later expectation.
+// Immediates of that transfer that land after it failed count afresh, even
+// after its writer reported OK (OK frees the source; it does not mean the
+// target counted): use a new value after a failure rather than resetting
+// this one (docs/failure-semantics.md, "OK is not landed"). Any thread.
+fabriclib_status fabriclib_expect_imm_count(const struct fabriclib_engine *engine,
+                                            uint32_t imm,
+                                            uint32_t count,
+                                            const struct fabriclib_submit_opts *opts,
+                                            uint64_t *request_id);
+
+// Writes to `*count` how many writes carrying immediate `imm` have landed
+// and are not yet taken by an expectation. Any thread.
+fabriclib_status fabriclib_imm_count_get(const struct fabriclib_engine *engine,
+                                         uint32_t imm,
+                                         uint64_t *count);
+
+// Sets the count of immediate `imm` to 0 and writes what it was to
+// `*previous` (unless NULL). An armed expectation on `imm` stays armed and
+// counts from 0. Any thread.
+fabriclib_status fabriclib_imm_count_reset(const struct fabriclib_engine *engine,
+                                           uint32_t imm,
+                                           uint64_t *previous);
+
+// Mirrors immediate `imm` into `*word` (NULL: stops mirroring): the worker
+// sets the word at once to what `fabriclib_imm_count_get` would report, then
+// adds one, with a release store, for every later arrival of `imm`.
+// Expectations and resets do not lower it, so a kernel (or a thread) waits
+// for "at least n" with a volatile load, then `__threadfence_system()`
+// before it reads the data. Put the word in `fabriclib_mapped_alloc` memory
+// for a kernel. The word must be 8-byte aligned and stay valid until this
+// is called again for `imm` (another word, or NULL) and has returned, or
+// the engine is destroyed. Any thread.
+fabriclib_status fabriclib_imm_mirror(const struct fabriclib_engine *engine,
+                                      uint32_t imm,
+                                      uint64_t *word);
 
 // Creates a watcher: a 64-bit word, zero at first, that the engine's
 // watcher thread (started with the first watcher) polls, calling
@@ -870,260 +1058,72 @@ fabriclib_status fabriclib_mapped_free(void *host);
 // there is no usable driver. Loads the driver on first use.
 fabriclib_status fabriclib_cuda_driver_version(int32_t *version);
 
-// Mirrors immediate `imm` into `*word` (NULL: stops mirroring): the worker
-// sets the word at once to what `fabriclib_imm_count_get` would report, then
-// adds one, with a release store, for every later arrival of `imm`.
-// Expectations and resets do not lower it, so a kernel (or a thread) waits
-// for "at least n" with a volatile load, then `__threadfence_system()`
-// before it reads the data. Put the word in `fabriclib_mapped_alloc` memory
-// for a kernel. The word must be 8-byte aligned and stay valid until this
-// is called again for `imm` (another word, or NULL) and has returned, or
-// the engine is destroyed. Any thread.
-fabriclib_status fabriclib_imm_mirror(const struct fabriclib_engine *engine,
-                                      uint32_t imm,
-                                      uint64_t *word);
+// Writes the name of domain `domain`'s NIC (the provider's name for it,
+// e.g. `"eth0"`, `"rdmap16s27-rdm"`, `"shm"`) to `*out`, and its NUMA node
+// to `*numa` if not NULL (-1 where the system does not say, as in most
+// VMs); the string lives as long as the engine. `INVALID_ARGUMENT` if
+// `domain` is not below the engine's domain count. Any thread.
+fabriclib_status fabriclib_engine_nic(const struct fabriclib_engine *engine,
+                                      uint32_t domain,
+                                      const char **out,
+                                      int32_t *numa);
 
-// Registers `len` bytes of CUDA device memory of GPU `device` at `ptr`
-// (`fabriclib_mr_register` detects device memory by itself when the process
-// uses CUDA; this says it explicitly). The region is exported as a dma-buf
-// where the driver can and handed to the provider as GPU memory; a provider
-// without `FI_HMEM` (tcp and shm of the distributions' libfabric) refuses with
-// `FABRICLIB_STATUS_UNSUPPORTED`, naming itself. `UNSUPPORTED` too without a
-// CUDA driver; `INVALID_ARGUMENT` if `ptr` is not device memory of `device`.
-fabriclib_status fabriclib_mr_register_device(const struct fabriclib_engine *engine,
-                                              void *ptr,
-                                              size_t len,
-                                              int32_t device,
-                                              struct fabriclib_mr **out);
+// Writes how many DomainGroups the engine has to `*out` (1 unless
+// `fabriclib_config_add_group` added them). Any thread.
+fabriclib_status fabriclib_engine_group_count(const struct fabriclib_engine *engine, uint32_t *out);
 
-// Registers `len` bytes of host memory at `ptr` with every domain of the
-// engine. The memory must stay valid until `fabriclib_mr_deregister` and
-// until every request using it has completed. `*out` receives the handle.
-// Any thread (registrations are serialised on the worker).
-fabriclib_status fabriclib_mr_register(const struct fabriclib_engine *engine,
-                                       void *ptr,
-                                       size_t len,
-                                       struct fabriclib_mr **out);
-
-// Registers `len` bytes at `ptr` in group `group` of the engine
-// (`fabriclib_config_add_group`) whatever memory it is, where
-// `fabriclib_mr_register` would choose the group of the memory's GPU or
-// NUMA node: host memory with `device` -1, else CUDA device memory of
-// `device` (as `fabriclib_mr_register_device`). `INVALID_ARGUMENT` for a
-// group the engine does not have. Otherwise as `fabriclib_mr_register`.
-fabriclib_status fabriclib_mr_register_in_group(const struct fabriclib_engine *engine,
+// Copies group `group`'s address (the same kind of blob as
+// `fabriclib_engine_address`, which is group 0's): the descriptors of
+// regions registered in the group carry it. Buffer rules as in
+// `fabriclib_engine_address`; `INVALID_ARGUMENT` for a group the engine
+// does not have. Any thread.
+fabriclib_status fabriclib_engine_group_address(const struct fabriclib_engine *engine,
                                                 uint32_t group,
-                                                void *ptr,
-                                                size_t len,
-                                                int32_t device,
-                                                struct fabriclib_mr **out);
+                                                uint8_t *buf,
+                                                size_t cap,
+                                                size_t *len);
 
-// Writes the index of the engine's group the region is registered in
-// (0 for an engine of one group) to `*out`. Any thread.
-fabriclib_status fabriclib_mr_group(const struct fabriclib_mr *mr, uint32_t *out);
+// Copies every group's address, group 0's first (a "groups" blob: the
+// engine's groups × NICs; `FABRICLIB_MAX_ENGINE_ADDRESS_LEN` bytes always
+// fit), for a peer's `fabriclib_peer_add_engine`. Buffer rules as in
+// `fabriclib_engine_address`. Any thread.
+fabriclib_status fabriclib_engine_groups_address(const struct fabriclib_engine *engine,
+                                                 uint8_t *buf,
+                                                 size_t cap,
+                                                 size_t *len);
 
-// Releases a registration (NULL is a no-op). Requests still using it keep it
-// alive until they complete; the memory may be freed once they have.
-void fabriclib_mr_deregister(struct fabriclib_mr *mr);
+// The library's version, e.g. `"0.3.0"` (the header's is
+// `FABRICLIB_VERSION_STRING`). Static string; never fails.
+const char *fabriclib_version(void);
 
-// Copies the region's descriptor (versioned binary blob: address, length and
-// one key per domain) for a peer to parse with `fabriclib_remote_mr_parse`.
-// Buffer rules as in `fabriclib_engine_address`. Any thread.
-fabriclib_status fabriclib_mr_descriptor(const struct fabriclib_mr *mr,
-                                         uint8_t *buf,
-                                         size_t cap,
-                                         size_t *len);
+// The library's version as one number, `FABRICLIB_VERSION_NUMBER(major,
+// minor, patch)`: compare it with the header's `FABRICLIB_VERSION`.
+uint32_t fabriclib_version_number(void);
 
-// Parses a peer's descriptor (`len` bytes at `buf`). Truncated, padded,
-// corrupt or unknown-version blobs give `FABRICLIB_STATUS_MALFORMED`: every
-// address and descriptor blob ends with a CRC-32C of its bytes, so a blob
-// damaged on its way (any single flipped bit, any truncation) is refused,
-// never used. The checksum is no defence against a deliberately forged
-// blob: descriptors must come from a channel you trust. `*out`
-// receives a handle the caller frees with `fabriclib_remote_mr_free`.
-fabriclib_status fabriclib_remote_mr_parse(const uint8_t *buf,
-                                           size_t len,
-                                           struct fabriclib_remote_mr **out);
+// A static, human-readable description of a status code (never NULL;
+// unknown codes give "unknown status"). Takes a plain `int32_t`, so that a
+// status taken from a flag word (`flag & FABRICLIB_FLAG_STATUS_MASK`) needs
+// no cast in C++.
+const char *fabriclib_status_str(int32_t status);
 
-// Writes the length in bytes of a peer's region to `*len`.
-fabriclib_status fabriclib_remote_mr_len(const struct fabriclib_remote_mr *mr, uint64_t *len);
+// The message of the last call that failed on the calling thread (empty if
+// none). Successful calls do not clear it. The pointer stays valid until the
+// next failing fabriclib call on this thread.
+const char *fabriclib_last_error_message(void);
 
-// Frees a parsed descriptor (NULL is a no-op). Requests already submitted
-// with it are unaffected.
-void fabriclib_remote_mr_free(struct fabriclib_remote_mr *mr);
-
-// Why request `request_id` (a submit's or an expectation's id) failed, for
-// callers that watch a flag rather than take a callback: writes its status
-// to `*status` and its message, NUL-terminated, into `buf` of `cap` bytes
-// (the length with the NUL to `*len`; if it does not fit, only `*len`,
-// with `FABRICLIB_STATUS_BUFFER_TOO_SMALL`). The errors of the last 1024
-// failed requests are kept, and each is there before its flag is stored;
-// `FABRICLIB_STATUS_NOT_FOUND` for a request that has not failed (still
-// running, ended OK) or failed longer ago. Any thread.
-fabriclib_status fabriclib_request_error(const struct fabriclib_engine *engine,
-                                         uint64_t request_id,
-                                         fabriclib_status *status,
-                                         char *buf,
-                                         size_t cap,
-                                         size_t *len);
-
-// Waits until the completion flag word `flag` (a request's
-// `fabriclib_submit_opts.flag`) holds `FABRICLIB_FLAG_DONE`, sleeping (a
-// futex) rather than spinning after the first 20 µs, and writes the word
-// to `*value` (unless NULL): `FABRICLIB_FLAG_DONE | status`. Returns
-// `FABRICLIB_STATUS_OK` once done; `FABRICLIB_STATUS_AGAIN` if
-// `timeout_us` passed first (0: only look; `FABRICLIB_NO_TIMEOUT`: wait
-// for ever). Any thread, several at once; the flag may be a `uint32_t`, a
-// C11 `_Atomic uint32_t` or a C++ `std::atomic<uint32_t>`.
-fabriclib_status fabriclib_flag_wait(const uint32_t *flag, uint64_t timeout_us, uint32_t *value);
-
-// Sends a copy of `len` bytes at `msg` (at most 65536; 4096 on `shm`: see
-// `fabriclib_engine_max_send`) to the engine whose
-// address is `addr` (`addr_len` bytes); `msg` may be reused at once. The peer
-// must have a receive buffer posted (`fabriclib_submit_recvs`) at least
-// `len` bytes long. Any thread; the end is reported through `opts`.
-//
-// Every `fabriclib_submit_*` function (and `fabriclib_expect_imm_count`)
-// writes the new request's id to `*request_id` unless it is NULL: pass it
-// to `fabriclib_cancel`.
-fabriclib_status fabriclib_submit_send(const struct fabriclib_engine *engine,
-                                       const uint8_t *addr,
-                                       size_t addr_len,
-                                       const void *msg,
-                                       size_t len,
-                                       const struct fabriclib_submit_opts *opts,
-                                       uint64_t *request_id);
-
-// Posts `count` receive buffers (at most 4096) for messages of up to `len`
-// bytes (at most 65536) as one pool. Each arriving message calls
-// `callback(user_data, FABRICLIB_STATUS_OK, data, len)` on the callback
-// thread; the buffer is reposted when it returns. A message longer than `len`
-// is dropped and reported as `callback(user_data, FABRICLIB_STATUS_TRUNCATED,
-// NULL, 0)`; the sender's connection is unaffected (each buffer is 64 KiB
-// underneath, so a pool costs `count` × 64 KiB). When
-// the engine is destroyed, `callback` runs once more with
-// `FABRICLIB_STATUS_SHUTDOWN`; `user_data` must stay valid until then. Any thread.
-fabriclib_status fabriclib_submit_recvs(const struct fabriclib_engine *engine,
-                                        size_t len,
-                                        size_t count,
-                                        fabriclib_recv_cb callback,
-                                        void *user_data);
-
-// Reports through `opts` once `count` (>= 1) writes carrying immediate `imm`
-// have landed in this engine's memory. Immediates that arrived before the
-// call count too; a surplus is kept for the next expectation. At most one
-// expectation per immediate value at a time (`FABRICLIB_STATUS_ALREADY_EXISTS`).
-// An expectation that fails (timed out, canceled, shut down) discards the
-// immediates it had counted: they can never complete a later expectation.
-// Immediates of that transfer that land after it failed count afresh, even
-// after its writer reported OK (OK frees the source; it does not mean the
-// target counted): use a new value after a failure rather than resetting
-// this one (docs/failure-semantics.md, "OK is not landed"). Any thread.
-fabriclib_status fabriclib_expect_imm_count(const struct fabriclib_engine *engine,
-                                            uint32_t imm,
-                                            uint32_t count,
-                                            const struct fabriclib_submit_opts *opts,
-                                            uint64_t *request_id);
-
-// Writes to `*count` how many writes carrying immediate `imm` have landed
-// and are not yet taken by an expectation. Any thread.
-fabriclib_status fabriclib_imm_count_get(const struct fabriclib_engine *engine,
-                                         uint32_t imm,
-                                         uint64_t *count);
-
-// Sets the count of immediate `imm` to 0 and writes what it was to
-// `*previous` (unless NULL). An armed expectation on `imm` stays armed and
-// counts from 0. Any thread.
-fabriclib_status fabriclib_imm_count_reset(const struct fabriclib_engine *engine,
-                                           uint32_t imm,
-                                           uint64_t *previous);
-
-// Writes `len` bytes from `src_offset` of `src` to `dst_offset` of `dst`.
-// `imm` is NULL or points to an immediate: then the destination counts
-// exactly **one** `*imm` once every byte has landed, `len` may be 0
-// (notification only), and `len` must fit the provider's max message size.
-// Without an immediate, large writes are split and sharded over domains.
-// `opts` reports when the source buffer may be reused; that is not proof
-// that the bytes landed (the receiver's immediate is). Any thread.
-fabriclib_status fabriclib_submit_single_write(const struct fabriclib_engine *engine,
-                                               uint64_t len,
-                                               const uint32_t *imm,
-                                               const struct fabriclib_mr *src,
-                                               uint64_t src_offset,
-                                               const struct fabriclib_remote_mr *dst,
-                                               uint64_t dst_offset,
-                                               const struct fabriclib_submit_opts *opts,
-                                               uint64_t *request_id);
-
-// Writes `src_pages->count` pages of `page_len` bytes: page `i` goes from
-// source page `src_pages->indices[i]` to destination page
-// `dst_pages->indices[i]` (both counts must match). Every page is checked
-// against both regions before anything is posted. With `imm` non-NULL the
-// destination counts **one `*imm` per page**. Pages are sharded over the
-// domains. The index arrays are copied. Any thread.
-fabriclib_status fabriclib_submit_paged_writes(const struct fabriclib_engine *engine,
-                                               uint64_t page_len,
-                                               const uint32_t *imm,
-                                               const struct fabriclib_mr *src,
-                                               const struct fabriclib_pages *src_pages,
-                                               const struct fabriclib_remote_mr *dst,
-                                               const struct fabriclib_pages *dst_pages,
-                                               const struct fabriclib_submit_opts *opts,
-                                               uint64_t *request_id);
-
-// Resolves `count` peer engine addresses (`addrs[i]` of `addr_lens[i]`
-// bytes) once, so scatters and barriers to them skip per-destination
-// lookups. Writes a non-zero group handle to `*out`. Any thread.
-fabriclib_status fabriclib_add_peer_group(const struct fabriclib_engine *engine,
-                                          fabriclib_blob_list addrs,
-                                          const size_t *addr_lens,
-                                          size_t count,
-                                          uint64_t *out);
-
-// Writes a different slice of `src` to each of `count` destinations (each
-// possibly another peer). With `imm` non-NULL each destination's owner counts
-// **one `*imm` per destination**. `group` is 0 or a handle from
-// `fabriclib_add_peer_group` whose peer `i` owns `dsts[i].dst`. The array is
-// copied. Any thread.
-fabriclib_status fabriclib_submit_scatter(const struct fabriclib_engine *engine,
-                                          uint64_t group,
-                                          const uint32_t *imm,
-                                          const struct fabriclib_mr *src,
-                                          const struct fabriclib_scatter_dst *dsts,
-                                          size_t count,
-                                          const struct fabriclib_submit_opts *opts,
-                                          uint64_t *request_id);
-
-// Sends a zero-byte write carrying `imm` to each of `count` destination
-// regions: each destination's owner counts **one `imm` per destination**.
-// `group` as for `fabriclib_submit_scatter`. Any thread.
-fabriclib_status fabriclib_submit_barrier(const struct fabriclib_engine *engine,
-                                          uint64_t group,
-                                          uint32_t imm,
-                                          fabriclib_remote_mr_list dsts,
-                                          size_t count,
-                                          const struct fabriclib_submit_opts *opts,
-                                          uint64_t *request_id);
-
-// Cancels request (or immediate expectation) `request_id`. Nothing more of
-// it is posted; it reports `FABRICLIB_STATUS_CANCELED` once the provider has
-// given back its work requests already on the wire: after that report the
-// caller may reuse or free its buffers. Some, all or none of its bytes (and
-// immediates) may have landed. Returns `FABRICLIB_STATUS_NOT_FOUND` if the
-// request has already ended (it then reports its own outcome, if it has not
-// yet). Any thread; not from a fabriclib callback (it waits for the worker).
-fabriclib_status fabriclib_cancel(const struct fabriclib_engine *engine, uint64_t request_id);
-
-// Cancels every pending request to the engine named by `addr` (`addr_len`
-// bytes: its address, the address of any of its groups, or its groups blob
-// from `fabriclib_engine_groups_address`), from every group of this engine,
-// including scatters and barriers with a destination there; writes how
-// many to `*canceled` unless it is NULL. Each ends as for
-// `fabriclib_cancel`. Any thread; not from a fabriclib callback.
-fabriclib_status fabriclib_cancel_peer(const struct fabriclib_engine *engine,
-                                       const uint8_t *addr,
-                                       size_t addr_len,
-                                       size_t *canceled);
+// Reads the counters of domain `domain`'s NIC into `*out`: its totals
+// with `peer` NULL, else what it did for the peer whose engine address
+// (`fabriclib_engine_address`'s blob) is `peer`/`peer_len` (zeros if
+// none). The application's requests only, not the engine's own messages.
+// `INVALID_ARGUMENT` for a domain not below the domain count, a
+// `struct_size` below this version's, NULL `out`; `MALFORMED` for a bad
+// address. Any thread; a control call (it waits for the worker, or
+// progresses a manual-progress engine).
+fabriclib_status fabriclib_engine_counters(const struct fabriclib_engine *engine,
+                                           uint32_t domain,
+                                           const uint8_t *peer,
+                                           size_t peer_len,
+                                           struct fabriclib_counters *out);
 
 #ifdef __cplusplus
 }  // extern "C"

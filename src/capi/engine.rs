@@ -1,5 +1,4 @@
 //! `fabriclib_engine`: create, destroy, address.
-use super::submit::fabriclib_submit_opts;
 use super::{fabriclib_config, fabriclib_status, ffi, give, handle, put, release, write_blob};
 use crate::config::EngineConfig;
 use crate::engine::TransferEngine;
@@ -15,10 +14,47 @@ pub struct fabriclib_engine {
     pub(crate) engine: TransferEngine,
     provider: CString,
     /// Each domain's NIC name, for `fabriclib_engine_nic`.
-    nic_names: Vec<CString>,
+    pub(super) nic_names: Vec<CString>,
 }
 
 super::impl_handle!(fabriclib_engine, 0xfab1_e9e1_0000_0002, "engine");
+
+std::thread_local! {
+    /// The engine this thread is inside `fabriclib_engine_progress` of (0: none).
+    static PROGRESSING: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Runs `f` with `engine` marked as progressed by this thread (its callbacks
+/// may then run here, and must not destroy it).
+fn progressing<T>(engine: *const fabriclib_engine, f: impl FnOnce() -> T) -> T {
+    let outer = PROGRESSING.with(|p| p.replace(engine as usize));
+    let r = f();
+    PROGRESSING.with(|p| p.set(outer));
+    r
+}
+
+/// Work requests and bytes one NIC posted and completed for the
+/// application, and its failed work requests, since the engine started
+/// (`fabriclib_engine_counters`). Zero-initialise and set `struct_size =
+/// sizeof(fabriclib_counters)`; the library writes the fields that fit in
+/// `struct_size` (fields a later version adds stay as they are).
+#[repr(C)]
+pub struct fabriclib_counters {
+    pub struct_size: usize,
+    pub wrs_posted: u64,
+    pub bytes_posted: u64,
+    pub wrs_completed: u64,
+    pub bytes_completed: u64,
+    /// Work requests that failed, or were given up with their peer.
+    pub errors: u64,
+}
+
+/// A peer has answered the handshake: requests to it are posted.
+pub const FABRICLIB_PEER_UP: i32 = 1;
+/// A peer is dead, unreachable, shut down or restarted (see the status passed with it).
+pub const FABRICLIB_PEER_DOWN: i32 = 2;
+/// A peer was greeted and has not answered yet (`fabriclib_peer_state` only).
+pub const FABRICLIB_PEER_CONNECTING: i32 = 0;
 
 /// Creates an engine from `config` (NULL: defaults); the config may be freed
 /// afterwards. Opens the domains and starts the worker and callback threads;
@@ -68,20 +104,6 @@ pub extern "C" fn fabriclib_engine_destroy(engine: *mut fabriclib_engine) {
     }
     // Dropping the engine shuts it down (TransferEngine's Drop).
     release(engine);
-}
-
-std::thread_local! {
-    /// The engine this thread is inside `fabriclib_engine_progress` of (0: none).
-    static PROGRESSING: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
-
-/// Runs `f` with `engine` marked as progressed by this thread (its callbacks
-/// may then run here, and must not destroy it).
-fn progressing<T>(engine: *const fabriclib_engine, f: impl FnOnce() -> T) -> T {
-    let outer = PROGRESSING.with(|p| p.replace(engine as usize));
-    let r = f();
-    PROGRESSING.with(|p| p.set(outer));
-    r
 }
 
 /// Manual progress (`fabriclib_config_set_manual_progress`): runs one pass of
@@ -150,69 +172,6 @@ pub extern "C" fn fabriclib_engine_address(
     ffi(|| write_blob(&handle(engine)?.engine.main_address().to_bytes(), buf, cap, len))
 }
 
-/// Writes how many DomainGroups the engine has to `*out` (1 unless
-/// `fabriclib_config_add_group` added them). Any thread.
-#[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_engine_group_count(engine: *const fabriclib_engine, out: *mut u32) -> fabriclib_status {
-    ffi(|| put(out, handle(engine)?.engine.group_count() as u32))
-}
-
-/// Copies group `group`'s address (the same kind of blob as
-/// `fabriclib_engine_address`, which is group 0's): the descriptors of
-/// regions registered in the group carry it. Buffer rules as in
-/// `fabriclib_engine_address`; `INVALID_ARGUMENT` for a group the engine
-/// does not have. Any thread.
-#[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_engine_group_address(
-    engine: *const fabriclib_engine,
-    group: u32,
-    buf: *mut u8,
-    cap: usize,
-    len: *mut usize,
-) -> fabriclib_status {
-    ffi(|| {
-        let e = handle(engine)?;
-        let Some(a) = e.engine.group_address(group as usize) else {
-            crate::bail!(InvalidArgument, "group {group}: the engine has {}", e.engine.group_count());
-        };
-        write_blob(&a.to_bytes(), buf, cap, len)
-    })
-}
-
-/// Copies every group's address, group 0's first (a "groups" blob: the
-/// engine's groups × NICs; `FABRICLIB_MAX_ENGINE_ADDRESS_LEN` bytes always
-/// fit), for a peer's `fabriclib_peer_add_engine`. Buffer rules as in
-/// `fabriclib_engine_address`. Any thread.
-#[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_engine_groups_address(
-    engine: *const fabriclib_engine,
-    buf: *mut u8,
-    cap: usize,
-    len: *mut usize,
-) -> fabriclib_status {
-    ffi(|| write_blob(&handle(engine)?.engine.engine_address().to_bytes(), buf, cap, len))
-}
-
-/// Greets every group of the engine whose groups blob
-/// (`fabriclib_engine_groups_address`; a plain address counts as one group)
-/// is `addr`/`addr_len`, from every group of this engine with as many NICs,
-/// as `fabriclib_peer_add` does. `INVALID_ARGUMENT` unless both engines
-/// have as many groups and as many NICs in each (the message names both);
-/// `MALFORMED` for a bad blob. Any thread.
-#[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_peer_add_engine(
-    engine: *const fabriclib_engine,
-    addr: *const u8,
-    addr_len: usize,
-) -> fabriclib_status {
-    ffi(|| {
-        let e = handle(engine)?;
-        super::non_null(addr, "addr")?;
-        let peer = crate::wire::EngineAddress::parse(super::bytes(addr, addr_len, "addr")?)?;
-        e.engine.add_engine_peer(&peer)
-    })
-}
-
 /// Writes the name of the libfabric provider in use (e.g. `"tcp;ofi_rxm"`) to
 /// `*out`; the string lives as long as the engine. Any thread.
 #[unsafe(no_mangle)]
@@ -223,105 +182,6 @@ pub extern "C" fn fabriclib_engine_provider(
     ffi(|| put(out, handle(engine)?.provider.as_ptr()))
 }
 
-/// Writes the name of domain `domain`'s NIC (the provider's name for it,
-/// e.g. `"eth0"`, `"rdmap16s27-rdm"`, `"shm"`) to `*out`, and its NUMA node
-/// to `*numa` if not NULL (-1 where the system does not say, as in most
-/// VMs); the string lives as long as the engine. `INVALID_ARGUMENT` if
-/// `domain` is not below the engine's domain count. Any thread.
-#[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_engine_nic(
-    engine: *const fabriclib_engine,
-    domain: u32,
-    out: *mut *const c_char,
-    numa: *mut i32,
-) -> fabriclib_status {
-    ffi(|| {
-        let e = handle(engine)?;
-        let Some(name) = e.nic_names.get(domain as usize) else {
-            crate::bail!(InvalidArgument, "domain {domain}: the engine has {}", e.nic_names.len());
-        };
-        if !numa.is_null() {
-            let n = e.engine.nics()[domain as usize].numa.map_or(-1, |n| n as i32);
-            // SAFETY: non-null, and the caller passes a writable int (API contract).
-            unsafe { numa.write(n) };
-        }
-        put(out, name.as_ptr())
-    })
-}
-
-/// Work requests and bytes one NIC posted and completed for the
-/// application, and its failed work requests, since the engine started
-/// (`fabriclib_engine_counters`). Zero-initialise and set `struct_size =
-/// sizeof(fabriclib_counters)`; the library writes the fields that fit in
-/// `struct_size` (fields a later version adds stay as they are).
-#[repr(C)]
-pub struct fabriclib_counters {
-    pub struct_size: usize,
-    pub wrs_posted: u64,
-    pub bytes_posted: u64,
-    pub wrs_completed: u64,
-    pub bytes_completed: u64,
-    /// Work requests that failed, or were given up with their peer.
-    pub errors: u64,
-}
-
-/// The smallest `struct_size` accepted (0.3's layout). Never grows.
-const COUNTERS_V1: usize = size_of::<fabriclib_counters>();
-
-/// Reads the counters of domain `domain`'s NIC into `*out`: its totals
-/// with `peer` NULL, else what it did for the peer whose engine address
-/// (`fabriclib_engine_address`'s blob) is `peer`/`peer_len` (zeros if
-/// none). The application's requests only, not the engine's own messages.
-/// `INVALID_ARGUMENT` for a domain not below the domain count, a
-/// `struct_size` below this version's, NULL `out`; `MALFORMED` for a bad
-/// address. Any thread; a control call (it waits for the worker, or
-/// progresses a manual-progress engine).
-#[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_engine_counters(
-    engine: *const fabriclib_engine,
-    domain: u32,
-    peer: *const u8,
-    peer_len: usize,
-    out: *mut fabriclib_counters,
-) -> fabriclib_status {
-    ffi(|| {
-        let e = handle(engine)?;
-        super::non_null(out, "out")?;
-        // SAFETY: non-null; the caller's struct starts with its size (API contract).
-        let size = unsafe { out.cast::<usize>().read_unaligned() };
-        if size < COUNTERS_V1 {
-            crate::bail!(
-                InvalidArgument,
-                "fabriclib_counters.struct_size is {size}: set it to sizeof (at least {COUNTERS_V1})"
-            );
-        }
-        let want = match peer.is_null() {
-            true => None,
-            // SAFETY: the caller passes peer_len readable bytes (API contract).
-            false => Some(crate::wire::NetAddr::parse(unsafe { std::slice::from_raw_parts(peer, peer_len) })?),
-        };
-        let all = e.engine.counters()?;
-        let Some(nic) = all.nics.get(domain as usize) else {
-            crate::bail!(InvalidArgument, "domain {domain}: the engine has {}", all.nics.len());
-        };
-        let c = match &want {
-            None => nic.total,
-            Some(a) => nic.peers.iter().find(|(p, _)| p == a).map(|(_, c)| *c).unwrap_or_default(),
-        };
-        let v = fabriclib_counters {
-            struct_size: size,
-            wrs_posted: c.wrs_posted,
-            bytes_posted: c.bytes_posted,
-            wrs_completed: c.wrs_completed,
-            bytes_completed: c.bytes_completed,
-            errors: c.errors,
-        };
-        // SAFETY: the caller's struct has at least COUNTERS_V1 (= size_of) bytes.
-        unsafe { out.write_unaligned(v) };
-        Ok(())
-    })
-}
-
 /// Writes the largest message `fabriclib_submit_send` takes on this engine
 /// to `*out`: 64 KiB, or 4 KiB on `shm`, whose larger
 /// messages wait on the receiver's answer (a receiver that died would stall
@@ -329,66 +189,4 @@ pub extern "C" fn fabriclib_engine_counters(
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_engine_max_send(engine: *const fabriclib_engine, out: *mut usize) -> fabriclib_status {
     ffi(|| put(out, handle(engine)?.engine.max_send_size()))
-}
-
-/// A peer has answered the handshake: requests to it are posted.
-pub const FABRICLIB_PEER_UP: i32 = 1;
-/// A peer is dead, unreachable, shut down or restarted (see the status passed with it).
-pub const FABRICLIB_PEER_DOWN: i32 = 2;
-/// A peer was greeted and has not answered yet (`fabriclib_peer_state` only).
-pub const FABRICLIB_PEER_CONNECTING: i32 = 0;
-
-/// Greets the engine whose address is `addr` (`addr_len` bytes) now, rather
-/// than at the first request to it. A peer that is down is greeted afresh
-/// (for example once its link is back) and comes up if it answers; until
-/// then requests to it end at once with `FABRICLIB_STATUS_PEER_DOWN`. An
-/// engine restarted elsewhere has a new address: just use that one.
-///
-/// With `opts` NULL the greeting is all. With `opts`, it is a request that
-/// reports (callback or flag, with its deadline) once the peer is up:
-/// `FABRICLIB_STATUS_OK` (at once if it already is), else
-/// `FABRICLIB_STATUS_PEER_DOWN` / `STALE` / `TIMED_OUT` / `CANCELED` /
-/// `SHUTDOWN`; its id goes to `*request_id` (unless NULL). A serving stack
-/// warms its peers up this way at admission and knows when they are ready.
-/// Any thread.
-#[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_peer_add(
-    engine: *const fabriclib_engine,
-    addr: *const u8,
-    addr_len: usize,
-    opts: *const fabriclib_submit_opts,
-    request_id: *mut u64,
-) -> fabriclib_status {
-    ffi(|| {
-        let e = handle(engine)?;
-        let to = super::address(addr, addr_len, "addr")?;
-        if opts.is_null() {
-            return e.engine.add_peer(&to);
-        }
-        super::submit::id_out(request_id, e.engine.connect(&to, super::submit::on_done(opts)?))
-    })
-}
-
-/// Writes the state of the peer engine named by `addr` (its address, any
-/// of its groups' addresses, or its groups blob) to `*state`
-/// (`FABRICLIB_PEER_*`): with DomainGroups every pair of groups in contact
-/// counts, `FABRICLIB_PEER_DOWN` if any is down, else
-/// `FABRICLIB_PEER_CONNECTING` if any has not answered yet, else
-/// `FABRICLIB_PEER_UP`. `FABRICLIB_STATUS_NOT_FOUND` if this engine has
-/// never been in contact with it. Any thread; not from a fabriclib callback.
-#[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_peer_state(
-    engine: *const fabriclib_engine,
-    addr: *const u8,
-    addr_len: usize,
-    state: *mut i32,
-) -> fabriclib_status {
-    ffi(|| {
-        let e = handle(engine)?;
-        super::non_null(state, "state")?;
-        match e.engine.peer_state(&super::engine_of(addr, addr_len, "addr")?)? {
-            Some(s) => put(state, s as i32),
-            None => Err(Error::new(Status::NotFound, "this engine has never been in contact with that peer")),
-        }
-    })
 }

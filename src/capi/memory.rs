@@ -1,10 +1,8 @@
-//! `fabriclib_mr` (a local registered region) and `fabriclib_remote_mr` (a
-//! peer's region, parsed from its descriptor).
-use super::{bytes, fabriclib_engine, fabriclib_status, ffi, give, handle, non_null, put, release, write_blob};
+//! Memory regions (`fabriclib_mr`): local memory registered with every NIC
+//! of its group, the source of writes and the target of peers' writes.
+use super::{fabriclib_engine, fabriclib_status, ffi, give, handle, non_null, put, release, write_blob};
 use crate::engine::MrHandle;
-use crate::wire::MrDesc;
 use std::ffi::c_void;
-use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 /// A registered local region: the source of writes, and (through its
@@ -22,14 +20,19 @@ impl fabriclib_mr {
     }
 }
 
-/// A peer's registered region, as parsed from its descriptor. Immutable:
-/// may be used from any thread at once.
-pub struct fabriclib_remote_mr {
-    magic: AtomicU64,
-    pub(crate) desc: Arc<MrDesc>,
+/// The body of every `fabriclib_mr_register*`: checks the engine and `out`,
+/// registers with `reg`, hands out the handle.
+pub(crate) fn register_with(
+    engine: *const fabriclib_engine,
+    out: *mut *mut fabriclib_mr,
+    reg: impl FnOnce(&crate::engine::TransferEngine) -> crate::error::Result<MrHandle>,
+) -> fabriclib_status {
+    ffi(|| {
+        let e = handle(engine)?;
+        non_null(out, "out")?;
+        give(out, fabriclib_mr::new(reg(&e.engine)?))
+    })
 }
-
-super::impl_handle!(fabriclib_remote_mr, 0xfab1_4e30_0000_0004, "remote memory region");
 
 /// Registers `len` bytes of host memory at `ptr` with every domain of the
 /// engine. The memory must stay valid until `fabriclib_mr_deregister` and
@@ -44,20 +47,6 @@ pub extern "C" fn fabriclib_mr_register(
 ) -> fabriclib_status {
     // SAFETY: the caller guarantees ptr..ptr+len is valid memory (API contract).
     register_with(engine, out, |e| unsafe { e.register(ptr.cast(), len) })
-}
-
-/// The body of every `fabriclib_mr_register*`: checks the engine and `out`,
-/// registers with `reg`, hands out the handle.
-pub(crate) fn register_with(
-    engine: *const fabriclib_engine,
-    out: *mut *mut fabriclib_mr,
-    reg: impl FnOnce(&crate::engine::TransferEngine) -> crate::error::Result<MrHandle>,
-) -> fabriclib_status {
-    ffi(|| {
-        let e = handle(engine)?;
-        non_null(out, "out")?;
-        give(out, fabriclib_mr::new(reg(&e.engine)?))
-    })
 }
 
 /// Registers `len` bytes at `ptr` in group `group` of the engine
@@ -78,6 +67,25 @@ pub extern "C" fn fabriclib_mr_register_in_group(
     let device = (device >= 0).then_some(device);
     // SAFETY: the caller guarantees ptr..ptr+len is valid memory (API contract).
     register_with(engine, out, |e| unsafe { e.register_in_group(group as usize, ptr.cast(), len, device) })
+}
+
+/// Registers `len` bytes of CUDA device memory of GPU `device` at `ptr`
+/// (`fabriclib_mr_register` detects device memory by itself when the process
+/// uses CUDA; this says it explicitly). The region is exported as a dma-buf
+/// where the driver can and handed to the provider as GPU memory; a provider
+/// without `FI_HMEM` (tcp and shm of the distributions' libfabric) refuses with
+/// `FABRICLIB_STATUS_UNSUPPORTED`, naming itself. `UNSUPPORTED` too without a
+/// CUDA driver; `INVALID_ARGUMENT` if `ptr` is not device memory of `device`.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_mr_register_device(
+    engine: *const fabriclib_engine,
+    ptr: *mut c_void,
+    len: usize,
+    device: i32,
+    out: *mut *mut fabriclib_mr,
+) -> fabriclib_status {
+    // SAFETY: the caller guarantees ptr..ptr+len is its device memory (API contract).
+    super::memory::register_with(engine, out, |e| unsafe { e.register_memory(ptr.cast(), len, Some(device)) })
 }
 
 /// Writes the index of the engine's group the region is registered in
@@ -105,38 +113,4 @@ pub extern "C" fn fabriclib_mr_descriptor(
     len: *mut usize,
 ) -> fabriclib_status {
     ffi(|| write_blob(&handle(mr)?.mr.descriptor().to_bytes(), buf, cap, len))
-}
-
-/// Parses a peer's descriptor (`len` bytes at `buf`). Truncated, padded,
-/// corrupt or unknown-version blobs give `FABRICLIB_STATUS_MALFORMED`: every
-/// address and descriptor blob ends with a CRC-32C of its bytes, so a blob
-/// damaged on its way (any single flipped bit, any truncation) is refused,
-/// never used. The checksum is no defence against a deliberately forged
-/// blob: descriptors must come from a channel you trust. `*out`
-/// receives a handle the caller frees with `fabriclib_remote_mr_free`.
-#[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_remote_mr_parse(
-    buf: *const u8,
-    len: usize,
-    out: *mut *mut fabriclib_remote_mr,
-) -> fabriclib_status {
-    ffi(|| {
-        non_null(buf, "buf")?;
-        non_null(out, "out")?;
-        let desc = Arc::new(MrDesc::parse(bytes(buf, len, "buf")?)?);
-        give(out, fabriclib_remote_mr { magic: AtomicU64::new(0), desc })
-    })
-}
-
-/// Writes the length in bytes of a peer's region to `*len`.
-#[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_remote_mr_len(mr: *const fabriclib_remote_mr, len: *mut u64) -> fabriclib_status {
-    ffi(|| put(len, handle(mr)?.desc.len))
-}
-
-/// Frees a parsed descriptor (NULL is a no-op). Requests already submitted
-/// with it are unaffected.
-#[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_remote_mr_free(mr: *mut fabriclib_remote_mr) {
-    release(mr);
 }

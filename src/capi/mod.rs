@@ -170,23 +170,6 @@ pub(crate) fn engine_of(p: *const u8, len: usize, what: &str) -> Result<crate::w
     Ok(crate::wire::EngineAddress::parse(bytes(p, len, what)?)?.groups.swap_remove(0))
 }
 
-/// The library's version, e.g. `"0.3.0"` (the header's is
-/// `FABRICLIB_VERSION_STRING`). Static string; never fails.
-#[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_version() -> *const c_char {
-    concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
-}
-
-/// The library's version as one number, `FABRICLIB_VERSION_NUMBER(major,
-/// minor, patch)`: compare it with the header's `FABRICLIB_VERSION`.
-#[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_version_number() -> u32 {
-    let n = |s: &str| s.parse::<u32>().unwrap_or(0);
-    n(env!("CARGO_PKG_VERSION_MAJOR")) * 1_000_000
-        + n(env!("CARGO_PKG_VERSION_MINOR")) * 1_000
-        + n(env!("CARGO_PKG_VERSION_PATCH"))
-}
-
 /// Most receive buffers one `fabriclib_submit_recvs` pool may have.
 pub const FABRICLIB_MAX_RECV_BUFFERS: usize = 4096;
 /// Largest message `fabriclib_submit_send` takes (some providers take less:
@@ -207,37 +190,39 @@ const _: () = {
     assert!(FABRICLIB_MAX_DESCRIPTOR_LEN == crate::wire::MAX_DESCRIPTOR_LEN);
 };
 
-/// A static, human-readable description of a status code (never NULL;
-/// unknown codes give "unknown status"). Takes a plain `int32_t`, so that a
-/// status taken from a flag word (`flag & FABRICLIB_FLAG_STATUS_MASK`) needs
-/// no cast in C++.
-#[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_status_str(status: i32) -> *const c_char {
-    static NAMES: std::sync::LazyLock<Vec<CString>> =
-        std::sync::LazyLock::new(|| Status::ALL.iter().map(|s| CString::new(s.as_str()).unwrap()).collect());
-    match Status::from_code(status) {
-        Some(s) => NAMES[s as usize].as_ptr(),
-        None => c"unknown status".as_ptr(),
-    }
-}
-
-/// The message of the last call that failed on the calling thread (empty if
-/// none). Successful calls do not clear it. The pointer stays valid until the
-/// next failing fabriclib call on this thread.
-#[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_last_error_message() -> *const c_char {
-    LAST_ERROR.with(|e| e.borrow().as_ptr())
-}
-
+// One file per C object, in the header's order: cbindgen keeps source order,
+// and each declaration stands alone so that rustfmt keeps this order too.
 mod config;
+
 mod engine;
-mod watcher;
+
 mod memory;
+
+mod remote;
+
+mod peers;
+
 mod submit;
 
+mod imm;
+
+mod watcher;
+
+mod mapped;
+
+mod nics;
+
+mod diag;
+
 pub use config::*;
+pub use diag::*;
 pub use engine::*;
-pub use watcher::*;
+pub use imm::*;
+pub use mapped::*;
 pub use memory::*;
+pub use nics::*;
+pub use peers::*;
+pub use remote::*;
 pub(crate) use submit::UserData;
 pub use submit::*;
+pub use watcher::*;

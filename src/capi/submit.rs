@@ -95,66 +95,6 @@ pub const FABRICLIB_ROUTE_SHARD: u32 = 0;
 /// `fabriclib_submit_opts.route`: on NIC `nic` only.
 pub const FABRICLIB_ROUTE_NIC: u32 = 1;
 
-/// Why request `request_id` (a submit's or an expectation's id) failed, for
-/// callers that watch a flag rather than take a callback: writes its status
-/// to `*status` and its message, NUL-terminated, into `buf` of `cap` bytes
-/// (the length with the NUL to `*len`; if it does not fit, only `*len`,
-/// with `FABRICLIB_STATUS_BUFFER_TOO_SMALL`). The errors of the last 1024
-/// failed requests are kept, and each is there before its flag is stored;
-/// `FABRICLIB_STATUS_NOT_FOUND` for a request that has not failed (still
-/// running, ended OK) or failed longer ago. Any thread.
-#[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_request_error(
-    engine: *const fabriclib_engine,
-    request_id: u64,
-    status: *mut fabriclib_status,
-    buf: *mut c_char,
-    cap: usize,
-    len: *mut usize,
-) -> fabriclib_status {
-    ffi(|| {
-        non_null(status, "status")?;
-        let Some(err) = handle(engine)?.engine.request_error(RequestId(request_id)) else {
-            crate::bail!(NotFound, "request {request_id} has not failed (or failed over 1024 failures ago)");
-        };
-        put(status, err.status as fabriclib_status)?;
-        let mut text = err.message.replace('\0', " ").into_bytes();
-        text.push(0);
-        super::write_blob(&text, buf.cast(), cap, len)
-    })
-}
-
-/// Waits until the completion flag word `flag` (a request's
-/// `fabriclib_submit_opts.flag`) holds `FABRICLIB_FLAG_DONE`, sleeping (a
-/// futex) rather than spinning after the first 20 µs, and writes the word
-/// to `*value` (unless NULL): `FABRICLIB_FLAG_DONE | status`. Returns
-/// `FABRICLIB_STATUS_OK` once done; `FABRICLIB_STATUS_AGAIN` if
-/// `timeout_us` passed first (0: only look; `FABRICLIB_NO_TIMEOUT`: wait
-/// for ever). Any thread, several at once; the flag may be a `uint32_t`, a
-/// C11 `_Atomic uint32_t` or a C++ `std::atomic<uint32_t>`.
-#[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_flag_wait(flag: *const u32, timeout_us: u64, value: *mut u32) -> fabriclib_status {
-    ffi(|| {
-        non_null(flag, "flag")?;
-        if flag as usize % 4 != 0 {
-            return Err(Error::new(Status::InvalidArgument, "fabriclib_flag_wait: flag is not 4-byte aligned"));
-        }
-        // SAFETY: non-null, aligned; the caller keeps it valid during the call
-        // and only the worker's atomic store writes it meanwhile.
-        let f = unsafe { &*(flag as *const std::sync::atomic::AtomicU32) };
-        let timeout = (timeout_us != FABRICLIB_NO_TIMEOUT).then(|| std::time::Duration::from_micros(timeout_us));
-        match crate::completion::flag::wait(f, timeout) {
-            Some(v) => {
-                if !value.is_null() {
-                    put(value, v)?;
-                }
-                Ok(())
-            }
-            None => Err(Error::new(Status::Again, "fabriclib_flag_wait: the request has not ended yet")),
-        }
-    })
-}
-
 /// An array of address blobs (`add_peer_group`). In C it is
 /// `uint8_t *const *`, so `uint8_t **` and `uint8_t *[]` pass as they are;
 /// in C++ `const uint8_t *const *`, which takes those and `const uint8_t **`
@@ -328,119 +268,6 @@ fn group_of(g: u64) -> Option<PeerGroup> {
     (g != 0).then_some(PeerGroup(g))
 }
 
-/// Sends a copy of `len` bytes at `msg` (at most 65536; 4096 on `shm`: see
-/// `fabriclib_engine_max_send`) to the engine whose
-/// address is `addr` (`addr_len` bytes); `msg` may be reused at once. The peer
-/// must have a receive buffer posted (`fabriclib_submit_recvs`) at least
-/// `len` bytes long. Any thread; the end is reported through `opts`.
-///
-/// Every `fabriclib_submit_*` function (and `fabriclib_expect_imm_count`)
-/// writes the new request's id to `*request_id` unless it is NULL: pass it
-/// to `fabriclib_cancel`.
-#[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_submit_send(
-    engine: *const fabriclib_engine,
-    addr: *const u8,
-    addr_len: usize,
-    msg: *const c_void,
-    len: usize,
-    opts: *const fabriclib_submit_opts,
-    request_id: *mut u64,
-) -> fabriclib_status {
-    ffi(|| {
-        let e = handle(engine)?;
-        let to = address(addr, addr_len, "addr")?;
-        let msg = bytes(msg.cast(), len, "msg")?;
-        id_out(request_id, e.engine.submit_send(&to, msg, on_done(opts)?))
-    })
-}
-
-/// Posts `count` receive buffers (at most 4096) for messages of up to `len`
-/// bytes (at most 65536) as one pool. Each arriving message calls
-/// `callback(user_data, FABRICLIB_STATUS_OK, data, len)` on the callback
-/// thread; the buffer is reposted when it returns. A message longer than `len`
-/// is dropped and reported as `callback(user_data, FABRICLIB_STATUS_TRUNCATED,
-/// NULL, 0)`; the sender's connection is unaffected (each buffer is 64 KiB
-/// underneath, so a pool costs `count` × 64 KiB). When
-/// the engine is destroyed, `callback` runs once more with
-/// `FABRICLIB_STATUS_SHUTDOWN`; `user_data` must stay valid until then. Any thread.
-#[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_submit_recvs(
-    engine: *const fabriclib_engine,
-    len: usize,
-    count: usize,
-    callback: fabriclib_recv_cb,
-    user_data: *mut c_void,
-) -> fabriclib_status {
-    ffi(|| {
-        let e = handle(engine)?;
-        let Some(cb) = callback else {
-            return Err(Error::new(Status::InvalidArgument, "callback is NULL"));
-        };
-        let ud = UserData(user_data);
-        e.engine.submit_recvs(len, count, move |m| {
-            let ud = &ud;
-            // SAFETY: the caller's callback with its user_data; data is valid during the call.
-            unsafe {
-                match m {
-                    Ok(b) => cb(ud.0, 0, b.as_ptr(), b.len()),
-                    Err(err) => cb(ud.0, err.status as i32, std::ptr::null(), 0),
-                }
-            }
-        })
-    })
-}
-
-/// Reports through `opts` once `count` (>= 1) writes carrying immediate `imm`
-/// have landed in this engine's memory. Immediates that arrived before the
-/// call count too; a surplus is kept for the next expectation. At most one
-/// expectation per immediate value at a time (`FABRICLIB_STATUS_ALREADY_EXISTS`).
-/// An expectation that fails (timed out, canceled, shut down) discards the
-/// immediates it had counted: they can never complete a later expectation.
-/// Immediates of that transfer that land after it failed count afresh, even
-/// after its writer reported OK (OK frees the source; it does not mean the
-/// target counted): use a new value after a failure rather than resetting
-/// this one (docs/failure-semantics.md, "OK is not landed"). Any thread.
-#[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_expect_imm_count(
-    engine: *const fabriclib_engine,
-    imm: u32,
-    count: u32,
-    opts: *const fabriclib_submit_opts,
-    request_id: *mut u64,
-) -> fabriclib_status {
-    ffi(|| id_out(request_id, handle(engine)?.engine.expect_imm_count(imm, count, on_done(opts)?)))
-}
-
-/// Writes to `*count` how many writes carrying immediate `imm` have landed
-/// and are not yet taken by an expectation. Any thread.
-#[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_imm_count_get(
-    engine: *const fabriclib_engine,
-    imm: u32,
-    count: *mut u64,
-) -> fabriclib_status {
-    ffi(|| put(count, handle(engine)?.engine.imm_count(imm, false)?))
-}
-
-/// Sets the count of immediate `imm` to 0 and writes what it was to
-/// `*previous` (unless NULL). An armed expectation on `imm` stays armed and
-/// counts from 0. Any thread.
-#[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_imm_count_reset(
-    engine: *const fabriclib_engine,
-    imm: u32,
-    previous: *mut u64,
-) -> fabriclib_status {
-    ffi(|| {
-        let n = handle(engine)?.engine.imm_count(imm, true)?;
-        if !previous.is_null() {
-            put(previous, n)?;
-        }
-        Ok(())
-    })
-}
-
 /// Writes `len` bytes from `src_offset` of `src` to `dst_offset` of `dst`.
 /// `imm` is NULL or points to an immediate: then the destination counts
 /// exactly **one** `*imm` once every byte has landed, `len` may be 0
@@ -493,33 +320,6 @@ pub extern "C" fn fabriclib_submit_paged_writes(
         let (src, dst) = (mr_of(e, src)?, &handle(dst)?.desc);
         let (sp, dp) = (pages(src_pages, "src_pages")?, pages(dst_pages, "dst_pages")?);
         id_out(request_id, e.engine.submit_paged_writes(page_len, imm_opt(imm), src, sp, dst, dp, on_done(opts)?))
-    })
-}
-
-/// Resolves `count` peer engine addresses (`addrs[i]` of `addr_lens[i]`
-/// bytes) once, so scatters and barriers to them skip per-destination
-/// lookups. Writes a non-zero group handle to `*out`. Any thread.
-#[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_add_peer_group(
-    engine: *const fabriclib_engine,
-    addrs: fabriclib_blob_list,
-    addr_lens: *const usize,
-    count: usize,
-    out: *mut u64,
-) -> fabriclib_status {
-    ffi(|| {
-        let e = handle(engine)?;
-        non_null(addrs, "addrs")?;
-        non_null(addr_lens, "addr_lens")?;
-        non_null(out, "out")?;
-        let parsed = (0..count)
-            .map(|i| {
-                // SAFETY: addrs and addr_lens have count entries (API contract).
-                let (p, l) = unsafe { (*addrs.add(i), *addr_lens.add(i)) };
-                address(p, l, "addrs[i]")
-            })
-            .collect::<Result<Vec<_>>>()?;
-        put(out, e.engine.add_peer_group(&parsed)?.0)
     })
 }
 
@@ -585,6 +385,69 @@ pub extern "C" fn fabriclib_submit_barrier(
     })
 }
 
+/// Sends a copy of `len` bytes at `msg` (at most 65536; 4096 on `shm`: see
+/// `fabriclib_engine_max_send`) to the engine whose
+/// address is `addr` (`addr_len` bytes); `msg` may be reused at once. The peer
+/// must have a receive buffer posted (`fabriclib_submit_recvs`) at least
+/// `len` bytes long. Any thread; the end is reported through `opts`.
+///
+/// Every `fabriclib_submit_*` function (and `fabriclib_expect_imm_count`)
+/// writes the new request's id to `*request_id` unless it is NULL: pass it
+/// to `fabriclib_cancel`.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_submit_send(
+    engine: *const fabriclib_engine,
+    addr: *const u8,
+    addr_len: usize,
+    msg: *const c_void,
+    len: usize,
+    opts: *const fabriclib_submit_opts,
+    request_id: *mut u64,
+) -> fabriclib_status {
+    ffi(|| {
+        let e = handle(engine)?;
+        let to = address(addr, addr_len, "addr")?;
+        let msg = bytes(msg.cast(), len, "msg")?;
+        id_out(request_id, e.engine.submit_send(&to, msg, on_done(opts)?))
+    })
+}
+
+/// Posts `count` receive buffers (at most 4096) for messages of up to `len`
+/// bytes (at most 65536) as one pool. Each arriving message calls
+/// `callback(user_data, FABRICLIB_STATUS_OK, data, len)` on the callback
+/// thread; the buffer is reposted when it returns. A message longer than `len`
+/// is dropped and reported as `callback(user_data, FABRICLIB_STATUS_TRUNCATED,
+/// NULL, 0)`; the sender's connection is unaffected (each buffer is 64 KiB
+/// underneath, so a pool costs `count` × 64 KiB). When
+/// the engine is destroyed, `callback` runs once more with
+/// `FABRICLIB_STATUS_SHUTDOWN`; `user_data` must stay valid until then. Any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_submit_recvs(
+    engine: *const fabriclib_engine,
+    len: usize,
+    count: usize,
+    callback: fabriclib_recv_cb,
+    user_data: *mut c_void,
+) -> fabriclib_status {
+    ffi(|| {
+        let e = handle(engine)?;
+        let Some(cb) = callback else {
+            return Err(Error::new(Status::InvalidArgument, "callback is NULL"));
+        };
+        let ud = UserData(user_data);
+        e.engine.submit_recvs(len, count, move |m| {
+            let ud = &ud;
+            // SAFETY: the caller's callback with its user_data; data is valid during the call.
+            unsafe {
+                match m {
+                    Ok(b) => cb(ud.0, 0, b.as_ptr(), b.len()),
+                    Err(err) => cb(ud.0, err.status as i32, std::ptr::null(), 0),
+                }
+            }
+        })
+    })
+}
+
 /// Cancels request (or immediate expectation) `request_id`. Nothing more of
 /// it is posted; it reports `FABRICLIB_STATUS_CANCELED` once the provider has
 /// given back its work requests already on the wire: after that report the
@@ -617,5 +480,65 @@ pub extern "C" fn fabriclib_cancel_peer(
             put(canceled, n)?;
         }
         Ok(())
+    })
+}
+
+/// Waits until the completion flag word `flag` (a request's
+/// `fabriclib_submit_opts.flag`) holds `FABRICLIB_FLAG_DONE`, sleeping (a
+/// futex) rather than spinning after the first 20 µs, and writes the word
+/// to `*value` (unless NULL): `FABRICLIB_FLAG_DONE | status`. Returns
+/// `FABRICLIB_STATUS_OK` once done; `FABRICLIB_STATUS_AGAIN` if
+/// `timeout_us` passed first (0: only look; `FABRICLIB_NO_TIMEOUT`: wait
+/// for ever). Any thread, several at once; the flag may be a `uint32_t`, a
+/// C11 `_Atomic uint32_t` or a C++ `std::atomic<uint32_t>`.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_flag_wait(flag: *const u32, timeout_us: u64, value: *mut u32) -> fabriclib_status {
+    ffi(|| {
+        non_null(flag, "flag")?;
+        if flag as usize % 4 != 0 {
+            return Err(Error::new(Status::InvalidArgument, "fabriclib_flag_wait: flag is not 4-byte aligned"));
+        }
+        // SAFETY: non-null, aligned; the caller keeps it valid during the call
+        // and only the worker's atomic store writes it meanwhile.
+        let f = unsafe { &*(flag as *const std::sync::atomic::AtomicU32) };
+        let timeout = (timeout_us != FABRICLIB_NO_TIMEOUT).then(|| std::time::Duration::from_micros(timeout_us));
+        match crate::completion::flag::wait(f, timeout) {
+            Some(v) => {
+                if !value.is_null() {
+                    put(value, v)?;
+                }
+                Ok(())
+            }
+            None => Err(Error::new(Status::Again, "fabriclib_flag_wait: the request has not ended yet")),
+        }
+    })
+}
+
+/// Why request `request_id` (a submit's or an expectation's id) failed, for
+/// callers that watch a flag rather than take a callback: writes its status
+/// to `*status` and its message, NUL-terminated, into `buf` of `cap` bytes
+/// (the length with the NUL to `*len`; if it does not fit, only `*len`,
+/// with `FABRICLIB_STATUS_BUFFER_TOO_SMALL`). The errors of the last 1024
+/// failed requests are kept, and each is there before its flag is stored;
+/// `FABRICLIB_STATUS_NOT_FOUND` for a request that has not failed (still
+/// running, ended OK) or failed longer ago. Any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_request_error(
+    engine: *const fabriclib_engine,
+    request_id: u64,
+    status: *mut fabriclib_status,
+    buf: *mut c_char,
+    cap: usize,
+    len: *mut usize,
+) -> fabriclib_status {
+    ffi(|| {
+        non_null(status, "status")?;
+        let Some(err) = handle(engine)?.engine.request_error(RequestId(request_id)) else {
+            crate::bail!(NotFound, "request {request_id} has not failed (or failed over 1024 failures ago)");
+        };
+        put(status, err.status as fabriclib_status)?;
+        let mut text = err.message.replace('\0', " ").into_bytes();
+        text.push(0);
+        super::write_blob(&text, buf.cast(), cap, len)
     })
 }

@@ -4,15 +4,12 @@
 //! at run time; without a driver these calls say `FABRICLIB_STATUS_UNSUPPORTED`
 //! (watchers and mapped memory fall back to host memory when asked for
 //! `FABRICLIB_MEMORY_AUTO`).
-use super::memory::fabriclib_mr;
 use super::submit::{UserData, read_sized};
 use super::{fabriclib_engine, fabriclib_status, ffi, give, handle, non_null, put, release};
-use crate::gpu::{Mapped, MemoryKind};
+use crate::gpu::MemoryKind;
 use crate::watcher::Watcher;
-use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::atomic::AtomicU64;
-use std::sync::{LazyLock, Mutex};
 
 /// `memory`: CUDA-mapped host memory if a CUDA driver and the device are
 /// present, else plain host memory.
@@ -128,89 +125,4 @@ pub extern "C" fn fabriclib_watcher_device_ptr(w: *const fabriclib_watcher, out:
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_watcher_destroy(w: *mut fabriclib_watcher) {
     release(w);
-}
-
-/// Mapped allocations by host address (for `fabriclib_mapped_free`).
-static MAPPED: LazyLock<Mutex<HashMap<usize, Mapped>>> = LazyLock::new(Default::default);
-
-/// Allocates `len` bytes, zeroed and 64-byte aligned, of `memory`
-/// (`FABRICLIB_MEMORY_*`) that the CPU reaches at `*host` and a kernel at
-/// `*device_ptr` (0 for plain host memory; `device_ptr` may be NULL): the
-/// place for completion flags and mirrored immediate counters that a kernel
-/// polls. Free with `fabriclib_mapped_free`. Needs no engine. Any thread.
-#[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_mapped_alloc(
-    len: usize,
-    memory: u32,
-    device: i32,
-    host: *mut *mut c_void,
-    device_ptr: *mut u64,
-) -> fabriclib_status {
-    ffi(|| {
-        non_null(host, "host")?;
-        let m = Mapped::new(MemoryKind::from_code(memory)?, device, len)?;
-        let (h, d) = (m.host(), m.device().unwrap_or(0));
-        MAPPED.lock().unwrap_or_else(|e| e.into_inner()).insert(h as usize, m);
-        if !device_ptr.is_null() {
-            put(device_ptr, d)?;
-        }
-        put(host, h.cast())
-    })
-}
-
-/// Frees what `fabriclib_mapped_alloc` returned (NULL is a no-op; another
-/// pointer is refused with `FABRICLIB_STATUS_INVALID_ARGUMENT`).
-#[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_mapped_free(host: *mut c_void) -> fabriclib_status {
-    ffi(|| {
-        if host.is_null() {
-            return Ok(());
-        }
-        match MAPPED.lock().unwrap_or_else(|e| e.into_inner()).remove(&(host as usize)) {
-            Some(_) => Ok(()),
-            None => crate::bail!(InvalidArgument, "fabriclib_mapped_free: {host:p} is not from fabriclib_mapped_alloc"),
-        }
-    })
-}
-
-/// Writes the CUDA driver's version (e.g. 13000) to `*version`;
-/// `FABRICLIB_STATUS_UNSUPPORTED` (with why in the last error message) if
-/// there is no usable driver. Loads the driver on first use.
-#[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_cuda_driver_version(version: *mut i32) -> fabriclib_status {
-    ffi(|| put(version, crate::gpu::cuda::cuda()?.version))
-}
-
-/// Mirrors immediate `imm` into `*word` (NULL: stops mirroring): the worker
-/// sets the word at once to what `fabriclib_imm_count_get` would report, then
-/// adds one, with a release store, for every later arrival of `imm`.
-/// Expectations and resets do not lower it, so a kernel (or a thread) waits
-/// for "at least n" with a volatile load, then `__threadfence_system()`
-/// before it reads the data. Put the word in `fabriclib_mapped_alloc` memory
-/// for a kernel. The word must be 8-byte aligned and stay valid until this
-/// is called again for `imm` (another word, or NULL) and has returned, or
-/// the engine is destroyed. Any thread.
-#[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_imm_mirror(engine: *const fabriclib_engine, imm: u32, word: *mut u64) -> fabriclib_status {
-    // SAFETY: the caller's contract above.
-    ffi(|| unsafe { handle(engine)?.engine.mirror_imm_count(imm, word as *const AtomicU64) })
-}
-
-/// Registers `len` bytes of CUDA device memory of GPU `device` at `ptr`
-/// (`fabriclib_mr_register` detects device memory by itself when the process
-/// uses CUDA; this says it explicitly). The region is exported as a dma-buf
-/// where the driver can and handed to the provider as GPU memory; a provider
-/// without `FI_HMEM` (tcp and shm of the distributions' libfabric) refuses with
-/// `FABRICLIB_STATUS_UNSUPPORTED`, naming itself. `UNSUPPORTED` too without a
-/// CUDA driver; `INVALID_ARGUMENT` if `ptr` is not device memory of `device`.
-#[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_mr_register_device(
-    engine: *const fabriclib_engine,
-    ptr: *mut c_void,
-    len: usize,
-    device: i32,
-    out: *mut *mut fabriclib_mr,
-) -> fabriclib_status {
-    // SAFETY: the caller guarantees ptr..ptr+len is its device memory (API contract).
-    super::memory::register_with(engine, out, |e| unsafe { e.register_memory(ptr.cast(), len, Some(device)) })
 }

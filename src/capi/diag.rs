@@ -1,0 +1,99 @@
+//! Diagnostics: the library's version, status names, the last error
+//! message of a thread, and an engine's counters.
+use super::*;
+
+/// The smallest `fabriclib_counters.struct_size` accepted (0.3's layout). Never grows.
+const COUNTERS_V1: usize = size_of::<fabriclib_counters>();
+
+/// The library's version, e.g. `"0.3.0"` (the header's is
+/// `FABRICLIB_VERSION_STRING`). Static string; never fails.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_version() -> *const c_char {
+    concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
+}
+
+/// The library's version as one number, `FABRICLIB_VERSION_NUMBER(major,
+/// minor, patch)`: compare it with the header's `FABRICLIB_VERSION`.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_version_number() -> u32 {
+    let n = |s: &str| s.parse::<u32>().unwrap_or(0);
+    n(env!("CARGO_PKG_VERSION_MAJOR")) * 1_000_000
+        + n(env!("CARGO_PKG_VERSION_MINOR")) * 1_000
+        + n(env!("CARGO_PKG_VERSION_PATCH"))
+}
+
+/// A static, human-readable description of a status code (never NULL;
+/// unknown codes give "unknown status"). Takes a plain `int32_t`, so that a
+/// status taken from a flag word (`flag & FABRICLIB_FLAG_STATUS_MASK`) needs
+/// no cast in C++.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_status_str(status: i32) -> *const c_char {
+    static NAMES: std::sync::LazyLock<Vec<CString>> =
+        std::sync::LazyLock::new(|| Status::ALL.iter().map(|s| CString::new(s.as_str()).unwrap()).collect());
+    match Status::from_code(status) {
+        Some(s) => NAMES[s as usize].as_ptr(),
+        None => c"unknown status".as_ptr(),
+    }
+}
+
+/// The message of the last call that failed on the calling thread (empty if
+/// none). Successful calls do not clear it. The pointer stays valid until the
+/// next failing fabriclib call on this thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_last_error_message() -> *const c_char {
+    LAST_ERROR.with(|e| e.borrow().as_ptr())
+}
+
+/// Reads the counters of domain `domain`'s NIC into `*out`: its totals
+/// with `peer` NULL, else what it did for the peer whose engine address
+/// (`fabriclib_engine_address`'s blob) is `peer`/`peer_len` (zeros if
+/// none). The application's requests only, not the engine's own messages.
+/// `INVALID_ARGUMENT` for a domain not below the domain count, a
+/// `struct_size` below this version's, NULL `out`; `MALFORMED` for a bad
+/// address. Any thread; a control call (it waits for the worker, or
+/// progresses a manual-progress engine).
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_engine_counters(
+    engine: *const fabriclib_engine,
+    domain: u32,
+    peer: *const u8,
+    peer_len: usize,
+    out: *mut fabriclib_counters,
+) -> fabriclib_status {
+    ffi(|| {
+        let e = handle(engine)?;
+        super::non_null(out, "out")?;
+        // SAFETY: non-null; the caller's struct starts with its size (API contract).
+        let size = unsafe { out.cast::<usize>().read_unaligned() };
+        if size < COUNTERS_V1 {
+            crate::bail!(
+                InvalidArgument,
+                "fabriclib_counters.struct_size is {size}: set it to sizeof (at least {COUNTERS_V1})"
+            );
+        }
+        let want = match peer.is_null() {
+            true => None,
+            // SAFETY: the caller passes peer_len readable bytes (API contract).
+            false => Some(crate::wire::NetAddr::parse(unsafe { std::slice::from_raw_parts(peer, peer_len) })?),
+        };
+        let all = e.engine.counters()?;
+        let Some(nic) = all.nics.get(domain as usize) else {
+            crate::bail!(InvalidArgument, "domain {domain}: the engine has {}", all.nics.len());
+        };
+        let c = match &want {
+            None => nic.total,
+            Some(a) => nic.peers.iter().find(|(p, _)| p == a).map(|(_, c)| *c).unwrap_or_default(),
+        };
+        let v = fabriclib_counters {
+            struct_size: size,
+            wrs_posted: c.wrs_posted,
+            bytes_posted: c.bytes_posted,
+            wrs_completed: c.wrs_completed,
+            bytes_completed: c.bytes_completed,
+            errors: c.errors,
+        };
+        // SAFETY: the caller's struct has at least COUNTERS_V1 (= size_of) bytes.
+        unsafe { out.write_unaligned(v) };
+        Ok(())
+    })
+}

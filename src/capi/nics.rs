@@ -1,0 +1,72 @@
+//! NICs and groups: the NICs an engine opened, its DomainGroups and their
+//! addresses.
+use super::*;
+
+/// Writes the name of domain `domain`'s NIC (the provider's name for it,
+/// e.g. `"eth0"`, `"rdmap16s27-rdm"`, `"shm"`) to `*out`, and its NUMA node
+/// to `*numa` if not NULL (-1 where the system does not say, as in most
+/// VMs); the string lives as long as the engine. `INVALID_ARGUMENT` if
+/// `domain` is not below the engine's domain count. Any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_engine_nic(
+    engine: *const fabriclib_engine,
+    domain: u32,
+    out: *mut *const c_char,
+    numa: *mut i32,
+) -> fabriclib_status {
+    ffi(|| {
+        let e = handle(engine)?;
+        let Some(name) = e.nic_names.get(domain as usize) else {
+            crate::bail!(InvalidArgument, "domain {domain}: the engine has {}", e.nic_names.len());
+        };
+        if !numa.is_null() {
+            let n = e.engine.nics()[domain as usize].numa.map_or(-1, |n| n as i32);
+            // SAFETY: non-null, and the caller passes a writable int (API contract).
+            unsafe { numa.write(n) };
+        }
+        put(out, name.as_ptr())
+    })
+}
+
+/// Writes how many DomainGroups the engine has to `*out` (1 unless
+/// `fabriclib_config_add_group` added them). Any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_engine_group_count(engine: *const fabriclib_engine, out: *mut u32) -> fabriclib_status {
+    ffi(|| put(out, handle(engine)?.engine.group_count() as u32))
+}
+
+/// Copies group `group`'s address (the same kind of blob as
+/// `fabriclib_engine_address`, which is group 0's): the descriptors of
+/// regions registered in the group carry it. Buffer rules as in
+/// `fabriclib_engine_address`; `INVALID_ARGUMENT` for a group the engine
+/// does not have. Any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_engine_group_address(
+    engine: *const fabriclib_engine,
+    group: u32,
+    buf: *mut u8,
+    cap: usize,
+    len: *mut usize,
+) -> fabriclib_status {
+    ffi(|| {
+        let e = handle(engine)?;
+        let Some(a) = e.engine.group_address(group as usize) else {
+            crate::bail!(InvalidArgument, "group {group}: the engine has {}", e.engine.group_count());
+        };
+        write_blob(&a.to_bytes(), buf, cap, len)
+    })
+}
+
+/// Copies every group's address, group 0's first (a "groups" blob: the
+/// engine's groups × NICs; `FABRICLIB_MAX_ENGINE_ADDRESS_LEN` bytes always
+/// fit), for a peer's `fabriclib_peer_add_engine`. Buffer rules as in
+/// `fabriclib_engine_address`. Any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_engine_groups_address(
+    engine: *const fabriclib_engine,
+    buf: *mut u8,
+    cap: usize,
+    len: *mut usize,
+) -> fabriclib_status {
+    ffi(|| write_blob(&handle(engine)?.engine.engine_address().to_bytes(), buf, cap, len))
+}

@@ -1,0 +1,49 @@
+//! Remote regions (`fabriclib_remote_mr`): a peer's registered region as
+//! its descriptor blob names it, parsed once and written to by the submits.
+use super::*;
+use crate::wire::MrDesc;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+/// A peer's registered region, as parsed from its descriptor. Immutable:
+/// may be used from any thread at once.
+pub struct fabriclib_remote_mr {
+    magic: AtomicU64,
+    pub(crate) desc: Arc<MrDesc>,
+}
+
+super::impl_handle!(fabriclib_remote_mr, 0xfab1_4e30_0000_0004, "remote memory region");
+
+/// Parses a peer's descriptor (`len` bytes at `buf`). Truncated, padded,
+/// corrupt or unknown-version blobs give `FABRICLIB_STATUS_MALFORMED`: every
+/// address and descriptor blob ends with a CRC-32C of its bytes, so a blob
+/// damaged on its way (any single flipped bit, any truncation) is refused,
+/// never used. The checksum is no defence against a deliberately forged
+/// blob: descriptors must come from a channel you trust. `*out`
+/// receives a handle the caller frees with `fabriclib_remote_mr_free`.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_remote_mr_parse(
+    buf: *const u8,
+    len: usize,
+    out: *mut *mut fabriclib_remote_mr,
+) -> fabriclib_status {
+    ffi(|| {
+        non_null(buf, "buf")?;
+        non_null(out, "out")?;
+        let desc = Arc::new(MrDesc::parse(bytes(buf, len, "buf")?)?);
+        give(out, fabriclib_remote_mr { magic: AtomicU64::new(0), desc })
+    })
+}
+
+/// Writes the length in bytes of a peer's region to `*len`.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_remote_mr_len(mr: *const fabriclib_remote_mr, len: *mut u64) -> fabriclib_status {
+    ffi(|| put(len, handle(mr)?.desc.len))
+}
+
+/// Frees a parsed descriptor (NULL is a no-op). Requests already submitted
+/// with it are unaffected.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_remote_mr_free(mr: *mut fabriclib_remote_mr) {
+    release(mr);
+}
