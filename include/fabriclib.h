@@ -441,6 +441,10 @@ typedef struct fabriclib_counters {
 extern "C" {
 #endif // __cplusplus
 
+// === Config ===
+// `fabriclib_config`: what an engine is asked for (provider, NICs, groups,
+// threads, timeouts); used by one thread at a time, copied by `fabriclib_engine_create`.
+//
 // Creates a config with the defaults: provider from `FABRICLIB_PROVIDER`,
 // else `efa`, else `tcp;ofi_rxm`; 1 domain; no bind address. `*out` receives
 // a config the caller frees with `fabriclib_config_free`.
@@ -640,6 +644,10 @@ fabriclib_status fabriclib_config_set_peer_callback(struct fabriclib_config *con
                                                     fabriclib_peer_cb callback,
                                                     void *user_data);
 
+// === Engine ===
+// `fabriclib_engine`: the transfer engine of a process: its NICs and worker
+// threads, the requests in flight; every call on it may come from any thread.
+//
 // Creates an engine from `config` (NULL: defaults); the config may be freed
 // afterwards. Opens the domains and starts the worker and callback threads;
 // fails with `FABRICLIB_STATUS_UNSUPPORTED` if no provider is usable.
@@ -707,6 +715,10 @@ fabriclib_status fabriclib_engine_provider(const struct fabriclib_engine *engine
 // every later one; libfabric 1.17). Any thread.
 fabriclib_status fabriclib_engine_max_send(const struct fabriclib_engine *engine, size_t *out);
 
+// === Memory regions ===
+// `fabriclib_mr`: local memory registered with the NICs of its group, the
+// source of writes and the target of peers' writes; its descriptor goes to peers.
+//
 // Registers `len` bytes of host memory at `ptr` with every domain of the
 // engine. The memory must stay valid until `fabriclib_mr_deregister` and
 // until every request using it has completed. `*out` receives the handle.
@@ -758,6 +770,10 @@ fabriclib_status fabriclib_mr_descriptor(const struct fabriclib_mr *mr,
                                          size_t cap,
                                          size_t *len);
 
+// === Remote regions ===
+// `fabriclib_remote_mr`: a peer's registered region, parsed once from its
+// descriptor blob; the destination of writes, immutable, shared by any thread.
+//
 // Parses a peer's descriptor (`len` bytes at `buf`). Truncated, padded,
 // corrupt or unknown-version blobs give `FABRICLIB_STATUS_MALFORMED`: every
 // address and descriptor blob ends with a CRC-32C of its bytes, so a blob
@@ -776,6 +792,10 @@ fabriclib_status fabriclib_remote_mr_len(const struct fabriclib_remote_mr *mr, u
 // with it are unaffected.
 void fabriclib_remote_mr_free(struct fabriclib_remote_mr *mr);
 
+// === Peers ===
+// Other engines, named by their address blobs: greeted before the first
+// request, watched by keepalives, reported up or down, grouped for scatters.
+//
 // Greets the engine whose address is `addr` (`addr_len` bytes) now, rather
 // than at the first request to it. A peer that is down is greeted afresh
 // (for example once its link is back) and comes up if it answers; until
@@ -826,6 +846,10 @@ fabriclib_status fabriclib_add_peer_group(const struct fabriclib_engine *engine,
                                           size_t count,
                                           uint64_t *out);
 
+// === Requests ===
+// Writes, scatters, barriers, sends and receive pools; each accepted request
+// ends exactly once (callback or flag word), and can be canceled or waited on.
+//
 // Writes `len` bytes from `src_offset` of `src` to `dst_offset` of `dst`.
 // `imm` is NULL or points to an immediate: then the destination counts
 // exactly **one** `*imm` once every byte has landed, `len` may be 0
@@ -961,6 +985,10 @@ fabriclib_status fabriclib_request_error(const struct fabriclib_engine *engine,
                                          size_t cap,
                                          size_t *len);
 
+// === Immediates ===
+// The 32-bit values writes carry, counted per value on the receiver:
+// an expectation fires when its count has landed; a mirror copies the count to a word.
+//
 // Reports through `opts` once `count` (>= 1) writes carrying immediate `imm`
 // have landed in this engine's memory. Immediates that arrived before the
 // call count too; a surplus is kept for the next expectation. At most one
@@ -1003,6 +1031,10 @@ fabriclib_status fabriclib_imm_mirror(const struct fabriclib_engine *engine,
                                       uint32_t imm,
                                       uint64_t *word);
 
+// === Watchers ===
+// `fabriclib_watcher`: a 64-bit word a GPU kernel (or a thread) bumps; the
+// engine's watcher thread calls back on each change, in order, skipping none it saw.
+//
 // Creates a watcher: a 64-bit word, zero at first, that the engine's
 // watcher thread (started with the first watcher) polls, calling
 // `opts->callback(opts->user_data, old, new)` when it changes. Get the word
@@ -1038,6 +1070,10 @@ fabriclib_status fabriclib_watcher_device_ptr(const struct fabriclib_watcher *w,
 // It waits for a callback of the engine's watcher thread that is running.
 void fabriclib_watcher_destroy(struct fabriclib_watcher *w);
 
+// === Mapped memory ===
+// Host memory that both the CPU and a CUDA kernel reach (watcher words,
+// completion flags), and the CUDA driver fabriclib loads at run time.
+//
 // Allocates `len` bytes, zeroed and 64-byte aligned, of `memory`
 // (`FABRICLIB_MEMORY_*`) that the CPU reaches at `*host` and a kernel at
 // `*device_ptr` (0 for plain host memory; `device_ptr` may be NULL): the
@@ -1058,6 +1094,10 @@ fabriclib_status fabriclib_mapped_free(void *host);
 // there is no usable driver. Loads the driver on first use.
 fabriclib_status fabriclib_cuda_driver_version(int32_t *version);
 
+// === NICs and groups ===
+// The NICs an engine opened (names, NUMA nodes) and its DomainGroups: one
+// worker and a set of NICs each, with an address per group and one for the engine.
+//
 // Writes the name of domain `domain`'s NIC (the provider's name for it,
 // e.g. `"eth0"`, `"rdmap16s27-rdm"`, `"shm"`) to `*out`, and its NUMA node
 // to `*numa` if not NULL (-1 where the system does not say, as in most
@@ -1092,6 +1132,10 @@ fabriclib_status fabriclib_engine_groups_address(const struct fabriclib_engine *
                                                  size_t cap,
                                                  size_t *len);
 
+// === Diagnostics ===
+// The library's version, the names of status codes, the calling thread's
+// last error message, and an engine's counters per NIC and peer.
+//
 // The library's version, e.g. `"0.3.0"` (the header's is
 // `FABRICLIB_VERSION_STRING`). Static string; never fails.
 const char *fabriclib_version(void);

@@ -51,6 +51,10 @@ fn set_count(
     })
 }
 
+/// === Config ===
+/// `fabriclib_config`: what an engine is asked for (provider, NICs, groups,
+/// threads, timeouts); used by one thread at a time, copied by `fabriclib_engine_create`.
+///
 /// Creates a config with the defaults: provider from `FABRICLIB_PROVIDER`,
 /// else `efa`, else `tcp;ofi_rxm`; 1 domain; no bind address. `*out` receives
 /// a config the caller frees with `fabriclib_config_free`.

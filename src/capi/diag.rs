@@ -5,6 +5,10 @@ use super::*;
 /// The smallest `fabriclib_counters.struct_size` accepted (0.3's layout). Never grows.
 const COUNTERS_V1: usize = size_of::<fabriclib_counters>();
 
+/// === Diagnostics ===
+/// The library's version, the names of status codes, the calling thread's
+/// last error message, and an engine's counters per NIC and peer.
+///
 /// The library's version, e.g. `"0.3.0"` (the header's is
 /// `FABRICLIB_VERSION_STRING`). Static string; never fails.
 #[unsafe(no_mangle)]

@@ -56,6 +56,10 @@ pub const FABRICLIB_PEER_DOWN: i32 = 2;
 /// A peer was greeted and has not answered yet (`fabriclib_peer_state` only).
 pub const FABRICLIB_PEER_CONNECTING: i32 = 0;
 
+/// === Engine ===
+/// `fabriclib_engine`: the transfer engine of a process: its NICs and worker
+/// threads, the requests in flight; every call on it may come from any thread.
+///
 /// Creates an engine from `config` (NULL: defaults); the config may be freed
 /// afterwards. Opens the domains and starts the worker and callback threads;
 /// fails with `FABRICLIB_STATUS_UNSUPPORTED` if no provider is usable.

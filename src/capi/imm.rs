@@ -2,6 +2,10 @@
 //! receiver; expectations fire when a count is reached, mirrors copy it to a word.
 use super::*;
 
+/// === Immediates ===
+/// The 32-bit values writes carry, counted per value on the receiver:
+/// an expectation fires when its count has landed; a mirror copies the count to a word.
+///
 /// Reports through `opts` once `count` (>= 1) writes carrying immediate `imm`
 /// have landed in this engine's memory. Immediates that arrived before the
 /// call count too; a surplus is kept for the next expectation. At most one

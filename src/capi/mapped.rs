@@ -9,6 +9,10 @@ use std::sync::{LazyLock, Mutex};
 /// Mapped allocations by host address (for `fabriclib_mapped_free`).
 static MAPPED: LazyLock<Mutex<HashMap<usize, Mapped>>> = LazyLock::new(Default::default);
 
+/// === Mapped memory ===
+/// Host memory that both the CPU and a CUDA kernel reach (watcher words,
+/// completion flags), and the CUDA driver fabriclib loads at run time.
+///
 /// Allocates `len` bytes, zeroed and 64-byte aligned, of `memory`
 /// (`FABRICLIB_MEMORY_*`) that the CPU reaches at `*host` and a kernel at
 /// `*device_ptr` (0 for plain host memory; `device_ptr` may be NULL): the

@@ -34,6 +34,10 @@ pub(crate) fn register_with(
     })
 }
 
+/// === Memory regions ===
+/// `fabriclib_mr`: local memory registered with the NICs of its group, the
+/// source of writes and the target of peers' writes; its descriptor goes to peers.
+///
 /// Registers `len` bytes of host memory at `ptr` with every domain of the
 /// engine. The memory must stay valid until `fabriclib_mr_deregister` and
 /// until every request using it has completed. `*out` receives the handle.

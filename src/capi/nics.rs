@@ -2,6 +2,10 @@
 //! addresses.
 use super::*;
 
+/// === NICs and groups ===
+/// The NICs an engine opened (names, NUMA nodes) and its DomainGroups: one
+/// worker and a set of NICs each, with an address per group and one for the engine.
+///
 /// Writes the name of domain `domain`'s NIC (the provider's name for it,
 /// e.g. `"eth0"`, `"rdmap16s27-rdm"`, `"shm"`) to `*out`, and its NUMA node
 /// to `*numa` if not NULL (-1 where the system does not say, as in most

@@ -2,6 +2,10 @@
 //! grouped for scatters and barriers.
 use super::*;
 
+/// === Peers ===
+/// Other engines, named by their address blobs: greeted before the first
+/// request, watched by keepalives, reported up or down, grouped for scatters.
+///
 /// Greets the engine whose address is `addr` (`addr_len` bytes) now, rather
 /// than at the first request to it. A peer that is down is greeted afresh
 /// (for example once its link is back) and comes up if it answers; until

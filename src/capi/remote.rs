@@ -14,6 +14,10 @@ pub struct fabriclib_remote_mr {
 
 super::impl_handle!(fabriclib_remote_mr, 0xfab1_4e30_0000_0004, "remote memory region");
 
+/// === Remote regions ===
+/// `fabriclib_remote_mr`: a peer's registered region, parsed once from its
+/// descriptor blob; the destination of writes, immutable, shared by any thread.
+///
 /// Parses a peer's descriptor (`len` bytes at `buf`). Truncated, padded,
 /// corrupt or unknown-version blobs give `FABRICLIB_STATUS_MALFORMED`: every
 /// address and descriptor blob ends with a CRC-32C of its bytes, so a blob

@@ -268,6 +268,10 @@ fn group_of(g: u64) -> Option<PeerGroup> {
     (g != 0).then_some(PeerGroup(g))
 }
 
+/// === Requests ===
+/// Writes, scatters, barriers, sends and receive pools; each accepted request
+/// ends exactly once (callback or flag word), and can be canceled or waited on.
+///
 /// Writes `len` bytes from `src_offset` of `src` to `dst_offset` of `dst`.
 /// `imm` is NULL or points to an immediate: then the destination counts
 /// exactly **one** `*imm` once every byte has landed, `len` may be 0

@@ -53,6 +53,10 @@ pub struct fabriclib_watcher {
 
 super::impl_handle!(fabriclib_watcher, 0xfab1_3a7c_0000_0007, "watcher");
 
+/// === Watchers ===
+/// `fabriclib_watcher`: a 64-bit word a GPU kernel (or a thread) bumps; the
+/// engine's watcher thread calls back on each change, in order, skipping none it saw.
+///
 /// Creates a watcher: a 64-bit word, zero at first, that the engine's
 /// watcher thread (started with the first watcher) polls, calling
 /// `opts->callback(opts->user_data, old, new)` when it changes. Get the word
