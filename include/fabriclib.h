@@ -157,62 +157,124 @@ typedef struct fabriclib_remote_mr *const *fabriclib_remote_mr_list;
 // Largest region descriptor blob (`fabriclib_mr_descriptor`).
 #define FABRICLIB_MAX_DESCRIPTOR_LEN 2225
 
-// `fabriclib_config_set_thread_cpus`: the worker thread (ignored in
-// manual-progress mode, which has none).
-#define FABRICLIB_THREAD_WORKER 0
-
-// `fabriclib_config_set_thread_cpus`: the callback thread.
-#define FABRICLIB_THREAD_CALLBACK 1
-
-// `fabriclib_config_set_thread_cpus`: the watcher thread.
-#define FABRICLIB_THREAD_WATCHER 2
-
 // The most groups `fabriclib_config_add_group` adds to one engine.
 #define FABRICLIB_MAX_GROUPS 16
-
-// `fabriclib_config_set_idle_policy`: keep spinning while an expectation is
-// armed (the lowest first-arrival latency; one core per engine). The default.
-#define FABRICLIB_IDLE_SPIN 0
-
-// `fabriclib_config_set_idle_policy`: block on the completion queues' wait
-// object where the provider has one (tcp), keep spinning where it has none (shm).
-#define FABRICLIB_IDLE_AUTO 1
-
-// `fabriclib_config_set_idle_policy`: sleep even with an expectation armed:
-// block on the wait object, or nap `nap_us` at a time where there is none.
-#define FABRICLIB_IDLE_BLOCK 2
-
-// A peer has answered the handshake: requests to it are posted.
-#define FABRICLIB_PEER_UP 1
-
-// A peer is dead, unreachable, shut down or restarted (see the status passed with it).
-#define FABRICLIB_PEER_DOWN 2
-
-// A peer was greeted and has not answered yet (`fabriclib_peer_state` only).
-#define FABRICLIB_PEER_CONNECTING 0
 
 // `fabriclib_submit_opts.flags`: OK means delivered (since 0.4).
 #define FABRICLIB_SUBMIT_DELIVERED 1
 
-// `fabriclib_submit_opts.route`: over all NICs (the default).
-#define FABRICLIB_ROUTE_SHARD 0
-
-// `fabriclib_submit_opts.route`: on NIC `nic` only.
-#define FABRICLIB_ROUTE_NIC 1
-
 // `fabriclib_submit_opts.timeout_us` for a request with no deadline.
 #define FABRICLIB_NO_TIMEOUT UINT64_MAX
 
-// `memory`: CUDA-mapped host memory if a CUDA driver and the device are
-// present, else plain host memory.
-#define FABRICLIB_MEMORY_AUTO 0
+// Which of an engine's threads (`fabriclib_config_set_thread_cpus`).
+enum fabriclib_thread
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // The worker thread (of each group).
+  FABRICLIB_THREAD_WORKER = 0,
+  // The callback thread.
+  FABRICLIB_THREAD_CALLBACK = 1,
+  // The watcher thread.
+  FABRICLIB_THREAD_WATCHER = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum fabriclib_thread fabriclib_thread;
+#else
+typedef uint32_t fabriclib_thread;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
 
-// `memory`: plain host memory (no kernel can reach it).
-#define FABRICLIB_MEMORY_HOST 1
+// What the worker does while idle with an expectation armed
+// (`fabriclib_config_set_idle_policy`).
+enum fabriclib_idle
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // Keep spinning while an expectation is armed (the lowest first-arrival
+  // latency; one core per engine). The default.
+  FABRICLIB_IDLE_SPIN = 0,
+  // Block on the completion queues' wait object where the provider has
+  // one (tcp), keep spinning where it has none (shm).
+  FABRICLIB_IDLE_AUTO = 1,
+  // Sleep even with an expectation armed: block on the wait object, or nap
+  // `nap_us` at a time where there is none.
+  FABRICLIB_IDLE_BLOCK = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum fabriclib_idle fabriclib_idle;
+#else
+typedef uint32_t fabriclib_idle;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
 
-// `memory`: pinned host memory mapped into the GPU's address space
-// (`cuMemHostAlloc` with `PORTABLE | DEVICEMAP`); `UNSUPPORTED` without CUDA.
-#define FABRICLIB_MEMORY_CUDA_MAPPED 2
+// A peer engine's state: connecting, up or down (`fabriclib_peer_state`,
+// the peer-state callback).
+enum fabriclib_peer_liveness
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : int32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // Greeted, and it has not answered yet (`fabriclib_peer_state` only).
+  FABRICLIB_PEER_CONNECTING = 0,
+  // It has answered the handshake: requests to it are posted.
+  FABRICLIB_PEER_UP = 1,
+  // Dead, unreachable, shut down or restarted (see the status passed with it).
+  FABRICLIB_PEER_DOWN = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum fabriclib_peer_liveness fabriclib_peer_liveness;
+#else
+typedef int32_t fabriclib_peer_liveness;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+// Which NICs carry a request (`fabriclib_submit_opts.route`).
+enum fabriclib_route
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // Over all NICs (the default).
+  FABRICLIB_ROUTE_SHARD = 0,
+  // On NIC `nic` only.
+  FABRICLIB_ROUTE_NIC = 1,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum fabriclib_route fabriclib_route;
+#else
+typedef uint32_t fabriclib_route;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+// What memory `fabriclib_mapped_alloc` and a watcher's word live in.
+enum fabriclib_memory
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // CUDA-mapped host memory if a CUDA driver and the device are present,
+  // else plain host memory.
+  FABRICLIB_MEMORY_AUTO = 0,
+  // Plain host memory (no kernel can reach it).
+  FABRICLIB_MEMORY_HOST = 1,
+  // Pinned host memory mapped into the GPU's address space
+  // (`cuMemHostAlloc` with `PORTABLE | DEVICEMAP`); `UNSUPPORTED` without CUDA.
+  FABRICLIB_MEMORY_CUDA_MAPPED = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum fabriclib_memory fabriclib_memory;
+#else
+typedef uint32_t fabriclib_memory;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
 
 // Why an operation failed (or could not be started).
 enum fabriclib_status
@@ -300,7 +362,7 @@ typedef struct fabriclib_watcher fabriclib_watcher;
 typedef void (*fabriclib_peer_cb)(void *user_data,
                                   const uint8_t *addr,
                                   size_t addr_len,
-                                  int32_t state,
+                                  fabriclib_peer_liveness state,
                                   fabriclib_status why);
 
 // Called once when a request ends: `status` is `FABRICLIB_STATUS_OK` or why
@@ -368,7 +430,7 @@ typedef struct fabriclib_submit_opts {
   void *user_data;
   uint32_t *flag;
   uint64_t timeout_us;
-  uint32_t route;
+  fabriclib_route route;
   uint32_t nic;
   uint32_t flags;
 } fabriclib_submit_opts;
@@ -418,7 +480,7 @@ typedef struct fabriclib_watcher_opts {
   size_t struct_size;
   fabriclib_watcher_cb callback;
   void *user_data;
-  uint32_t memory;
+  fabriclib_memory memory;
   int32_t device;
 } fabriclib_watcher_opts;
 
@@ -497,7 +559,7 @@ fabriclib_status fabriclib_config_set_nics_near_gpu(struct fabriclib_config *con
 // the engine fails with `INVALID_ARGUMENT` for a CPU that is not online.
 // The string is copied.
 fabriclib_status fabriclib_config_set_thread_cpus(struct fabriclib_config *config,
-                                                  uint32_t thread,
+                                                  fabriclib_thread thread,
                                                   const char *cpus);
 
 // Adds a DomainGroup to the engine: its own NICs and worker thread, and
@@ -580,7 +642,8 @@ fabriclib_status fabriclib_config_set_manual_progress(struct fabriclib_config *c
 // costs on every transfer (tcp: about +1.5 us per small round trip, 8-20% of
 // small-write bandwidth) and about 70 us on the first write after a quiet
 // spell: docs/benchmarks.md has the figures.
-fabriclib_status fabriclib_config_set_idle_policy(struct fabriclib_config *config, uint32_t policy);
+fabriclib_status fabriclib_config_set_idle_policy(struct fabriclib_config *config,
+                                                  fabriclib_idle policy);
 
 // Sets how the watcher thread polls (`fabriclib_watcher_create`): it spins
 // while watched words change and for `spin_us` microseconds after the last
@@ -835,7 +898,7 @@ fabriclib_status fabriclib_peer_add_engine(const struct fabriclib_engine *engine
 fabriclib_status fabriclib_peer_state(const struct fabriclib_engine *engine,
                                       const uint8_t *addr,
                                       size_t addr_len,
-                                      int32_t *state);
+                                      fabriclib_peer_liveness *state);
 
 // Resolves `count` peer engine addresses (`addrs[i]` of `addr_lens[i]`
 // bytes) once, so scatters and barriers to them skip per-destination
@@ -1080,7 +1143,7 @@ void fabriclib_watcher_destroy(struct fabriclib_watcher *w);
 // place for completion flags and mirrored immediate counters that a kernel
 // polls. Free with `fabriclib_mapped_free`. Needs no engine. Any thread.
 fabriclib_status fabriclib_mapped_alloc(size_t len,
-                                        uint32_t memory,
+                                        fabriclib_memory memory,
                                         int32_t device,
                                         void **host,
                                         uint64_t *device_ptr);

@@ -9,6 +9,12 @@ use std::ffi::{CStr, c_char, c_void};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
+#[allow(non_camel_case_types)]
+type fabriclib_thread = u32; // C: enum fabriclib_thread (codes.rs)
+#[allow(non_camel_case_types)]
+type fabriclib_idle = u32; // C: enum fabriclib_idle (codes.rs)
+#[allow(non_camel_case_types)]
+type fabriclib_peer_liveness = i32; // C: enum fabriclib_peer_liveness (codes.rs)
 
 /// Engine settings. Create with `fabriclib_config_new`, free with
 /// `fabriclib_config_free`. Not thread-safe: one thread at a time.
@@ -154,11 +160,11 @@ pub extern "C" fn fabriclib_config_set_nics_near_gpu(
 
 /// `fabriclib_config_set_thread_cpus`: the worker thread (ignored in
 /// manual-progress mode, which has none).
-pub const FABRICLIB_THREAD_WORKER: u32 = 0;
+const FABRICLIB_THREAD_WORKER: u32 = super::codes::fabriclib_thread::Worker as u32;
 /// `fabriclib_config_set_thread_cpus`: the callback thread.
-pub const FABRICLIB_THREAD_CALLBACK: u32 = 1;
+const FABRICLIB_THREAD_CALLBACK: u32 = super::codes::fabriclib_thread::Callback as u32;
 /// `fabriclib_config_set_thread_cpus`: the watcher thread.
-pub const FABRICLIB_THREAD_WATCHER: u32 = 2;
+const FABRICLIB_THREAD_WATCHER: u32 = super::codes::fabriclib_thread::Watcher as u32;
 
 /// Pins one of the engine's threads (`FABRICLIB_THREAD_*`) to the CPUs of
 /// `cpus`, a list such as `"0-3,8"` (NULL or `""`: anywhere, the default;
@@ -170,7 +176,7 @@ pub const FABRICLIB_THREAD_WATCHER: u32 = 2;
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_config_set_thread_cpus(
     config: *mut fabriclib_config,
-    thread: u32,
+    thread: fabriclib_thread,
     cpus: *const c_char,
 ) -> fabriclib_status {
     ffi(|| {
@@ -347,16 +353,6 @@ pub extern "C" fn fabriclib_config_set_manual_progress(
     })
 }
 
-/// `fabriclib_config_set_idle_policy`: keep spinning while an expectation is
-/// armed (the lowest first-arrival latency; one core per engine). The default.
-pub const FABRICLIB_IDLE_SPIN: u32 = 0;
-/// `fabriclib_config_set_idle_policy`: block on the completion queues' wait
-/// object where the provider has one (tcp), keep spinning where it has none (shm).
-pub const FABRICLIB_IDLE_AUTO: u32 = 1;
-/// `fabriclib_config_set_idle_policy`: sleep even with an expectation armed:
-/// block on the wait object, or nap `nap_us` at a time where there is none.
-pub const FABRICLIB_IDLE_BLOCK: u32 = 2;
-
 /// Sets what the worker does once it has been idle for `spin_us`
 /// (`fabriclib_config_set_idle`) while an immediate expectation is armed or an
 /// immediate is mirrored: `FABRICLIB_IDLE_SPIN` (default), `_AUTO` or
@@ -366,7 +362,10 @@ pub const FABRICLIB_IDLE_BLOCK: u32 = 2;
 /// small-write bandwidth) and about 70 us on the first write after a quiet
 /// spell: docs/benchmarks.md has the figures.
 #[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_config_set_idle_policy(config: *mut fabriclib_config, policy: u32) -> fabriclib_status {
+pub extern "C" fn fabriclib_config_set_idle_policy(
+    config: *mut fabriclib_config,
+    policy: fabriclib_idle,
+) -> fabriclib_status {
     ffi(|| {
         let c = config_mut(config)?;
         c.cfg.idle_policy = crate::config::IdlePolicy::from_code(policy)?;
@@ -482,7 +481,13 @@ pub extern "C" fn fabriclib_config_set_peer_window(
 /// it, the address of the group it was met through — valid during the call.
 /// Runs on the engine's callback thread.
 pub type fabriclib_peer_cb = Option<
-    unsafe extern "C" fn(user_data: *mut c_void, addr: *const u8, addr_len: usize, state: i32, why: fabriclib_status),
+    unsafe extern "C" fn(
+        user_data: *mut c_void,
+        addr: *const u8,
+        addr_len: usize,
+        state: fabriclib_peer_liveness,
+        why: fabriclib_status,
+    ),
 >;
 
 /// Sets the peer-state callback (NULL: none) and its `user_data`, which

@@ -49,13 +49,6 @@ pub struct fabriclib_counters {
     pub errors: u64,
 }
 
-/// A peer has answered the handshake: requests to it are posted.
-pub const FABRICLIB_PEER_UP: i32 = 1;
-/// A peer is dead, unreachable, shut down or restarted (see the status passed with it).
-pub const FABRICLIB_PEER_DOWN: i32 = 2;
-/// A peer was greeted and has not answered yet (`fabriclib_peer_state` only).
-pub const FABRICLIB_PEER_CONNECTING: i32 = 0;
-
 /// === Engine ===
 /// `fabriclib_engine`: the transfer engine of a process: its NICs and worker
 /// threads, the requests in flight; every call on it may come from any thread.

@@ -6,6 +6,9 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{LazyLock, Mutex};
 
+#[allow(non_camel_case_types)]
+type fabriclib_memory = u32; // C: enum fabriclib_memory (codes.rs)
+
 /// Mapped allocations by host address (for `fabriclib_mapped_free`).
 static MAPPED: LazyLock<Mutex<HashMap<usize, Mapped>>> = LazyLock::new(Default::default);
 
@@ -21,7 +24,7 @@ static MAPPED: LazyLock<Mutex<HashMap<usize, Mapped>>> = LazyLock::new(Default::
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_mapped_alloc(
     len: usize,
-    memory: u32,
+    memory: fabriclib_memory,
     device: i32,
     host: *mut *mut c_void,
     device_ptr: *mut u64,

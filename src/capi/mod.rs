@@ -192,6 +192,8 @@ const _: () = {
 
 // One file per C object, in the header's order: cbindgen keeps source order,
 // and each declaration stands alone so that rustfmt keeps this order too.
+mod codes;
+
 mod config;
 
 mod engine;

@@ -2,6 +2,9 @@
 //! grouped for scatters and barriers.
 use super::*;
 
+#[allow(non_camel_case_types)]
+type fabriclib_peer_liveness = i32; // C: enum fabriclib_peer_liveness (codes.rs)
+
 /// === Peers ===
 /// Other engines, named by their address blobs: greeted before the first
 /// request, watched by keepalives, reported up or down, grouped for scatters.
@@ -69,7 +72,7 @@ pub extern "C" fn fabriclib_peer_state(
     engine: *const fabriclib_engine,
     addr: *const u8,
     addr_len: usize,
-    state: *mut i32,
+    state: *mut fabriclib_peer_liveness,
 ) -> fabriclib_status {
     ffi(|| {
         let e = handle(engine)?;

@@ -8,6 +8,9 @@ use crate::engine::{Pages, PeerGroup, ScatterDst};
 use crate::error::{Error, Result, Status};
 use std::ffi::{c_char, c_void};
 
+#[allow(non_camel_case_types)]
+type fabriclib_route = u32; // C: enum fabriclib_route (codes.rs)
+
 /// Called once when a request ends: `status` is `FABRICLIB_STATUS_OK` or why
 /// it failed; during a call with an error, `fabriclib_last_error_message()`
 /// gives the details (for `FABRICLIB_STATUS_PROVIDER`, libfabric's error text
@@ -82,7 +85,7 @@ pub struct fabriclib_submit_opts {
     pub user_data: *mut c_void,
     pub flag: *mut u32,
     pub timeout_us: u64,
-    pub route: u32,
+    pub route: fabriclib_route,
     pub nic: u32,
     pub flags: u32,
 }
@@ -90,10 +93,8 @@ pub struct fabriclib_submit_opts {
 /// `fabriclib_submit_opts.flags`: OK means delivered (since 0.4).
 pub const FABRICLIB_SUBMIT_DELIVERED: u32 = 1;
 
-/// `fabriclib_submit_opts.route`: over all NICs (the default).
-pub const FABRICLIB_ROUTE_SHARD: u32 = 0;
-/// `fabriclib_submit_opts.route`: on NIC `nic` only.
-pub const FABRICLIB_ROUTE_NIC: u32 = 1;
+const FABRICLIB_ROUTE_SHARD: u32 = super::codes::fabriclib_route::Shard as u32;
+const FABRICLIB_ROUTE_NIC: u32 = super::codes::fabriclib_route::Nic as u32;
 
 /// An array of address blobs (`add_peer_group`). In C it is
 /// `uint8_t *const *`, so `uint8_t **` and `uint8_t *[]` pass as they are;

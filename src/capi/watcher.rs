@@ -11,14 +11,8 @@ use crate::watcher::Watcher;
 use std::ffi::c_void;
 use std::sync::atomic::AtomicU64;
 
-/// `memory`: CUDA-mapped host memory if a CUDA driver and the device are
-/// present, else plain host memory.
-pub const FABRICLIB_MEMORY_AUTO: u32 = 0;
-/// `memory`: plain host memory (no kernel can reach it).
-pub const FABRICLIB_MEMORY_HOST: u32 = 1;
-/// `memory`: pinned host memory mapped into the GPU's address space
-/// (`cuMemHostAlloc` with `PORTABLE | DEVICEMAP`); `UNSUPPORTED` without CUDA.
-pub const FABRICLIB_MEMORY_CUDA_MAPPED: u32 = 2;
+#[allow(non_camel_case_types)]
+type fabriclib_memory = u32; // C: enum fabriclib_memory (codes.rs)
 
 /// Called on the engine's watcher thread when it sees a watched word change:
 /// `old_value` is the value the previous call reported (0 at first),
@@ -38,7 +32,7 @@ pub struct fabriclib_watcher_opts {
     pub struct_size: usize,
     pub callback: fabriclib_watcher_cb,
     pub user_data: *mut c_void,
-    pub memory: u32,
+    pub memory: fabriclib_memory,
     pub device: i32,
 }
 

@@ -1,0 +1,69 @@
+//! The code families of the C API, as C enums (`fabriclib_status` is in
+//! src/status.rs). cbindgen writes these into the header, and the functions
+//! and fields that take a code are typed with them there. On the Rust side
+//! each file that takes one aliases the same name to the integer it is
+//! (`type fabriclib_thread = u32;`): a value from C is only ever an integer
+//! to Rust, so an out-of-range one is refused (`INVALID_ARGUMENT`), never
+//! undefined behaviour, whatever a C or C++ caller passes.
+#![allow(non_camel_case_types, dead_code)]
+
+/// Which of an engine's threads (`fabriclib_config_set_thread_cpus`).
+#[repr(u32)]
+pub enum fabriclib_thread {
+    /// The worker thread (of each group).
+    Worker = 0,
+    /// The callback thread.
+    Callback = 1,
+    /// The watcher thread.
+    Watcher = 2,
+}
+
+/// What the worker does while idle with an expectation armed
+/// (`fabriclib_config_set_idle_policy`).
+#[repr(u32)]
+pub enum fabriclib_idle {
+    /// Keep spinning while an expectation is armed (the lowest first-arrival
+    /// latency; one core per engine). The default.
+    Spin = 0,
+    /// Block on the completion queues' wait object where the provider has
+    /// one (tcp), keep spinning where it has none (shm).
+    Auto = 1,
+    /// Sleep even with an expectation armed: block on the wait object, or nap
+    /// `nap_us` at a time where there is none.
+    Block = 2,
+}
+
+/// A peer engine's state: connecting, up or down (`fabriclib_peer_state`,
+/// the peer-state callback).
+/// cbindgen:rename-all=None
+#[repr(i32)]
+pub enum fabriclib_peer_liveness {
+    /// Greeted, and it has not answered yet (`fabriclib_peer_state` only).
+    FABRICLIB_PEER_CONNECTING = 0,
+    /// It has answered the handshake: requests to it are posted.
+    FABRICLIB_PEER_UP = 1,
+    /// Dead, unreachable, shut down or restarted (see the status passed with it).
+    FABRICLIB_PEER_DOWN = 2,
+}
+
+/// What memory `fabriclib_mapped_alloc` and a watcher's word live in.
+#[repr(u32)]
+pub enum fabriclib_memory {
+    /// CUDA-mapped host memory if a CUDA driver and the device are present,
+    /// else plain host memory.
+    Auto = 0,
+    /// Plain host memory (no kernel can reach it).
+    Host = 1,
+    /// Pinned host memory mapped into the GPU's address space
+    /// (`cuMemHostAlloc` with `PORTABLE | DEVICEMAP`); `UNSUPPORTED` without CUDA.
+    CudaMapped = 2,
+}
+
+/// Which NICs carry a request (`fabriclib_submit_opts.route`).
+#[repr(u32)]
+pub enum fabriclib_route {
+    /// Over all NICs (the default).
+    Shard = 0,
+    /// On NIC `nic` only.
+    Nic = 1,
+}
