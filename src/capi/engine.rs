@@ -166,7 +166,7 @@ pub extern "C" fn fabriclib_engine_address(
     cap: usize,
     len: *mut usize,
 ) -> fabriclib_status {
-    ffi(|| write_blob(&handle(engine)?.engine.main_address().to_bytes(), buf, cap, len))
+    ffi(|| write_blob(&handle(engine)?.engine.address().to_bytes(), buf, cap, len))
 }
 
 /// Writes the name of the libfabric provider in use (e.g. `"tcp;ofi_rxm"`) to

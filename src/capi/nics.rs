@@ -72,5 +72,5 @@ pub extern "C" fn fabriclib_engine_groups_address(
     cap: usize,
     len: *mut usize,
 ) -> fabriclib_status {
-    ffi(|| write_blob(&handle(engine)?.engine.engine_address().to_bytes(), buf, cap, len))
+    ffi(|| write_blob(&handle(engine)?.engine.groups_address().to_bytes(), buf, cap, len))
 }

@@ -191,9 +191,10 @@ impl TransferEngine {
     }
 
     /// This engine's address, to hand to peers out of band: its home group's
-    /// (group 0). Sends, greetings and peer groups use it; a descriptor
-    /// carries the address of the group its region belongs to.
-    pub fn main_address(&self) -> &NetAddr {
+    /// (group 0), its *main* address (C: `fabriclib_engine_address`). Sends,
+    /// greetings and peer groups use it; a descriptor carries the address of
+    /// the group its region belongs to. (Before 0.4: `main_address`.)
+    pub fn address(&self) -> &NetAddr {
         &self.groups[0].info.address
     }
 
@@ -203,8 +204,9 @@ impl TransferEngine {
     }
 
     /// Every group's address, group 0's first: the engine's groups × NICs,
-    /// for a peer's `add_engine_peer`.
-    pub fn engine_address(&self) -> crate::wire::EngineAddress {
+    /// for a peer's `add_engine_peer` (C: `fabriclib_engine_groups_address`;
+    /// before 0.4: `engine_address`).
+    pub fn groups_address(&self) -> crate::wire::EngineAddress {
         crate::wire::EngineAddress { groups: self.groups.iter().map(|g| g.info.address.clone()).collect() }
     }
 

@@ -51,7 +51,7 @@ impl TransferEngine {
     /// engines must have the same groups × NICs (as many groups, as many
     /// NICs in each), else `InvalidArgument` naming both.
     pub fn add_engine_peer(&self, peer: &crate::wire::EngineAddress) -> Result<()> {
-        let (mine, theirs) = (self.engine_address().layout(), peer.layout());
+        let (mine, theirs) = (self.groups_address().layout(), peer.layout());
         if mine != theirs {
             bail!(
                 InvalidArgument,

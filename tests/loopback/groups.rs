@@ -46,7 +46,7 @@ pub fn groups_write_across_groups(prov: &str, domains: usize) -> TestResult {
         return Err(format!("{} groups, {} NICs; expected 2 groups of {domains}", a.group_count(), a.nics().len()));
     }
     let (g0, g1) = (a.group_address(0).unwrap(), a.group_address(1).unwrap());
-    if g0 == g1 || a.main_address() != g0 || a.group_address(2).is_some() {
+    if g0 == g1 || a.address() != g0 || a.group_address(2).is_some() {
         return Err("group addresses: expected two distinct ones, the first the main address".into());
     }
     let mut src = vec![0u8; R];
@@ -57,7 +57,7 @@ pub fn groups_write_across_groups(prov: &str, domains: usize) -> TestResult {
     if (smr.group(), m0.group(), m1.group()) != (1, 0, 1) {
         return Err(format!("regions in groups {}, {}, {}", smr.group(), m0.group(), m1.group()));
     }
-    if &m1.descriptor().owner != b.group_address(1).unwrap() || &m0.descriptor().owner != b.main_address() {
+    if &m1.descriptor().owner != b.group_address(1).unwrap() || &m0.descriptor().owner != b.address() {
         return Err("a descriptor's owner is not the address of its region's group".into());
     }
     // One expectation at b for the pages of both writes.
@@ -101,7 +101,7 @@ pub fn groups_write_across_groups(prov: &str, domains: usize) -> TestResult {
         return Err(format!("work requests completed per NIC {posted:?}, expected {want:?}"));
     }
     // Every pair of groups greeted at once (`add_engine_peer`): b's groups are up for each of a's.
-    a.add_engine_peer(&b.engine_address()).map_err(e2s)?;
+    a.add_engine_peer(&b.groups_address()).map_err(e2s)?;
     let t = Instant::now();
     while (0..2).any(|g| a.peer_state(b.group_address(g).unwrap()).ok().flatten() != Some(fabriclib::PeerState::Up)) {
         if t.elapsed() > Duration::from_secs(10) {
@@ -156,7 +156,7 @@ pub fn groups_nic_counts_must_match(prov: &str, domains: usize) -> TestResult {
         other => return Err(format!("a write from a 2-NIC group to a 1-NIC engine: {other:?}")),
     }
     // Engines of other groups × NICs are refused as a whole, naming both.
-    match a.add_engine_peer(&b.engine.engine_address()) {
+    match a.add_engine_peer(&b.engine.groups_address()) {
         Err(e) if e.status == Status::InvalidArgument && e.message.contains("[1]") && e.message.contains("[1, 2]") => {}
         other => return Err(format!("add_engine_peer between [1, 2] and [1] NICs: {other:?}")),
     }

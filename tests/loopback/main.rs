@@ -283,7 +283,7 @@ fn echo_peer(
             }
         })
         .map_err(e2s)?;
-    p.send(&format!("PARENT {}", to_hex(&l.engine.main_address().to_bytes())));
+    p.send(&format!("PARENT {}", to_hex(&l.engine.address().to_bytes())));
     p.send(&format!("ECHO {echo_pool}"));
     p.wait_for("ECHOING")?;
     let to = addr(&p);

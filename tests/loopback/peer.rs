@@ -50,10 +50,10 @@ pub fn main(args: &[String]) -> ! {
     // SAFETY: mem1 outlives the registration (dropped after the engine below).
     let mr1 = (groups > 1).then(|| unsafe { engine.register_in_group(1, mem1.as_mut_ptr(), region, None) }.unwrap());
     let more = match &mr1 {
-        Some(m) => format!(" {} {}", to_hex(&m.descriptor().to_bytes()), to_hex(&engine.engine_address().to_bytes())),
+        Some(m) => format!(" {} {}", to_hex(&m.descriptor().to_bytes()), to_hex(&engine.groups_address().to_bytes())),
         None => String::new(),
     };
-    say(format!("INFO {} {}{more}", to_hex(&engine.main_address().to_bytes()), to_hex(&mr.descriptor().to_bytes())));
+    say(format!("INFO {} {}{more}", to_hex(&engine.address().to_bytes()), to_hex(&mr.descriptor().to_bytes())));
     let mut parent: Option<NetAddr> = None;
     for line in std::io::stdin().lock().lines() {
         let line = line.unwrap();

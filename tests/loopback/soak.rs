@@ -194,7 +194,7 @@ pub fn node(args: &[String]) -> ! {
     let (rmr, smr) = unsafe {
         (engine.register(region.as_mut_ptr(), region.len()).unwrap(), engine.register(src.as_mut_ptr(), SRC).unwrap())
     };
-    println!("INFO {} {}", to_hex(&engine.main_address().to_bytes()), to_hex(&rmr.descriptor().to_bytes()));
+    println!("INFO {} {}", to_hex(&engine.address().to_bytes()), to_hex(&rmr.descriptor().to_bytes()));
     let mut line = String::new();
     std::io::stdin().lock().read_line(&mut line).unwrap();
     let w: Vec<&str> = line.split_whitespace().collect(); // PEERS a0 d0 a1 d1 a2 d2
