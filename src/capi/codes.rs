@@ -67,3 +67,31 @@ pub enum fabriclib_route {
     /// On NIC `nic` only.
     Nic = 1,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{IdlePolicy, PeerState};
+    use crate::gpu::MemoryKind;
+
+    /// Each C code is the Rust value it stands for, and a code past the
+    /// last is refused: the C enums and the Rust ones cannot drift apart.
+    #[test]
+    fn every_c_code_maps_to_its_rust_value() {
+        use fabriclib_peer_liveness::*;
+        for (c, r) in [(FABRICLIB_PEER_CONNECTING, PeerState::Connecting), (FABRICLIB_PEER_UP, PeerState::Up)] {
+            assert_eq!(c as i32, r as i32);
+        }
+        assert_eq!(FABRICLIB_PEER_DOWN as i32, PeerState::Down as i32);
+        let idle = [(fabriclib_idle::Spin, IdlePolicy::Spin), (fabriclib_idle::Auto, IdlePolicy::Auto)];
+        for (c, r) in idle.into_iter().chain([(fabriclib_idle::Block, IdlePolicy::Block)]) {
+            assert_eq!(IdlePolicy::from_code(c as u32).unwrap(), r);
+        }
+        assert!(IdlePolicy::from_code(fabriclib_idle::Block as u32 + 1).is_err());
+        let mem = [(fabriclib_memory::Auto, MemoryKind::Auto), (fabriclib_memory::Host, MemoryKind::Host)];
+        for (c, r) in mem.into_iter().chain([(fabriclib_memory::CudaMapped, MemoryKind::CudaMapped)]) {
+            assert_eq!(MemoryKind::from_code(c as u32).unwrap(), r);
+        }
+        assert!(MemoryKind::from_code(fabriclib_memory::CudaMapped as u32 + 1).is_err());
+    }
+}
