@@ -8,6 +8,7 @@ mod control;
 pub mod counters;
 mod ending;
 mod fence;
+mod mailbox;
 mod peers;
 mod recv;
 pub mod request;

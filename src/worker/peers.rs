@@ -22,33 +22,23 @@
 //! fails the ping (`PeerDown`). Peers in use are pinged every half window,
 //! so that steady traffic never waits.
 //!
-//! Messages travel on `Chan::Engine` (tagged, apart from the application's
-//! sends), from domain 0 to domain 0 — but delivery fences (fence.rs), which
-//! go on every domain a request used, domain d to domain d:
-//! `"FLK" kind:u8 [tag:u64] sender-address` (the address as
-//! `NetAddr::to_bytes`; the tag only on FENCE and FENCE_ACK), or,
-//! from a group other than its engine's first, `"FLK" (kind | 0x80) [tag]
-//! len:u16 sender-address main-address` (the engine's main address, so that
-//! peers can tell the application about the engine by the address it knows).
+//! Messages travel on the engine's own channel (mailbox.rs: their buffers
+//! and format), domain 0 to domain 0; delivery fences (fence.rs) go on
+//! every domain.
 //!
 //! State is reported per pair of groups to `PeerStates`
 //! (completion/peer_state.rs), which tells the application per peer engine.
 use super::Worker;
-use super::recv::OwnedMem;
+use super::mailbox::{Mailbox, Message};
 use super::token::Token;
 use crate::config::PeerState;
-use crate::domain::{Chan, Domain, LocalMr, Memory, PeerId, Post};
+use crate::domain::{Domain, PeerId};
 use crate::error::{Error, Result, Status};
 use crate::liveness::Watch;
 use crate::wire::{MAX_DOMAINS, NetAddr};
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// One engine message at most (an 8-domain address with 256-byte names fits).
-const MSG: usize = 4096;
-/// Engine-channel buffers, each way.
-const SLOTS: usize = 32;
 const PING: u8 = 1;
 const PONG: u8 = 2;
 const BYE: u8 = 3;
@@ -59,8 +49,6 @@ pub(super) const FENCE: u8 = 5;
 /// The answer to a FENCE: everything sent before it on that domain has been
 /// taken in (immediates counted, or handed to the home group's queue).
 pub(super) const FENCE_ACK: u8 = 6;
-/// The kind bit of a message that carries the sender engine's main address.
-const WITH_MAIN: u8 = 0x80;
 /// The peer entry of an engine message to an engine not in the table.
 pub(super) const NO_ENTRY: u32 = u32::MAX;
 /// At a reusable address, a peer silent this long is asked again before the
@@ -118,18 +106,8 @@ pub(super) struct Peers {
     index: HashMap<NetAddr, u32>,
     /// Per domain: provider peer id → entry (the newest at that address).
     by_id: Vec<HashMap<PeerId, u32>>,
-    /// This group's address as messages carry it (with the engine's main
-    /// address, for a group other than the first: `with_main`).
-    me: Vec<u8>,
-    with_main: bool,
-    /// `SLOTS` receive buffers per domain: buffer `i` is domain `i / SLOTS`'s.
-    recv: Arc<OwnedMem>,
-    /// The receive and send buffers' registrations, one per domain.
-    recv_mr: Vec<LocalMr>,
-    repost: Vec<u32>,
-    send: Arc<OwnedMem>,
-    send_mr: Vec<LocalMr>,
-    send_free: Vec<u32>,
+    /// The engine channel's buffers (mailbox.rs).
+    mail: Mailbox,
     /// The engine is shutting down: strangers are not answered (a first
     /// message must never come from an endpoint about to close).
     closing: bool,
@@ -149,41 +127,12 @@ impl Peers {
         main: Option<&NetAddr>,
         keepalive: Duration,
     ) -> Result<Peers> {
-        let mine = me.to_bytes();
-        // With the main address when it fits in one message (it always
-        // does but for 8-NIC groups with very long provider addresses).
-        let (me, with_main) = match main.map(|m| m.to_bytes()) {
-            Some(m) if 14 + mine.len() + m.len() <= MSG => {
-                let mut b = (mine.len() as u16).to_le_bytes().to_vec();
-                b.extend_from_slice(&mine);
-                b.extend_from_slice(&m);
-                (b, true)
-            }
-            _ => (mine, false),
-        };
-        let recv = OwnedMem::new(MSG * SLOTS * domains.len());
-        let send = OwnedMem::new(MSG * SLOTS);
-        let recv_mr = register_all(domains, &recv)?;
-        let send_mr = match register_all(domains, &send) {
-            Ok(m) => m,
-            Err(e) => {
-                super::release(domains, &recv_mr);
-                return Err(e);
-            }
-        };
-        let n = domains.len();
+        let mail = Mailbox::new(domains, me, main)?;
         Ok(Peers {
             list: Vec::new(),
             index: HashMap::new(),
             by_id: (0..domains.len()).map(|_| HashMap::new()).collect(),
-            me,
-            with_main,
-            recv,
-            recv_mr,
-            repost: (0..(SLOTS * n) as u32).collect(),
-            send,
-            send_mr,
-            send_free: (0..SLOTS as u32).collect(),
+            mail,
             closing: false,
             acks: Vec::new(),
             recheck: domains[0].addresses_come_back().then_some(RECHECK_AFTER.min(keepalive)),
@@ -235,12 +184,11 @@ impl Peers {
 
     /// Engine messages still on the wire.
     pub(super) fn sending(&self) -> bool {
-        self.send_free.len() < SLOTS
+        self.mail.sending()
     }
 
     pub(super) fn close<D: Domain>(&self, domains: &mut [D]) {
-        super::release(domains, &self.recv_mr);
-        super::release(domains, &self.send_mr);
+        self.mail.close(domains)
     }
 }
 
@@ -395,35 +343,12 @@ impl<D: Domain> Worker<D> {
     /// Posts engine message `kind` (with `tag`: FENCE, FENCE_ACK) through
     /// domain `d` to that domain's peer `id` (entry `p`, or `NO_ENTRY`).
     pub(super) fn post_engine_on(&mut self, d: usize, id: PeerId, p: u32, kind: u8, tag: Option<u64>) -> bool {
-        let Some(slot) = self.peers.send_free.pop() else {
-            return false;
-        };
-        let head = 4 + tag.map_or(0, |_| 8);
-        let len = head + self.peers.me.len();
-        let kind = if self.peers.with_main { kind | WITH_MAIN } else { kind };
-        // SAFETY: slot `slot` of the send buffer is ours until its completion; len <= MSG.
-        let buf = unsafe {
-            let b = self.peers.send.ptr.add(slot as usize * MSG);
-            std::ptr::copy_nonoverlapping([b'F', b'L', b'K', kind].as_ptr(), b, 4);
-            if let Some(t) = tag {
-                std::ptr::copy_nonoverlapping(t.to_le_bytes().as_ptr(), b.add(4), 8);
-            }
-            std::ptr::copy_nonoverlapping(self.peers.me.as_ptr(), b.add(head), len - head);
-            b
-        };
-        let token = Token::EngineSend { peer: p, slot: slot as u16 }.encode();
-        match self.domains[d].post_send(Chan::Engine, id, buf, len, self.peers.send_mr[d].desc, token) {
-            Ok(Post::Posted) => true,
-            _ => {
-                self.peers.send_free.push(slot);
-                false
-            }
-        }
+        self.peers.mail.post(&mut self.domains[d], d, id, p, kind, tag)
     }
 
     /// Engine message slot `slot` to peer `p` went out (or failed with `err`).
     pub(super) fn engine_sent(&mut self, p: u32, slot: u16, err: Option<Error>) {
-        self.peers.send_free.push(slot as u32);
+        self.peers.mail.sent(slot);
         let Some(e) = err.filter(|_| p != NO_ENTRY) else {
             return;
         };
@@ -439,41 +364,13 @@ impl<D: Domain> Worker<D> {
 
     /// Posts the engine-channel receive buffers waiting to be (re)posted.
     pub(super) fn post_engine_receives(&mut self) -> bool {
-        let mut busy = false;
-        while let Some(&i) = self.peers.repost.last() {
-            let d = i as usize / SLOTS;
-            // SAFETY: slot i lies inside the receive buffer.
-            let buf = unsafe { self.peers.recv.ptr.add(i as usize * MSG) };
-            match self.domains[d].post_recv(
-                Chan::Engine,
-                buf,
-                MSG,
-                self.peers.recv_mr[d].desc,
-                Token::EngineRecv(i).encode(),
-            ) {
-                Ok(Post::Posted) => {
-                    self.peers.repost.pop();
-                    busy = true;
-                }
-                _ => break,
-            }
-        }
-        busy
+        self.peers.mail.post_receives(&mut self.domains)
     }
 
     /// An engine message of `len` bytes arrived in receive buffer `i` (`None`: the receive failed).
     pub(super) fn engine_recv(&mut self, i: u32, len: Option<usize>) {
-        let msg = len.filter(|&len| len > 4 && len <= MSG).map(|len| {
-            // SAFETY: the provider wrote len bytes into slot i, ours until reposted below.
-            unsafe { std::slice::from_raw_parts(self.peers.recv.ptr.add(i as usize * MSG), len) }.to_vec()
-        });
-        self.peers.repost.push(i);
-        let Some(msg) = msg else { return };
-        if &msg[..3] != b"FLK" {
-            return;
-        }
-        // Garbage from a stranger is ignored: only well-formed addresses count.
-        let Some((kind, tag, from, main)) = parse_msg(&msg[3..]) else {
+        // Garbage from a stranger is ignored: only well-formed messages count.
+        let Some(Message { domain, kind, tag, from, main }) = self.peers.mail.take(i, len) else {
             return;
         };
         if self.peers.closing {
@@ -510,7 +407,7 @@ impl<D: Domain> Worker<D> {
                 }
                 self.owe_ack(&from);
             }
-            FENCE => self.owe_fence_ack(i as usize / SLOTS, &from, tag),
+            FENCE => self.owe_fence_ack(domain, &from, tag),
             FENCE_ACK => self.fence_acked(tag),
             _ => {}
         }
@@ -616,7 +513,7 @@ impl<D: Domain> Worker<D> {
             self.domains[d].abandon(id, &mut tokens);
             for &t in &tokens {
                 match Token::decode(t) {
-                    Token::EngineSend { slot, .. } => self.peers.send_free.push(slot as u32),
+                    Token::EngineSend { slot, .. } => self.peers.mail.sent(slot),
                     t => {
                         self.tally.failed(d, id);
                         self.wr_done(t, Some(err.clone()));
@@ -711,38 +608,4 @@ impl<D: Domain> Worker<D> {
             self.notifier.run(Box::new(move || ps.update(g, &addr, main.as_ref(), state, err.as_ref())));
         }
     }
-}
-
-/// An engine message after `"FLK"`: its kind, its tag (FENCE, FENCE_ACK;
-/// else 0), the sender's address and, from another group than its engine's
-/// first, the engine's main address.
-fn parse_msg(m: &[u8]) -> Option<(u8, u64, NetAddr, Option<NetAddr>)> {
-    let (&kind, rest) = m.split_first()?;
-    let (with_main, kind) = (kind & WITH_MAIN != 0, kind & !WITH_MAIN);
-    let (tag, rest) = match kind {
-        FENCE | FENCE_ACK => (u64::from_le_bytes(rest.get(..8)?.try_into().ok()?), &rest[8..]),
-        _ => (0, rest),
-    };
-    if !with_main {
-        return Some((kind, tag, NetAddr::parse(rest).ok()?, None));
-    }
-    let n = u16::from_le_bytes(rest.get(..2)?.try_into().ok()?) as usize;
-    let from = NetAddr::parse(rest.get(2..2 + n)?).ok()?;
-    let main = NetAddr::parse(rest.get(2 + n..)?).ok();
-    Some((kind, tag, from, main))
-}
-
-/// Registers `mem` in every domain (undone if one refuses).
-fn register_all<D: Domain>(domains: &mut [D], mem: &OwnedMem) -> Result<Vec<LocalMr>> {
-    let mut out = Vec::with_capacity(domains.len());
-    for d in 0..domains.len() {
-        match domains[d].register(mem.ptr, mem.len, Memory::Host) {
-            Ok(m) => out.push(m),
-            Err(e) => {
-                super::release(domains, &out);
-                return Err(e);
-            }
-        }
-    }
-    Ok(out)
 }
