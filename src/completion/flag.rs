@@ -24,7 +24,9 @@ pub fn flag_value(res: &Result<()>) -> u32 {
 /// Stores a request's end into `f` and wakes a thread waiting on it.
 pub fn store(f: &AtomicU32, res: &Result<()>) {
     if f.swap(flag_value(res), Ordering::Release) & FLAG_WAITING != 0 {
-        futex_wake(f);
+        // The word may be freed by its owner right after it saw FLAG_DONE:
+        // a wake reads nothing there (os.rs), so that is harmless.
+        crate::os::futex_wake_all(f);
     }
 }
 
@@ -52,20 +54,8 @@ pub fn wait(f: &AtomicU32, timeout: Option<Duration>) -> Option<u32> {
         {
             continue;
         }
-        futex_wait(f, v | FLAG_WAITING, left);
+        crate::os::futex_wait(f, v | FLAG_WAITING, left);
     }
-}
-
-/// Sleeps while `*f == expected` (or until `timeout`, or a spurious wake-up).
-fn futex_wait(f: &AtomicU32, expected: u32, timeout: Option<Duration>) {
-    crate::os::futex_wait(f, expected, timeout)
-}
-
-/// Wakes every thread sleeping on `f`. The word may be freed by its owner
-/// right after it saw `FLAG_DONE`: the kernel then finds no waiter (or
-/// returns EFAULT), which is harmless.
-fn futex_wake(f: &AtomicU32) {
-    crate::os::futex_wake_all(f)
 }
 
 #[cfg(test)]

@@ -296,12 +296,8 @@ fn hops(a: &[u64], b: &[u64]) -> usize {
     a.len() + b.len() - 2 * common
 }
 
-/// The NUMA node of the page at address `addr` (faulted in if it was not
-/// yet), from the kernel (`get_mempolicy(MPOL_F_NODE | MPOL_F_ADDR)`);
-/// `None` if it does not say (an unmapped address: `EFAULT`).
-pub fn numa_node_of(addr: usize) -> Option<u32> {
-    crate::os::numa_node_of(addr)
-}
+/// The NUMA node of a page (os.rs asks the kernel).
+pub use crate::os::numa_node_of;
 
 #[cfg(test)]
 mod tests;

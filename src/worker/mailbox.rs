@@ -5,7 +5,8 @@
 //! peers' protocol (peers.rs, fence.rs).
 //!
 //! A message is `"FLK" kind:u8 [tag:u64] sender-address` (the address as
-//! `NetAddr::to_bytes`; the tag only on FENCE and FENCE_ACK), or, from a group
+//! `NetAddr::to_bytes`; a tag, marked by kind bit 0x40, where the protocol
+//! gives one: FENCE and FENCE_ACK), or, from a group
 //! other than its engine's first, `"FLK" (kind | 0x80) [tag] len:u16
 //! sender-address main-address` (the engine's main address, so that peers can
 //! tell the application about the engine by the address it knows). Messages
@@ -23,13 +24,15 @@ const MSG: usize = 4096;
 const SLOTS: usize = 32;
 /// The kind bit of a message that carries the sender engine's main address.
 const WITH_MAIN: u8 = 0x80;
+/// The kind bit of a message that carries a tag.
+const WITH_TAG: u8 = 0x40;
 
 /// A message taken from a receive buffer.
 pub(super) struct Message {
     /// The domain it came through.
     pub(super) domain: usize,
     pub(super) kind: u8,
-    /// FENCE and FENCE_ACK: the request's tag; else 0.
+    /// Its tag, if the protocol gave it one (FENCE, FENCE_ACK); else 0.
     pub(super) tag: u64,
     pub(super) from: NetAddr,
     /// The sender engine's main address, from a group other than its first.
@@ -119,7 +122,7 @@ impl Mailbox {
         };
         let head = 4 + tag.map_or(0, |_| 8);
         let len = head + self.me.len();
-        let kind = if self.with_main { kind | WITH_MAIN } else { kind };
+        let kind = kind | if self.with_main { WITH_MAIN } else { 0 } | if tag.is_some() { WITH_TAG } else { 0 };
         // SAFETY: slot `slot` of the send buffer is ours until its completion; len <= MSG.
         let buf = unsafe {
             let b = self.send.ptr.add(slot as usize * MSG);
@@ -177,17 +180,15 @@ impl Mailbox {
     }
 }
 
-/// A message after `"FLK"`: its kind, its tag (FENCE, FENCE_ACK; else 0),
+/// A message after `"FLK"`: its kind, its tag (0 if it has none),
 /// the sender's address and, from another group than its engine's first,
 /// the engine's main address.
 fn parse(m: &[u8]) -> Option<(u8, u64, NetAddr, Option<NetAddr>)> {
     let (&kind, rest) = m.split_first()?;
-    let (with_main, kind) = (kind & WITH_MAIN != 0, kind & !WITH_MAIN);
-    let (tag, rest) = match kind {
-        super::peers::FENCE | super::peers::FENCE_ACK => {
-            (u64::from_le_bytes(rest.get(..8)?.try_into().ok()?), &rest[8..])
-        }
-        _ => (0, rest),
+    let (with_main, with_tag, kind) = (kind & WITH_MAIN != 0, kind & WITH_TAG != 0, kind & !(WITH_MAIN | WITH_TAG));
+    let (tag, rest) = match with_tag {
+        true => (u64::from_le_bytes(rest.get(..8)?.try_into().ok()?), &rest[8..]),
+        false => (0, rest),
     };
     if !with_main {
         return Some((kind, tag, NetAddr::parse(rest).ok()?, None));

@@ -8,6 +8,7 @@ mod control;
 pub mod counters;
 mod ending;
 mod fence;
+mod goodbye;
 mod mailbox;
 mod peers;
 mod recv;

@@ -1,5 +1,5 @@
 //! The peer table and the engine's own protocol: a handshake before the first
-//! request to a peer, keepalives, and a goodbye at shutdown.
+//! request to a peer, and keepalives (the goodbye at shutdown: goodbye.rs).
 //!
 //! Every engine this one writes or sends to, or that greets it, is a peer:
 //! an entry with its address (incl. epoch), its id in every domain and a
@@ -41,9 +41,9 @@ use std::time::{Duration, Instant};
 
 const PING: u8 = 1;
 const PONG: u8 = 2;
-const BYE: u8 = 3;
+pub(super) const BYE: u8 = 3;
 /// The answer to a BYE: the peer has handled every message we sent before it.
-const BYE_ACK: u8 = 4;
+pub(super) const BYE_ACK: u8 = 4;
 /// A delivery fence of a request (its tag), on the domain of its writes.
 pub(super) const FENCE: u8 = 5;
 /// The answer to a FENCE: everything sent before it on that domain has been
@@ -57,7 +57,7 @@ pub(crate) const RECHECK_AFTER: Duration = Duration::from_millis(100);
 
 /// Where a peer stands in this engine's goodbye (shutdown only).
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Farewell {
+pub(super) enum Farewell {
     None,
     /// Owed a BYE that could not be posted yet.
     ToSend,
@@ -76,18 +76,18 @@ pub(super) enum State {
     Down(Error),
 }
 
-struct Peer {
+pub(super) struct Peer {
     addr: NetAddr,
     ids: [PeerId; MAX_DOMAINS],
-    state: State,
+    pub(super) state: State,
     last_heard: Instant,
     last_ping: Option<Instant>,
     /// The last time a request to it was admitted.
     last_used: Instant,
     /// Something was posted (or attempted: shm's first attempt already
     /// queues its connection request at the peer) to it.
-    contacted: bool,
-    farewell: Farewell,
+    pub(super) contacted: bool,
+    pub(super) farewell: Farewell,
     /// Its engine's main address, when it is another group of its engine
     /// and has said so (reports name the engine by it).
     main: Option<NetAddr>,
@@ -102,7 +102,7 @@ struct Peer {
 }
 
 pub(super) struct Peers {
-    list: Vec<Peer>,
+    pub(super) list: Vec<Peer>,
     index: HashMap<NetAddr, u32>,
     /// Per domain: provider peer id → entry (the newest at that address).
     by_id: Vec<HashMap<PeerId, u32>>,
@@ -110,9 +110,9 @@ pub(super) struct Peers {
     mail: Mailbox,
     /// The engine is shutting down: strangers are not answered (a first
     /// message must never come from an endpoint about to close).
-    closing: bool,
+    pub(super) closing: bool,
     /// Domain-0 ids owed a BYE_ACK, sent once every domain has been polled.
-    acks: Vec<PeerId>,
+    pub(super) acks: Vec<PeerId>,
     /// The re-check window where addresses come back (`None`: not needed).
     recheck: Option<Duration>,
     /// Keys do not fence a restarted peer here: every peer's liveness record
@@ -328,7 +328,7 @@ impl<D: Domain> Worker<D> {
     }
 
     /// Posts engine message `kind` to peer `p`; false if it could not be posted now.
-    fn send_engine(&mut self, p: u32, kind: u8) -> bool {
+    pub(super) fn send_engine(&mut self, p: u32, kind: u8) -> bool {
         self.peers.list[p as usize].contacted = true;
         let id = self.peers.id(p, 0);
         self.post_engine(id, p, kind)
@@ -336,7 +336,7 @@ impl<D: Domain> Worker<D> {
 
     /// Posts engine message `kind` to domain-0 peer `id` (entry `p`, or
     /// `NO_ENTRY` for an engine not in the table).
-    fn post_engine(&mut self, id: PeerId, p: u32, kind: u8) -> bool {
+    pub(super) fn post_engine(&mut self, id: PeerId, p: u32, kind: u8) -> bool {
         self.post_engine_on(0, id, p, kind, None)
     }
 
@@ -411,42 +411,6 @@ impl<D: Domain> Worker<D> {
             FENCE_ACK => self.fence_acked(tag),
             _ => {}
         }
-    }
-
-    /// An engine message while this engine shuts down: acknowledgments of
-    /// our goodbye, and goodbyes of peers shutting down too (answered, so
-    /// that they close). Nobody else is answered.
-    fn closing_recv(&mut self, kind: u8, from: &NetAddr) {
-        match kind {
-            BYE_ACK => {
-                if let Some(p) = self.peers.find(from) {
-                    let f = &mut self.peers.list[p as usize].farewell;
-                    if *f == Farewell::Sent {
-                        *f = Farewell::Over;
-                    }
-                }
-            }
-            BYE => self.owe_ack(from),
-            _ => {}
-        }
-    }
-
-    /// `from` said BYE: it closes its endpoint once we acknowledge, known to
-    /// us or not (its greeting may never have been posted, but the
-    /// provider's own connection request may be with us).
-    fn owe_ack(&mut self, from: &NetAddr) {
-        if let Ok(id) = self.domains[0].resolve(&from.domains[0]) {
-            self.peers.acks.push(id);
-        }
-    }
-
-    /// Sends the BYE_ACKs owed. Called once every domain has been polled in
-    /// a pass, so that whatever the departing engine posted to our other
-    /// domains before its BYE has been handled too.
-    pub(super) fn send_acks(&mut self) {
-        let mut acks = std::mem::take(&mut self.peers.acks);
-        acks.retain(|&id| !self.post_engine(id, NO_ENTRY, BYE_ACK));
-        self.peers.acks = acks;
     }
 
     /// `from` speaks for its address now: an entry there of another epoch is
@@ -563,41 +527,6 @@ impl<D: Domain> Worker<D> {
             }
         }
         busy
-    }
-
-    /// Says goodbye before the endpoints close: every peer not down gets a
-    /// BYE, and the engine keeps progressing until each has acknowledged it
-    /// (or proved unreachable), or `limit` passes. A peer's BYE_ACK means it
-    /// has handled every message this engine sent it, so none of them can
-    /// reach it after the endpoint is gone (libfabric 1.17's shm crashes a
-    /// process that handles the first message of a closed endpoint).
-    pub(super) fn say_goodbye(&mut self, limit: Instant) {
-        self.peers.closing = true;
-        for q in self.peers.list.iter_mut() {
-            // A peer we never posted to holds nothing of ours: no goodbye.
-            if q.contacted && !matches!(q.state, State::Down(_)) {
-                q.farewell = Farewell::ToSend;
-            }
-        }
-        loop {
-            let mut waiting = false;
-            for p in 0..self.peers.list.len() as u32 {
-                let f = self.peers.list[p as usize].farewell;
-                match f {
-                    Farewell::ToSend if self.send_engine(p, BYE) => {
-                        self.peers.list[p as usize].farewell = Farewell::Sent;
-                        waiting = true;
-                    }
-                    Farewell::ToSend | Farewell::Sent => waiting = true,
-                    _ => {}
-                }
-            }
-            // Our own last messages (acknowledgments) must be out too.
-            if (!waiting && !self.peers.sending()) || Instant::now() >= limit {
-                return;
-            }
-            self.poll_all();
-        }
     }
 
     /// Tells `PeerStates` (on the callback thread) that pair `p` is in `state`.

@@ -1,0 +1,84 @@
+//! The goodbye: how an engine closes without a peer ever handling a
+//! message from an endpoint that has closed (libfabric 1.17's shm crashes a
+//! process that does). At shutdown every contacted peer gets a BYE and the
+//! engine keeps progressing until each has answered BYE_ACK (or proved
+//! unreachable, or the drain timeout passed); a peer answers only once it
+//! has polled every domain, so it has handled all this engine sent it.
+use super::Worker;
+use super::peers::{BYE, BYE_ACK, Farewell, NO_ENTRY, State};
+use crate::domain::Domain;
+use crate::wire::NetAddr;
+use std::time::Instant;
+
+impl<D: Domain> Worker<D> {
+    /// An engine message while this engine shuts down: acknowledgments of
+    /// our goodbye, and goodbyes of peers shutting down too (answered, so
+    /// that they close). Nobody else is answered.
+    pub(super) fn closing_recv(&mut self, kind: u8, from: &NetAddr) {
+        match kind {
+            BYE_ACK => {
+                if let Some(p) = self.peers.find(from) {
+                    let f = &mut self.peers.list[p as usize].farewell;
+                    if *f == Farewell::Sent {
+                        *f = Farewell::Over;
+                    }
+                }
+            }
+            BYE => self.owe_ack(from),
+            _ => {}
+        }
+    }
+
+    /// `from` said BYE: it closes its endpoint once we acknowledge, known to
+    /// us or not (its greeting may never have been posted, but the
+    /// provider's own connection request may be with us).
+    pub(super) fn owe_ack(&mut self, from: &NetAddr) {
+        if let Ok(id) = self.domains[0].resolve(&from.domains[0]) {
+            self.peers.acks.push(id);
+        }
+    }
+
+    /// Sends the BYE_ACKs owed. Called once every domain has been polled in
+    /// a pass, so that whatever the departing engine posted to our other
+    /// domains before its BYE has been handled too.
+    pub(super) fn send_acks(&mut self) {
+        let mut acks = std::mem::take(&mut self.peers.acks);
+        acks.retain(|&id| !self.post_engine(id, NO_ENTRY, BYE_ACK));
+        self.peers.acks = acks;
+    }
+
+    /// Says goodbye before the endpoints close: every peer not down gets a
+    /// BYE, and the engine keeps progressing until each has acknowledged it
+    /// (or proved unreachable), or `limit` passes. A peer's BYE_ACK means it
+    /// has handled every message this engine sent it, so none of them can
+    /// reach it after the endpoint is gone (libfabric 1.17's shm crashes a
+    /// process that handles the first message of a closed endpoint).
+    pub(super) fn say_goodbye(&mut self, limit: Instant) {
+        self.peers.closing = true;
+        for q in self.peers.list.iter_mut() {
+            // A peer we never posted to holds nothing of ours: no goodbye.
+            if q.contacted && !matches!(q.state, State::Down(_)) {
+                q.farewell = Farewell::ToSend;
+            }
+        }
+        loop {
+            let mut waiting = false;
+            for p in 0..self.peers.list.len() as u32 {
+                let f = self.peers.list[p as usize].farewell;
+                match f {
+                    Farewell::ToSend if self.send_engine(p, BYE) => {
+                        self.peers.list[p as usize].farewell = Farewell::Sent;
+                        waiting = true;
+                    }
+                    Farewell::ToSend | Farewell::Sent => waiting = true,
+                    _ => {}
+                }
+            }
+            // Our own last messages (acknowledgments) must be out too.
+            if (!waiting && !self.peers.sending()) || Instant::now() >= limit {
+                return;
+            }
+            self.poll_all();
+        }
+    }
+}
