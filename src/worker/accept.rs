@@ -35,7 +35,7 @@ impl<D: Domain> Worker<D> {
             return Ok((self.peer_of(to)?, None));
         }
         if let Some(i) = req.region {
-            self.regions.take(i)?;
+            self.requests.regions.take(i)?;
         }
         // Peers per unit: for a scatter or barrier without a peer group.
         let per_unit = req.multi_dst() && req.group().is_none();
@@ -44,13 +44,13 @@ impl<D: Domain> Worker<D> {
         let mut first = u32::MAX;
         for j in 0..n {
             let dst = req.dst_mut(j);
-            let peer = match self.dsts.take(dst) {
+            let peer = match self.requests.dsts.take(dst) {
                 Some(p) => p,
                 None => {
                     let held::Dst::Owned(d) = &*dst else { unreachable!("the table has every held descriptor") };
                     let p = self.peer_of(&d.owner);
                     if let Ok(p) = p {
-                        self.dsts.add(dst, p);
+                        self.requests.dsts.add(dst, p);
                     }
                     p
                 }
@@ -74,7 +74,7 @@ impl<D: Domain> Worker<D> {
             return Ok((first, None));
         }
         if let Some(g) = req.group() {
-            return Ok((u32::MAX, Some(self.groups[g as usize - 1].clone())));
+            return Ok((u32::MAX, Some(self.peer_sets[g as usize - 1].clone())));
         }
         Ok((u32::MAX, Some(peers.into())))
     }
@@ -82,7 +82,7 @@ impl<D: Domain> Worker<D> {
     /// Gives back what `take_refs` took for `req`: its region and its first
     /// `dsts` destinations.
     pub(super) fn put_refs(&mut self, req: &Request, dsts: usize) {
-        put_refs(&mut self.regions, &mut self.dsts, &mut self.domains, req, dsts);
+        put_refs(&mut self.requests.regions, &mut self.requests.dsts, &mut self.domains, req, dsts);
     }
 
     /// Takes a new request: finds its peers and queues its units on the
@@ -93,10 +93,10 @@ impl<D: Domain> Worker<D> {
             Err(e) => return self.notifier.fire_request(req.id, req.done, Err(e)),
         };
         let timeout = req.timeout;
-        let (slot, epoch) = self.slots.insert(req, peer, unit_peers);
+        let (slot, epoch) = self.requests.slots.insert(req, peer, unit_peers);
         if let Some(t) = timeout {
             let in_order = timeout == self.cfg.request_timeout;
-            self.timers.add(self.now + t, Timer::Request { slot, epoch }, in_order);
+            self.pass.timers.add(self.pass.now + t, Timer::Request { slot, epoch }, in_order);
         }
         self.admit(slot);
     }
@@ -104,7 +104,7 @@ impl<D: Domain> Worker<D> {
     /// Queues a parked request's units once all its peers are up; fails it
     /// if one is down. Leaves it parked otherwise.
     pub(super) fn admit(&mut self, slot: u32) {
-        let Some(a) = self.slots.get(slot).filter(|a| a.parked) else {
+        let Some(a) = self.requests.slots.get(slot).filter(|a| a.parked) else {
             return;
         };
         let (one, many) = (a.peer, a.unit_peers.clone());
@@ -122,7 +122,7 @@ impl<D: Domain> Worker<D> {
             return;
         }
         let n = self.domains.len();
-        let a = self.slots.get(slot).unwrap();
+        let a = self.requests.slots.get(slot).unwrap();
         a.parked = false;
         if let Some(e) = down {
             return self.end(slot, e);
@@ -134,16 +134,16 @@ impl<D: Domain> Worker<D> {
         // through domain 0; everything else rotates the first domain.
         if let Some(k) = a.req.nic.map(usize::from).or(matches!(a.req.shape, Shape::Send { .. }).then_some(0)) {
             (a.next[k], a.step) = (0, 1);
-            self.pending[k].push_back((slot, a.epoch));
+            self.requests.pending[k].push_back((slot, a.epoch));
             return;
         }
         a.step = n;
-        let rr = self.rr;
-        self.rr = (self.rr + a.units) % n;
+        let rr = self.requests.rr;
+        self.requests.rr = (self.requests.rr + a.units) % n;
         for d in 0..n {
             a.next[d] = (d + n - rr % n) % n;
             if a.next[d] < a.units {
-                self.pending[d].push_back((slot, a.epoch));
+                self.requests.pending[d].push_back((slot, a.epoch));
             }
         }
     }

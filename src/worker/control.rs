@@ -34,32 +34,32 @@ impl<D: Domain> Worker<D> {
                         }
                     }
                 }
-                let index = self.regions.add(locals.clone());
+                let index = self.requests.regions.add(locals.clone());
                 let _ = reply.send(Ok((index, locals)));
             }
             Ctrl::Deregister { index } => {
                 // Requests submitted before the handle went take the region first.
                 self.accept_queued();
-                if let Some(locals) = self.regions.dropped(index) {
+                if let Some(locals) = self.requests.regions.dropped(index) {
                     release(&mut self.domains, &locals);
                 }
             }
             Ctrl::Expect { imm, count, done, id, timeout, reply } => {
                 let r = self.imm.expect(imm, count, done, id, &self.notifier);
                 if let (Ok(()), Some(t)) = (&r, timeout) {
-                    self.timers.add(self.now + t, Timer::Expect { imm, id }, false);
+                    self.pass.timers.add(self.pass.now + t, Timer::Expect { imm, id }, false);
                 }
                 let _ = reply.send(r);
             }
             Ctrl::RecvPool { len, count, cb, reply } => {
                 let _ = reply.send(self.add_pool(len, count, cb));
             }
-            Ctrl::Repost { pool, index } => self.repost.push_back((pool, index)),
+            Ctrl::Repost { pool, index } => self.recv.repost.push_back((pool, index)),
             Ctrl::AddGroup { addrs, reply } => {
                 let members: Result<Vec<u32>> = addrs.iter().map(|a| self.peer_of(a)).collect();
                 let _ = reply.send(members.map(|m| {
-                    self.groups.push(m.into());
-                    self.groups.len() as u64
+                    self.peer_sets.push(m.into());
+                    self.peer_sets.len() as u64
                 }));
             }
             Ctrl::Counters { reply } => {
@@ -71,7 +71,7 @@ impl<D: Domain> Worker<D> {
             Ctrl::Cancel { id, reply } => {
                 self.accept_queued();
                 let canceled = || Error::new(Status::Canceled, "canceled by the application");
-                let found = self.slots.find(|a| a.req.id == id && a.error.is_none());
+                let found = self.requests.slots.find(|a| a.req.id == id && a.error.is_none());
                 let r = if let Some(&s) = found.first() {
                     self.end(s, canceled());
                     Ok(())

@@ -7,7 +7,7 @@ use super::timers::Timer;
 use super::{Worker, release};
 use crate::completion::notify::shutdown_error;
 use crate::domain::Domain;
-use crate::error::{Error, Status};
+use crate::error::Error;
 use std::time::Instant;
 
 impl<D: Domain> Worker<D> {
@@ -16,14 +16,14 @@ impl<D: Domain> Worker<D> {
     /// provider has given back its work requests on the wire, or after the
     /// drain timeout. Keeps an earlier error.
     pub(super) fn end(&mut self, slot: u32, err: Error) {
-        let Some(a) = self.slots.get(slot) else {
+        let Some(a) = self.requests.slots.get(slot) else {
             return;
         };
         if a.error.is_none() {
             a.error = Some(err);
             if a.outstanding > 0 {
                 let t = Timer::Request { slot, epoch: a.epoch };
-                self.timers.add(self.now + self.cfg.drain_timeout, t, false);
+                self.pass.timers.add(self.pass.now + self.cfg.drain_timeout, t, false);
             }
         }
         self.maybe_finish(slot);
@@ -31,65 +31,11 @@ impl<D: Domain> Worker<D> {
 
     /// Ends every request to peer `p` with `err()`; returns how many.
     pub(super) fn end_all(&mut self, p: u32, err: impl Fn() -> Error) -> usize {
-        let hit = self.slots.find(|a| a.error.is_none() && a.involves(p));
+        let hit = self.requests.slots.find(|a| a.error.is_none() && a.involves(p));
         for &s in &hit {
             self.end(s, err());
         }
         hit.len()
-    }
-
-    /// Every millisecond: deadlines that passed, then keepalives and peer timeouts.
-    pub(super) fn tick(&mut self) -> bool {
-        let mut busy = false;
-        while let Some(t) = self.timers.due(self.now) {
-            busy = true;
-            match t {
-                Timer::Request { slot, epoch } => {
-                    let Some(a) = self.slots.current(slot, epoch) else {
-                        continue;
-                    };
-                    if a.error.is_none() {
-                        let t = a.req.timeout.unwrap_or_default();
-                        self.end(
-                            slot,
-                            Error::new(Status::TimedOut, format!("the request did not complete within {t:?}")),
-                        );
-                    } else {
-                        // Ended earlier and the drain timeout passed: the provider
-                        // lost these work requests (a dead peer on some providers).
-                        a.outstanding = 0;
-                        self.maybe_finish(slot);
-                    }
-                }
-                Timer::Expect { imm, id } => {
-                    let err = Error::new(
-                        Status::TimedOut,
-                        format!("fewer immediates {imm:#x} than expected arrived in time"),
-                    );
-                    self.imm.expire(imm, id, err, &self.notifier);
-                }
-            }
-        }
-        if self.timers.len() > 2 * (self.slots.live() + self.imm.armed()) + 1024 {
-            let (slots, imm) = (&self.slots, &self.imm);
-            self.timers.compact(|t| match *t {
-                Timer::Request { slot, epoch } => slots.is_current(slot, epoch),
-                Timer::Expect { imm: v, id } => imm.is_armed(v, id),
-            });
-        }
-        self.sweep_dsts();
-        busy | self.keepalive()
-    }
-
-    /// Lets go of the descriptors that only the worker still holds (held.rs).
-    fn sweep_dsts(&mut self) {
-        let gone = self.dsts.unheld();
-        if !gone.is_empty() {
-            // A request submitted with one before its caller let go is in the
-            // queue: take it first (it keeps its descriptor).
-            self.accept_queued();
-            self.dsts.evict(&gone);
-        }
     }
 
     /// Ends the engine: queued and unposted requests end with `Shutdown`;
@@ -103,25 +49,25 @@ impl<D: Domain> Worker<D> {
         }
         // Nothing new is posted; requests with work on the wire end once the NIC
         // is done with their buffers (or after SHUTDOWN_DRAIN).
-        for s in self.slots.all() {
-            let a = self.slots.get(s).unwrap();
+        for s in self.requests.slots.all() {
+            let a = self.requests.slots.get(s).unwrap();
             if a.posted < a.units {
                 a.error = Some(err.clone());
             }
             self.maybe_finish(s);
         }
         let deadline = Instant::now() + self.cfg.drain_timeout;
-        while self.slots.live() > 0 && Instant::now() < deadline {
+        while self.requests.slots.live() > 0 && Instant::now() < deadline {
             self.poll_all();
         }
-        for s in self.slots.all() {
-            let a = self.slots.get(s).unwrap();
+        for s in self.requests.slots.all() {
+            let a = self.requests.slots.get(s).unwrap();
             a.outstanding = 0;
             a.error = Some(err.clone());
             self.maybe_finish(s);
         }
         self.imm.fail_all(&err, &self.notifier);
-        for pool in &self.pools {
+        for pool in &self.recv.pools {
             let cb = pool.cb.clone();
             let e = err.clone();
             self.notifier.run(Box::new(move || cb(Err(e))));
@@ -143,15 +89,15 @@ impl<D: Domain> Worker<D> {
         self.say_goodbye(Instant::now() + self.cfg.drain_timeout);
         // Close every registration before the domains.
         // Deregisters queued above are covered: every registration still known is closed here.
-        for locals in self.regions.drain() {
+        for locals in self.requests.regions.drain() {
             release(&mut self.domains, &locals);
         }
-        for pool in &self.pools {
+        for pool in &self.recv.pools {
             self.domains[0].deregister(&pool.mr);
         }
         self.peers.close(&mut self.domains);
-        release(&mut self.domains, &self.scratch_mr);
-        self.stage.close(&mut self.domains[0]);
+        release(&mut self.domains, &self.requests.scratch_mr);
+        self.requests.stage.close(&mut self.domains[0]);
         self.notifier.release_inflight();
     }
 }

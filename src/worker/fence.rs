@@ -69,7 +69,7 @@ impl<D: Domain> Worker<D> {
     pub(super) fn start_fence(&mut self, slot: u32) {
         let handshakes = self.domains[0].handshakes();
         let n_domains = self.domains.len();
-        let Some(a) = self.slots.get(slot) else { return };
+        let Some(a) = self.requests.slots.get(slot) else { return };
         let mut peers: Vec<u32> = match &a.unit_peers {
             Some(u) => u.to_vec(),
             None if a.req.units() > 0 => vec![a.peer],
@@ -87,7 +87,7 @@ impl<D: Domain> Worker<D> {
         a.fence = Fence::Waiting((peers.len() * domains) as u32);
         for p in peers {
             for d in 0..domains {
-                self.fences.out.push_back((d, p, tag));
+                self.requests.fences.out.push_back((d, p, tag));
             }
         }
         self.post_fences();
@@ -97,12 +97,12 @@ impl<D: Domain> Worker<D> {
     /// cannot go now). True if any went.
     pub(super) fn post_fences(&mut self) -> bool {
         let mut busy = false;
-        while let Some(&(d, p, tag)) = self.fences.out.front() {
+        while let Some(&(d, p, tag)) = self.requests.fences.out.front() {
             let id = self.peers.id(p, d);
             if !self.post_engine_on(d, id, p, FENCE, Some(tag)) {
                 break;
             }
-            self.fences.out.pop_front();
+            self.requests.fences.out.pop_front();
             busy = true;
         }
         busy
@@ -111,21 +111,21 @@ impl<D: Domain> Worker<D> {
     /// A FENCE came on domain `d` from `from`: its answer is owed.
     pub(super) fn owe_fence_ack(&mut self, d: usize, from: &NetAddr, tag: u64) {
         if let Some(id) = from.domains.get(d).and_then(|a| self.domains[d].resolve(a).ok()) {
-            self.fences.owed.push((d, id, tag));
+            self.requests.fences.owed.push((d, id, tag));
         }
     }
 
     /// Sends the FENCE answers owed (after the pass's immediates went home).
     pub(super) fn send_fence_acks(&mut self) {
-        let mut owed = std::mem::take(&mut self.fences.owed);
+        let mut owed = std::mem::take(&mut self.requests.fences.owed);
         owed.retain(|&(d, id, tag)| !self.post_engine_on(d, id, NO_ENTRY, FENCE_ACK, Some(tag)));
-        self.fences.owed = owed;
+        self.requests.fences.owed = owed;
     }
 
     /// A FENCE of the request tagged `tag` was answered.
     pub(super) fn fence_acked(&mut self, tag: u64) {
         let Token::Request { slot, epoch } = Token::decode(tag) else { return };
-        let Some(a) = self.slots.current(slot, epoch) else { return };
+        let Some(a) = self.requests.slots.current(slot, epoch) else { return };
         if let Fence::Waiting(n) = a.fence {
             a.fence = if n <= 1 { Fence::Done } else { Fence::Waiting(n - 1) };
             self.maybe_finish(slot);

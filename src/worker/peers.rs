@@ -241,7 +241,7 @@ impl<D: Domain> Worker<D> {
         let state = if unfenced.is_some() { State::Connecting } else { state };
         let up = matches!(state, State::Up);
         let (farewell, contacted) = (Farewell::None, false);
-        let (last_heard, last_used) = (self.now, self.now);
+        let (last_heard, last_used) = (self.pass.now, self.pass.now);
         let peer = Peer {
             addr: addr.clone(),
             ids,
@@ -283,7 +283,7 @@ impl<D: Domain> Worker<D> {
                     Err(e) => (None, Some(e)),
                 };
             }
-            (peer.state, peer.last_heard, peer.last_ping) = (State::Connecting, self.now, None);
+            (peer.state, peer.last_heard, peer.last_ping) = (State::Connecting, self.pass.now, None);
             self.ping(p);
         }
         Ok(())
@@ -306,7 +306,7 @@ impl<D: Domain> Worker<D> {
         if self.peers.gone(p) {
             self.peer_gone(p);
         }
-        let (now, recheck) = (self.now, self.peers.recheck);
+        let (now, recheck) = (self.pass.now, self.peers.recheck);
         let peer = &mut self.peers.list[p as usize];
         peer.last_used = now;
         match &peer.state {
@@ -323,7 +323,7 @@ impl<D: Domain> Worker<D> {
 
     fn ping(&mut self, p: u32) {
         if self.send_engine(p, PING) {
-            self.peers.list[p as usize].last_ping = Some(self.now);
+            self.peers.list[p as usize].last_ping = Some(self.pass.now);
         }
     }
 
@@ -443,13 +443,13 @@ impl<D: Domain> Worker<D> {
             let e = e.clone();
             return self.peer_down(p, e);
         }
-        peer.last_heard = self.now;
+        peer.last_heard = self.pass.now;
         if let State::Connecting | State::Checking = peer.state {
             if let State::Connecting = peer.state {
                 self.report(p, PeerState::Up, None);
             }
             self.peers.list[p as usize].state = State::Up;
-            let waiting = self.slots.find(|a| a.parked && a.involves(p));
+            let waiting = self.requests.slots.find(|a| a.parked && a.involves(p));
             for s in waiting {
                 self.admit(s);
             }
@@ -471,7 +471,7 @@ impl<D: Domain> Worker<D> {
         if err.status != Status::PeerDown {
             return;
         }
-        let mut tokens = std::mem::take(&mut self.abandoned);
+        let mut tokens = std::mem::take(&mut self.pass.abandoned);
         for d in 0..self.domains.len() {
             let id = self.peers.id(p, d);
             self.domains[d].abandon(id, &mut tokens);
@@ -486,7 +486,7 @@ impl<D: Domain> Worker<D> {
             }
             tokens.clear();
         }
-        self.abandoned = tokens;
+        self.pass.abandoned = tokens;
     }
 
     /// Keepalives and peer timeouts. True if a message went out.
@@ -505,7 +505,7 @@ impl<D: Domain> Worker<D> {
                 self.peer_gone(p);
                 continue;
             }
-            let silent = self.now.duration_since(q.last_heard);
+            let silent = self.pass.now.duration_since(q.last_heard);
             if silent >= self.cfg.peer_timeout {
                 let what = match q.state {
                     State::Connecting => "did not answer the handshake",
@@ -518,10 +518,10 @@ impl<D: Domain> Worker<D> {
             // A peer in use at a reusable address is asked every half window,
             // so that its requests never wait for a re-check.
             let every = match self.peers.recheck {
-                Some(w) if self.now.duration_since(q.last_used) < w => w / 2,
+                Some(w) if self.pass.now.duration_since(q.last_used) < w => w / 2,
                 _ => self.cfg.keepalive_interval,
             };
-            if q.last_ping.is_none_or(|t| self.now.duration_since(t) >= every) {
+            if q.last_ping.is_none_or(|t| self.pass.now.duration_since(t) >= every) {
                 self.ping(p);
                 busy = true;
             }

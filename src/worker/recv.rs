@@ -6,6 +6,7 @@ use super::token::Token;
 use super::{MAX_SEND, Shared, Worker};
 use crate::domain::{Chan, Domain, LocalMr, Memory, Post};
 use crate::error::{Error, Result, Status};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// Memory the worker allocates itself (receive pools, send staging, scratch).
@@ -42,22 +43,32 @@ pub(super) struct RecvPool {
     pub(super) cb: RecvCallback,
 }
 
+/// The receives part of the worker: the application's pools and the
+/// buffers waiting to be posted (again).
+#[derive(Default)]
+pub(super) struct Receives {
+    /// The pools (`submit_recvs`), by index.
+    pub(super) pools: Vec<RecvPool>,
+    /// Buffers to post again, (pool, index): their callbacks returned.
+    pub(super) repost: VecDeque<(u32, u32)>,
+}
+
 impl<D: Domain> Worker<D> {
     /// Registers a pool of `count` buffers on domain 0 and queues them all for posting.
     pub(super) fn add_pool(&mut self, len: usize, count: usize, cb: RecvCallback) -> Result<()> {
         let mem = OwnedMem::new(MAX_SEND * count);
         let mr = self.domains[0].register(mem.ptr, mem.len, Memory::Host)?;
-        let p = self.pools.len() as u32;
-        self.pools.push(RecvPool { mem, len, mr, cb });
-        self.repost.extend((0..count as u32).map(|i| (p, i)));
+        let p = self.recv.pools.len() as u32;
+        self.recv.pools.push(RecvPool { mem, len, mr, cb });
+        self.recv.repost.extend((0..count as u32).map(|i| (p, i)));
         Ok(())
     }
 
     /// Posts the buffers waiting to be (re)posted. True if any was.
     pub(super) fn post_receives(&mut self) -> bool {
         let mut busy = false;
-        while let Some((p, i)) = self.repost.pop_front() {
-            let pool = &self.pools[p as usize];
+        while let Some((p, i)) = self.recv.repost.pop_front() {
+            let pool = &self.recv.pools[p as usize];
             // SAFETY: slot i lies inside the pool's allocation.
             let buf = unsafe { pool.mem.ptr.add(i as usize * MAX_SEND) };
             match self.domains[0].post_recv(
@@ -69,7 +80,7 @@ impl<D: Domain> Worker<D> {
             ) {
                 Ok(Post::Posted) => busy = true,
                 Ok(Post::Again | Post::Busy) => {
-                    self.repost.push_front((p, i));
+                    self.recv.repost.push_front((p, i));
                     break;
                 }
                 Err(e) => {
@@ -84,7 +95,7 @@ impl<D: Domain> Worker<D> {
     /// Hands a received message to the callback thread; the buffer is
     /// reposted after the callback returns.
     pub(super) fn deliver(&mut self, p: u32, i: u32, res: Result<usize>) {
-        let pool = &self.pools[p as usize];
+        let pool = &self.recv.pools[p as usize];
         let (mem, cb, max, shared) = (pool.mem.clone(), pool.cb.clone(), pool.len, self.shared.clone());
         let res = res.and_then(|len| match len {
             len if len > max => Err(Error::new(

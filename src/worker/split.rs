@@ -50,22 +50,22 @@ impl Splits {
 impl<D: Domain> Worker<D> {
     /// Split `t`'s bytes are complete on domain `d`: its immediate goes next.
     pub(super) fn split_done(&mut self, d: usize, i: u32) {
-        let (wr, token) = self.splits.table[i as usize].take().expect("a split in flight");
-        self.splits.free.push(i);
+        let (wr, token) = self.requests.splits.table[i as usize].take().expect("a split in flight");
+        self.requests.splits.free.push(i);
         if self.shared.stop.load(Ordering::Acquire) {
             // Shutting down: nothing new is posted, and the immediate never went.
             return self.wr_done(token, Some(shutdown_error()));
         }
-        self.splits.ready[d].push_back((wr, token));
+        self.requests.splits.ready[d].push_back((wr, token));
     }
 
     /// Posts domain `d`'s immediates whose bytes are complete (those of a
     /// request that has ended meanwhile are dropped). True if any went out.
     pub(super) fn post_split_imms(&mut self, d: usize) -> bool {
         let mut busy = false;
-        while let Some(&(wr, token)) = self.splits.ready[d].front() {
+        while let Some(&(wr, token)) = self.requests.splits.ready[d].front() {
             let Token::Request { slot, epoch } = token else { unreachable!("split of {token:?}") };
-            let live = self.slots.current(slot, epoch).is_some_and(|a| a.error.is_none());
+            let live = self.requests.slots.current(slot, epoch).is_some_and(|a| a.error.is_none());
             let res = if live { self.domains[d].post_write(&wr, token.encode()) } else { Ok(Post::Posted) };
             match res {
                 Ok(Post::Posted) if live => {
@@ -76,7 +76,7 @@ impl<D: Domain> Worker<D> {
                 Ok(_) => break,
                 Err(e) => self.wr_done(token, Some(e)),
             }
-            self.splits.ready[d].pop_front();
+            self.requests.splits.ready[d].pop_front();
         }
         busy
     }

@@ -1,0 +1,85 @@
+//! Completions: what the provider gave back for each work request, by its
+//! token (token.rs): a request's unit done or failed, an immediate landed,
+//! a message received; and when a request has every unit back, its report
+//! (`maybe_finish`).
+use super::token::Token;
+use super::{Worker, accept};
+use crate::completion::notify::OnDone;
+use crate::domain::{Completion, Domain};
+use crate::error::{Error, Status};
+
+impl<D: Domain> Worker<D> {
+    pub(super) fn complete(&mut self, d: usize, c: Completion) {
+        let (token, res, sent) = match c {
+            Completion::RemoteWrite { imm } if self.pass.home.is_some() => return self.forward_imm(imm),
+            Completion::RemoteWrite { imm } => return self.imm.arrived(imm, &self.notifier, 1),
+            Completion::Done { token, peer, bytes } => (token, Ok(0), Some((peer, bytes))),
+            Completion::Recv { token, len, .. } => (token, Ok(len), None),
+            Completion::Failed { token, peer, error } => (token, Err((peer, error)), None),
+        };
+        let t = Token::decode(token);
+        // The application's work requests count; the engine's messages do not.
+        if let (Some((peer, bytes)), Token::Request { .. } | Token::Split(_)) = (sent, t) {
+            self.tally.completed(d, peer, bytes);
+        }
+        match (t, res) {
+            (Token::EngineRecv(i), res) => self.engine_recv(i, res.ok()),
+            (Token::EngineSend { peer, slot }, res) => self.engine_sent(peer, slot, res.err().map(|(_, e)| e)),
+            (Token::Recv { pool, index }, res) => {
+                let res = res.map_err(|(_, e)| Error::new(e.status, format!("receive failed: {}", e.message)));
+                self.deliver(pool, index, res)
+            }
+            (Token::Split(i), Ok(_)) => self.split_done(d, i),
+            (t, Ok(_)) => self.wr_done(t, None),
+            (t, Err((peer, e))) => {
+                self.tally.failed(d, peer);
+                let err = Error::new(e.status, format!("work request failed: {}", e.message));
+                self.wr_done(t, Some(err.clone()));
+                // An unreachable peer fails everything else sent to it too.
+                if err.status == Status::PeerDown {
+                    if let Some(p) = self.peers.by_id(d, peer) {
+                        self.peer_down(p, err);
+                    }
+                }
+            }
+        }
+    }
+
+    /// One work request of a request (`Token::Request`, or the bytes of a
+    /// `Token::Split`) came back from the provider (or was abandoned),
+    /// failed with `err` if given.
+    pub(super) fn wr_done(&mut self, token: Token, err: Option<Error>) {
+        // A split's bytes failed or were abandoned: its request's unit did.
+        let token = if let Token::Split(i) = token { self.requests.splits.take(i) } else { token };
+        let Token::Request { slot, epoch } = token else {
+            unreachable!("wr_done on {token:?}");
+        };
+        let Some(a) = self.requests.slots.current(slot, epoch) else {
+            return;
+        };
+        a.outstanding -= 1;
+        match err {
+            Some(e) => self.end(slot, e),
+            None => self.maybe_finish(slot),
+        }
+    }
+
+    /// Reports request `slot` if it has finished (`Slots::finish`); one that
+    /// wants a delivery fence gets it first (fence.rs).
+    pub(super) fn maybe_finish(&mut self, slot: u32) {
+        if self.requests.slots.get(slot).is_some_and(|a| a.fence_due()) {
+            self.start_fence(slot);
+        }
+        let (stage, regions, dsts, domains) =
+            (&mut self.requests.stage, &mut self.requests.regions, &mut self.requests.dsts, &mut self.domains);
+        let notifier = &self.notifier;
+        self.requests.slots.finish(slot, |a| {
+            if let Some(s) = a.stage {
+                stage.release(s);
+            }
+            accept::put_refs(regions, dsts, domains, &a.req, a.req.dst_count());
+            let done = std::mem::replace(&mut a.req.done, OnDone::Nothing);
+            notifier.fire_request(a.req.id, done, a.error.take().map_or(Ok(()), Err));
+        });
+    }
+}

@@ -1,0 +1,241 @@
+//! The polling pass: the worker's loop (`run`), one pass of it (`step`:
+//! new requests, posting, control calls, completions, then every
+//! millisecond the deadlines and keepalives), how it waits when idle
+//! (`sleep`: spin, nap, or block on the domains' wait fds: waiter.rs), and
+//! the immediates that land on a group other than the home one, forwarded
+//! there once per pass.
+use super::request::Ctrl;
+use super::timers::{Timer, Timers};
+use super::waiter::Waiter;
+use super::{BLOCK_MAX, Shared, TIMER_TICK, Worker, YIELD_EVERY};
+use crate::config::IdlePolicy;
+use crate::domain::{Completion, Domain};
+use crate::error::{Error, Status};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// The state of the polling pass.
+pub(super) struct Pass {
+    /// The time at the start of this pass.
+    pub(super) now: Instant,
+    /// When keepalives and deadlines are looked at next (every TIMER_TICK).
+    pub(super) next_tick: Instant,
+    /// Request and expectation deadlines (tables/timers.rs).
+    pub(super) timers: Timers,
+    /// Reused buffers: one poll's completions, a dead peer's abandoned tokens.
+    pub(super) comps: Vec<Completion>,
+    pub(super) abandoned: Vec<u64>,
+    /// Blocks the idle worker on the domains' wait fds (None: it naps).
+    pub(super) waiter: Option<Waiter>,
+    /// The home group, where this worker's immediates are counted (`None`:
+    /// this is the home group); `forward` holds the arrivals of one pass.
+    pub(super) home: Option<Arc<Shared>>,
+    pub(super) forward: Vec<(u32, u64)>,
+}
+
+impl Pass {
+    pub(super) fn new(waiter: Option<Waiter>, home: Option<Arc<Shared>>) -> Pass {
+        let now = Instant::now();
+        Pass {
+            now,
+            next_tick: now,
+            timers: Timers::default(),
+            comps: Vec::with_capacity(64),
+            abandoned: Vec::new(),
+            waiter,
+            home,
+            forward: Vec::new(),
+        }
+    }
+}
+
+impl<D: Domain> Worker<D> {
+    pub(super) fn run(mut self) {
+        let spin = Duration::from_micros(self.cfg.idle_spin_us);
+        let nap = Duration::from_micros(self.cfg.idle_nap_us.max(1));
+        let mut idle_since: Option<Instant> = None;
+        let mut empty_passes = 0u32;
+        let mut awaited = false;
+        while !self.shared.stop.load(Ordering::Acquire) {
+            if self.pass.home.is_none() && self.imm.awaited() != awaited {
+                awaited = !awaited;
+                self.shared.awaited.store(awaited, Ordering::Relaxed);
+            }
+            if self.step() {
+                idle_since = None;
+                // A waiter that shares this core (a small host) sees its
+                // completion now rather than at the end of our time slice.
+                // (With requests queued, the application is not waiting.)
+                if self.notifier.take_fired() && self.shared.data.is_empty() {
+                    std::thread::yield_now();
+                }
+                continue;
+            }
+            // Nothing happened this pass. On an oversubscribed host, let other
+            // runnable threads (the application's, other engines') have the core
+            // now and then; with none, sched_yield returns at once.
+            empty_passes = empty_passes.wrapping_add(1);
+            if empty_passes % YIELD_EVERY == 0 {
+                std::thread::yield_now();
+            }
+            // Work in flight: its completions come any moment, keep polling.
+            if self.requests.slots.live() > 0 {
+                idle_since = None;
+                continue;
+            }
+            let since = *idle_since.get_or_insert(self.pass.now);
+            if self.pass.now.duration_since(since) < spin {
+                continue;
+            }
+            // An armed expectation (or a mirror): data may come any moment,
+            // through any group's NICs.
+            if self.imm.awaited() || self.pass.home.as_ref().is_some_and(|h| h.awaited.load(Ordering::Relaxed)) {
+                match self.cfg.idle_policy {
+                    IdlePolicy::Spin => continue,
+                    IdlePolicy::Auto if self.pass.waiter.is_none() => continue,
+                    _ => {}
+                }
+            }
+            self.shared.napping.store(true, Ordering::SeqCst);
+            if self.shared.data.is_empty() && self.shared.ctrl.is_empty() {
+                self.sleep(nap);
+            }
+            self.shared.napping.store(false, Ordering::SeqCst);
+        }
+        self.shutdown();
+    }
+
+    /// Sleeps while idle: blocked on the domains' wait fds (woken by an
+    /// arrival, a completion, a submit or the next deadline) when there is a
+    /// waiter and every domain agrees nothing is pending (`try_wait`; else it
+    /// returns to poll), or a nap of `nap`.
+    fn sleep(&mut self, nap: Duration) {
+        if self.pass.waiter.is_none() {
+            std::thread::park_timeout(nap);
+            return;
+        }
+        if !self.domains.iter_mut().all(|d| d.try_wait()) {
+            return;
+        }
+        let until_timer = self.pass.timers.next().map_or(BLOCK_MAX, |t| t.saturating_duration_since(Instant::now()));
+        self.pass.waiter.as_ref().unwrap().wait(until_timer.min(BLOCK_MAX));
+    }
+
+    /// One pass: new requests and posting first (a request's latency), then
+    /// control commands (whose callers wait on a channel), then completions,
+    /// then (every millisecond) keepalives and deadlines. True if anything happened.
+    pub(super) fn step(&mut self) -> bool {
+        self.pass.now = Instant::now();
+        let mut busy = false;
+        for _ in 0..64 {
+            let Some(r) = self.shared.data.pop() else {
+                break;
+            };
+            self.accept(r);
+            busy = true;
+        }
+        busy |= self.post_all();
+        while let Some(c) = self.shared.ctrl.pop() {
+            self.control(c);
+            busy = true;
+        }
+        busy |= self.poll_all();
+        if self.pass.now >= self.pass.next_tick {
+            self.pass.next_tick = self.pass.now + TIMER_TICK;
+            busy |= self.tick();
+        }
+        self.notifier.release_inflight();
+        busy
+    }
+
+    pub(super) fn poll_all(&mut self) -> bool {
+        let mut busy = false;
+        for d in 0..self.domains.len() {
+            let mut comps = std::mem::take(&mut self.pass.comps);
+            comps.clear();
+            match self.domains[d].poll(&mut comps) {
+                Ok(0) => {}
+                Ok(_) => busy = true,
+                Err(e) => eprintln!("fabriclib: polling domain {d}: {e}"),
+            }
+            for c in comps.drain(..) {
+                self.complete(d, c);
+            }
+            self.pass.comps = comps;
+        }
+        if !self.pass.forward.is_empty() {
+            let home = self.pass.home.as_ref().unwrap();
+            home.ctrl.push(Ctrl::ImmArrived { counts: std::mem::take(&mut self.pass.forward) });
+            home.wake();
+        }
+        // Answers last: whatever arrived before a FENCE (or a BYE) is counted,
+        // or queued at home ahead of anything its answer leads to.
+        self.send_acks();
+        self.send_fence_acks();
+        busy
+    }
+
+    /// An immediate landed on this (non-home) group's NIC: counted at home,
+    /// once per pass and value (`Ctrl::ImmArrived`).
+    pub(super) fn forward_imm(&mut self, imm: u32) {
+        match self.pass.forward.iter_mut().find(|(i, _)| *i == imm) {
+            Some((_, n)) => *n += 1,
+            None => self.pass.forward.push((imm, 1)),
+        }
+    }
+
+    /// Every millisecond: deadlines that passed, then keepalives and peer timeouts.
+    pub(super) fn tick(&mut self) -> bool {
+        let mut busy = false;
+        while let Some(t) = self.pass.timers.due(self.pass.now) {
+            busy = true;
+            match t {
+                Timer::Request { slot, epoch } => {
+                    let Some(a) = self.requests.slots.current(slot, epoch) else {
+                        continue;
+                    };
+                    if a.error.is_none() {
+                        let t = a.req.timeout.unwrap_or_default();
+                        self.end(
+                            slot,
+                            Error::new(Status::TimedOut, format!("the request did not complete within {t:?}")),
+                        );
+                    } else {
+                        // Ended earlier and the drain timeout passed: the provider
+                        // lost these work requests (a dead peer on some providers).
+                        a.outstanding = 0;
+                        self.maybe_finish(slot);
+                    }
+                }
+                Timer::Expect { imm, id } => {
+                    let err = Error::new(
+                        Status::TimedOut,
+                        format!("fewer immediates {imm:#x} than expected arrived in time"),
+                    );
+                    self.imm.expire(imm, id, err, &self.notifier);
+                }
+            }
+        }
+        if self.pass.timers.len() > 2 * (self.requests.slots.live() + self.imm.armed()) + 1024 {
+            let (slots, imm) = (&self.requests.slots, &self.imm);
+            self.pass.timers.compact(|t| match *t {
+                Timer::Request { slot, epoch } => slots.is_current(slot, epoch),
+                Timer::Expect { imm: v, id } => imm.is_armed(v, id),
+            });
+        }
+        self.sweep_dsts();
+        busy | self.keepalive()
+    }
+
+    /// Lets go of the descriptors that only the worker still holds (held.rs).
+    fn sweep_dsts(&mut self) {
+        let gone = self.requests.dsts.unheld();
+        if !gone.is_empty() {
+            // A request submitted with one before its caller let go is in the
+            // queue: take it first (it keeps its descriptor).
+            self.accept_queued();
+            self.requests.dsts.evict(&gone);
+        }
+    }
+}
