@@ -5,26 +5,26 @@
 //! unreachable, or the drain timeout passed); a peer answers only once it
 //! has polled every domain, so it has handled all this engine sent it.
 use super::Worker;
-use super::peers::{BYE, BYE_ACK, Farewell, NO_ENTRY, State};
+use super::peers::{BYE, BYE_ACK, Farewell, NO_ENTRY, Peers, State};
 use crate::domain::Domain;
 use crate::wire::NetAddr;
 use std::time::Instant;
 
-impl<D: Domain> Worker<D> {
+impl Peers {
     /// An engine message while this engine shuts down: acknowledgments of
     /// our goodbye, and goodbyes of peers shutting down too (answered, so
     /// that they close). Nobody else is answered.
-    pub(super) fn closing_recv(&mut self, kind: u8, from: &NetAddr) {
+    pub(super) fn closing_recv<D: Domain>(&mut self, domains: &mut [D], kind: u8, from: &NetAddr) {
         match kind {
             BYE_ACK => {
-                if let Some(p) = self.peers.find(from) {
-                    let f = &mut self.peers.list[p as usize].farewell;
+                if let Some(p) = self.find(from) {
+                    let f = &mut self.list[p as usize].farewell;
                     if *f == Farewell::Sent {
                         *f = Farewell::Over;
                     }
                 }
             }
-            BYE => self.owe_ack(from),
+            BYE => self.owe_ack(domains, from),
             _ => {}
         }
     }
@@ -32,21 +32,40 @@ impl<D: Domain> Worker<D> {
     /// `from` said BYE: it closes its endpoint once we acknowledge, known to
     /// us or not (its greeting may never have been posted, but the
     /// provider's own connection request may be with us).
-    pub(super) fn owe_ack(&mut self, from: &NetAddr) {
-        if let Ok(id) = self.domains[0].resolve(&from.domains[0]) {
-            self.peers.acks.push(id);
+    pub(super) fn owe_ack<D: Domain>(&mut self, domains: &mut [D], from: &NetAddr) {
+        if let Ok(id) = domains[0].resolve(&from.domains[0]) {
+            self.acks.push(id);
         }
     }
 
     /// Sends the BYE_ACKs owed. Called once every domain has been polled in
     /// a pass, so that whatever the departing engine posted to our other
     /// domains before its BYE has been handled too.
-    pub(super) fn send_acks(&mut self) {
-        let mut acks = std::mem::take(&mut self.peers.acks);
-        acks.retain(|&id| !self.post_engine(id, NO_ENTRY, BYE_ACK));
-        self.peers.acks = acks;
+    pub(super) fn send_acks<D: Domain>(&mut self, domains: &mut [D]) {
+        let mut acks = std::mem::take(&mut self.acks);
+        acks.retain(|&id| !self.post(domains, 0, id, NO_ENTRY, BYE_ACK, None));
+        self.acks = acks;
     }
 
+    /// Posts the BYEs not yet posted; true while a peer has not answered.
+    fn farewells<D: Domain>(&mut self, domains: &mut [D]) -> bool {
+        let mut waiting = false;
+        for p in 0..self.list.len() as u32 {
+            let f = self.list[p as usize].farewell;
+            match f {
+                Farewell::ToSend if self.send(domains, p, BYE) => {
+                    self.list[p as usize].farewell = Farewell::Sent;
+                    waiting = true;
+                }
+                Farewell::ToSend | Farewell::Sent => waiting = true,
+                _ => {}
+            }
+        }
+        waiting
+    }
+}
+
+impl<D: Domain> Worker<D> {
     /// Says goodbye before the endpoints close: every peer not down gets a
     /// BYE, and the engine keeps progressing until each has acknowledged it
     /// (or proved unreachable), or `limit` passes. A peer's BYE_ACK means it
@@ -62,18 +81,7 @@ impl<D: Domain> Worker<D> {
             }
         }
         loop {
-            let mut waiting = false;
-            for p in 0..self.peers.list.len() as u32 {
-                let f = self.peers.list[p as usize].farewell;
-                match f {
-                    Farewell::ToSend if self.send_engine(p, BYE) => {
-                        self.peers.list[p as usize].farewell = Farewell::Sent;
-                        waiting = true;
-                    }
-                    Farewell::ToSend | Farewell::Sent => waiting = true,
-                    _ => {}
-                }
-            }
+            let waiting = self.peers.farewells(&mut self.domains);
             // Our own last messages (acknowledgments) must be out too.
             if (!waiting && !self.peers.sending()) || Instant::now() >= limit {
                 return;

@@ -179,7 +179,7 @@ impl<D: Domain> Worker<D> {
         } else {
             Some(crate::liveness::Record::create(address.epoch)?)
         };
-        let peers = Peers::new(&mut domains, &address, place.main.as_ref(), cfg.keepalive_interval)?;
+        let peers = Peers::new(&mut domains, &address, place.main.as_ref(), cfg.keepalive_interval, cfg.peer_timeout)?;
         let fds: Option<Vec<i32>> = domains.iter().map(|d| d.wait_fd()).collect();
         let waiter = fds.filter(|_| cfg.idle_policy != IdlePolicy::Spin).and_then(|f| waiter::Waiter::new(&f));
         if let Some(w) = &waiter {

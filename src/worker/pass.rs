@@ -171,7 +171,7 @@ impl<D: Domain> Worker<D> {
         }
         // Answers last: whatever arrived before a FENCE (or a BYE) is counted,
         // or queued at home ahead of anything its answer leads to.
-        self.send_acks();
+        self.peers.send_acks(&mut self.domains);
         self.send_fence_acks();
         busy
     }

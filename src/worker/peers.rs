@@ -26,7 +26,11 @@
 //! and format), domain 0 to domain 0; delivery fences (fence.rs) go on
 //! every domain.
 //!
-//! State is reported per pair of groups to `PeerStates`
+//! The protocol is `Peers`' own: it never touches a request. What it
+//! learns it returns as events (`Event`: a peer up, ready for requests,
+//! down), which the worker applies (`Worker::peer_events`): it admits the
+//! requests waiting, ends those of a dead peer, tells the application. State
+//! is reported per pair of groups to `PeerStates`
 //! (completion/peer_state.rs), which tells the application per peer engine.
 use super::Worker;
 use super::mailbox::{Mailbox, Message};
@@ -37,6 +41,7 @@ use crate::error::{Error, Result, Status};
 use crate::liveness::Watch;
 use crate::wire::{MAX_DOMAINS, NetAddr};
 use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 const PING: u8 = 1;
@@ -76,6 +81,17 @@ pub(super) enum State {
     Down(Error),
 }
 
+/// What the protocol tells the worker (`Peers::events`, in order).
+pub(super) enum Event {
+    /// Peer `p` is up for the first time (or again): tell the application.
+    Up(u32),
+    /// Peer `p` answered: the requests waiting for it may go.
+    Ready(u32),
+    /// Peer `p` is down (or stale): its requests end with the error, its
+    /// work requests on the wire are given up, the application is told.
+    Down(u32, Error),
+}
+
 pub(super) struct Peer {
     addr: NetAddr,
     ids: [PeerId; MAX_DOMAINS],
@@ -108,6 +124,8 @@ pub(super) struct Peers {
     by_id: Vec<HashMap<PeerId, u32>>,
     /// The engine channel's buffers (mailbox.rs).
     mail: Mailbox,
+    /// What happened to peers, for the worker to apply (`Event`).
+    pub(super) events: VecDeque<Event>,
     /// The engine is shutting down: strangers are not answered (a first
     /// message must never come from an endpoint about to close).
     pub(super) closing: bool,
@@ -118,6 +136,11 @@ pub(super) struct Peers {
     /// Keys do not fence a restarted peer here: every peer's liveness record
     /// is watched (`Domain::keys_checked_by_target`).
     fenced: bool,
+    /// The provider needs a handshake (`Domain::handshakes`; not `null`).
+    handshakes: bool,
+    /// How often live peers are pinged, and how long one may stay silent.
+    keepalive: Duration,
+    timeout: Duration,
 }
 
 impl Peers {
@@ -126,6 +149,7 @@ impl Peers {
         me: &NetAddr,
         main: Option<&NetAddr>,
         keepalive: Duration,
+        timeout: Duration,
     ) -> Result<Peers> {
         let mail = Mailbox::new(domains, me, main)?;
         Ok(Peers {
@@ -133,10 +157,14 @@ impl Peers {
             index: HashMap::new(),
             by_id: (0..domains.len()).map(|_| HashMap::new()).collect(),
             mail,
+            events: VecDeque::new(),
             closing: false,
             acks: Vec::new(),
             recheck: domains[0].addresses_come_back().then_some(RECHECK_AFTER.min(keepalive)),
             fenced: !domains[0].keys_checked_by_target(),
+            handshakes: domains[0].handshakes(),
+            keepalive,
+            timeout,
         })
     }
 
@@ -166,9 +194,14 @@ impl Peers {
         self.list[p as usize].ids[d]
     }
 
-    /// The address of entry `p`.
+    /// The address of entry `p`, and its engine's main address if it is
+    /// another group of its engine and has said so.
     pub(super) fn address(&self, p: u32) -> &NetAddr {
         &self.list[p as usize].addr
+    }
+
+    pub(super) fn main_of(&self, p: u32) -> Option<&NetAddr> {
+        self.list[p as usize].main.as_ref()
     }
 
     /// Whether peer `p`'s engine is known to be gone (its liveness record
@@ -190,6 +223,305 @@ impl Peers {
     pub(super) fn close<D: Domain>(&self, domains: &mut [D]) {
         self.mail.close(domains)
     }
+
+    /// The entry of an engine of another epoch at `addr`'s provider address
+    /// in domain `d` whose liveness record says it is gone (shm: its process
+    /// died and a new one has its pid), with its provider id there.
+    pub(super) fn gone_before<D: Domain>(
+        &self,
+        domain: &mut D,
+        d: usize,
+        addr: &NetAddr,
+    ) -> Result<Option<(u32, PeerId)>> {
+        let id = domain.resolve(&addr.domains[d])?;
+        let old = self.by_id(d, id).filter(|&o| self.address(o).epoch != addr.epoch && self.gone(o));
+        Ok(old.map(|o| (o, id)))
+    }
+
+    /// Adds `addr` in `state` (greeted unless it is up already).
+    pub(super) fn insert<D: Domain>(
+        &mut self,
+        domains: &mut [D],
+        addr: &NetAddr,
+        state: State,
+        now: Instant,
+    ) -> Result<u32> {
+        let mut ids = [0; MAX_DOMAINS];
+        for (d, dom) in domains.iter_mut().enumerate() {
+            ids[d] = dom.resolve(&addr.domains[d])?;
+        }
+        let p = self.list.len() as u32;
+        let state = if self.handshakes { state } else { State::Up };
+        // Where keys do not fence a restart, the peer's liveness record is
+        // mapped before anything is sent to it; without one it never comes up.
+        let (watch, unfenced) = match self.fenced.then(|| Watch::open(addr.epoch)) {
+            Some(Ok(w)) => (Some(w), None),
+            Some(Err(e)) => (None, Some(e)),
+            None => (None, None),
+        };
+        let state = if unfenced.is_some() { State::Connecting } else { state };
+        let up = matches!(state, State::Up);
+        let peer = Peer {
+            addr: addr.clone(),
+            ids,
+            state,
+            last_heard: now,
+            last_ping: None,
+            last_used: now,
+            contacted: false,
+            farewell: Farewell::None,
+            main: None,
+            watch,
+            unfenced,
+        };
+        self.list.push(peer);
+        self.index.insert(addr.clone(), p);
+        for (d, map) in self.by_id.iter_mut().enumerate() {
+            map.insert(ids[d], p);
+        }
+        if up {
+            self.events.push_back(Event::Up(p));
+        } else {
+            self.ping(domains, p, now);
+        }
+        Ok(p)
+    }
+
+    /// Greets peer `p` afresh if it is down (`add_peer`).
+    pub(super) fn greet<D: Domain>(&mut self, domains: &mut [D], p: u32, now: Instant) {
+        let fenced = self.fenced;
+        let peer = &mut self.list[p as usize];
+        if let State::Down(_) = peer.state {
+            // A peer whose engine is gone stays down: its record says so.
+            if fenced && peer.watch.as_ref().is_none_or(|w| w.gone()) {
+                (peer.watch, peer.unfenced) = match Watch::open(peer.addr.epoch) {
+                    Ok(w) => (Some(w), None),
+                    Err(e) => (None, Some(e)),
+                };
+            }
+            (peer.state, peer.last_heard, peer.last_ping) = (State::Connecting, now, None);
+            self.ping(domains, p, now);
+        }
+    }
+
+    /// Peer `p` is down (or stale) with `err`, unless it already is.
+    pub(super) fn down(&mut self, p: u32, err: Error) {
+        let peer = &mut self.list[p as usize];
+        if let State::Down(_) = peer.state {
+            return;
+        }
+        peer.state = State::Down(err.clone());
+        self.events.push_back(Event::Down(p, err));
+    }
+
+    /// Peer `p`'s liveness record says its engine is gone: it is down.
+    pub(super) fn down_gone(&mut self, p: u32) {
+        let e = Error::new(
+            Status::PeerDown,
+            "the peer engine is gone (its process exited or it was destroyed: its liveness record says so)",
+        );
+        self.down(p, e);
+    }
+
+    /// Whether requests to peer `p` may be posted now: `Ok(false)` while it
+    /// has not answered (the request waits for it), its error once it is
+    /// down. A peer at a reusable address silent for longer than the
+    /// re-check window is asked first (see the module doc).
+    pub(super) fn ready<D: Domain>(&mut self, domains: &mut [D], p: u32, now: Instant) -> Result<bool> {
+        if self.gone(p) {
+            self.down_gone(p);
+        }
+        let recheck = self.recheck;
+        let peer = &mut self.list[p as usize];
+        peer.last_used = now;
+        match &peer.state {
+            State::Up if recheck.is_none_or(|w| now.duration_since(peer.last_heard) <= w) => Ok(true),
+            State::Up => {
+                peer.state = State::Checking;
+                self.ping(domains, p, now);
+                Ok(false)
+            }
+            State::Connecting | State::Checking => Ok(false),
+            State::Down(e) => Err(e.clone()),
+        }
+    }
+
+    fn ping<D: Domain>(&mut self, domains: &mut [D], p: u32, now: Instant) {
+        if self.send(domains, p, PING) {
+            self.list[p as usize].last_ping = Some(now);
+        }
+    }
+
+    /// Posts engine message `kind` to peer `p`; false if it could not be posted now.
+    pub(super) fn send<D: Domain>(&mut self, domains: &mut [D], p: u32, kind: u8) -> bool {
+        self.list[p as usize].contacted = true;
+        let id = self.id(p, 0);
+        self.post(domains, 0, id, p, kind, None)
+    }
+
+    /// Posts engine message `kind` (with `tag`: FENCE, FENCE_ACK) through
+    /// domain `d` to that domain's peer `id` (entry `p`, or `NO_ENTRY` for
+    /// an engine not in the table).
+    pub(super) fn post<D: Domain>(
+        &mut self,
+        domains: &mut [D],
+        d: usize,
+        id: PeerId,
+        p: u32,
+        kind: u8,
+        tag: Option<u64>,
+    ) -> bool {
+        self.mail.post(&mut domains[d], d, id, p, kind, tag)
+    }
+
+    /// Engine message slot `slot` to peer `p` went out (or failed with `err`).
+    pub(super) fn sent(&mut self, p: u32, slot: u16, err: Option<Error>) {
+        self.mail.sent(slot);
+        let Some(e) = err.filter(|_| p != NO_ENTRY) else {
+            return;
+        };
+        let f = &mut self.list[p as usize].farewell;
+        if *f != Farewell::None {
+            *f = Farewell::Over;
+        }
+        if e.status == Status::PeerDown {
+            self.down(p, Error::new(Status::PeerDown, format!("keepalive to the peer failed: {}", e.message)));
+        }
+    }
+
+    /// An engine message's slot came back with the message abandoned.
+    pub(super) fn abandoned(&mut self, slot: u16) {
+        self.mail.sent(slot);
+    }
+
+    /// Posts the engine-channel receive buffers waiting to be (re)posted.
+    pub(super) fn post_receives<D: Domain>(&mut self, domains: &mut [D]) -> bool {
+        self.mail.post_receives(domains)
+    }
+
+    /// The message of `len` bytes in receive buffer `i` (`None`: the
+    /// receive failed, or it is not well-formed: garbage from a stranger is
+    /// ignored). The buffer is reposted.
+    pub(super) fn take(&mut self, i: u32, len: Option<usize>) -> Option<Message> {
+        self.mail.take(i, len)
+    }
+
+    /// The engine's own messages (PING, PONG, BYE; FENCEs are the worker's:
+    /// fence.rs) from `from`, as the protocol answers them.
+    pub(super) fn receive<D: Domain>(&mut self, domains: &mut [D], kind: u8, from: &NetAddr, now: Instant) {
+        match kind {
+            PING => {
+                // A stranger's entry was added up by the worker (`Worker::new_peer`).
+                let Some(p) = self.find(from) else { return };
+                // Always answered, so that a peer re-adding us comes up; but a
+                // peer we declared down stays down until `add_peer` here.
+                if !matches!(self.get(p), State::Down(_)) {
+                    self.heard(p, now);
+                }
+                self.send(domains, p, PONG);
+            }
+            PONG => {
+                if let Some(p) = self.find(from).filter(|&p| !matches!(self.get(p), State::Down(_))) {
+                    self.heard(p, now);
+                }
+            }
+            BYE => {
+                if let Some(p) = self.find(from) {
+                    self.down(p, Error::new(Status::PeerDown, "the peer engine shut down"));
+                }
+                self.owe_ack(domains, from);
+            }
+            _ => {}
+        }
+    }
+
+    /// A message came from `from` (with its engine's main address, if it
+    /// said it): an entry at its address of another epoch is an engine that
+    /// has restarted since.
+    pub(super) fn message_from(&mut self, from: &NetAddr, main: Option<NetAddr>) {
+        self.stale_check(from);
+        if let (Some(p), Some(m)) = (self.find(from), main) {
+            self.list[p as usize].main = Some(m);
+        }
+    }
+
+    fn stale_check(&mut self, from: &NetAddr) {
+        let old: Vec<u32> = (0..self.list.len() as u32)
+            .filter(|&p| {
+                let q = &self.list[p as usize];
+                q.addr.epoch != from.epoch && q.addr.same_place(from) && !matches!(q.state, State::Down(_))
+            })
+            .collect();
+        for p in old {
+            let e = Error::new(
+                Status::Stale,
+                format!(
+                    "the engine at this address restarted (epoch {:#x}, now {:#x}): use its new address and descriptors",
+                    self.list[p as usize].addr.epoch, from.epoch
+                ),
+            );
+            self.down(p, e);
+        }
+    }
+
+    /// Peer `p` answered: it is up, and requests waiting for it may go.
+    fn heard(&mut self, p: u32, now: Instant) {
+        let peer = &mut self.list[p as usize];
+        if let (Some(e), State::Connecting | State::Checking) = (&peer.unfenced, &peer.state) {
+            // Its own epoch answered, yet it has no liveness record: nothing
+            // may be posted to it.
+            let e = e.clone();
+            return self.down(p, e);
+        }
+        peer.last_heard = now;
+        if let State::Connecting | State::Checking = peer.state {
+            if let State::Connecting = peer.state {
+                self.events.push_back(Event::Up(p));
+            }
+            self.list[p as usize].state = State::Up;
+            self.events.push_back(Event::Ready(p));
+        }
+    }
+
+    /// Keepalives and peer timeouts. True if a message went out.
+    pub(super) fn keepalive<D: Domain>(&mut self, domains: &mut [D], now: Instant) -> bool {
+        if !self.handshakes {
+            return false;
+        }
+        let mut busy = false;
+        for p in 0..self.list.len() as u32 {
+            let q = &self.list[p as usize];
+            if let State::Down(_) = q.state {
+                continue;
+            }
+            // shm: a dead peer is found here within a tick, not after peer_timeout.
+            if self.gone(p) {
+                self.down_gone(p);
+                continue;
+            }
+            let silent = now.duration_since(q.last_heard);
+            if silent >= self.timeout {
+                let what = match q.state {
+                    State::Connecting => "did not answer the handshake",
+                    State::Checking => "did not answer a liveness check",
+                    _ => "stopped answering keepalives",
+                };
+                self.down(p, Error::new(Status::PeerDown, format!("the peer {what} for {silent:?}")));
+                continue;
+            }
+            // A peer in use at a reusable address is asked every half window,
+            // so that its requests never wait for a re-check.
+            let every = match self.recheck {
+                Some(w) if now.duration_since(q.last_used) < w => w / 2,
+                _ => self.keepalive,
+            };
+            if q.last_ping.is_none_or(|t| now.duration_since(t) >= every) {
+                self.ping(domains, p, now);
+                busy = true;
+            }
+        }
+        busy
+    }
 }
 
 impl<D: Domain> Worker<D> {
@@ -201,11 +533,13 @@ impl<D: Domain> Worker<D> {
         }
     }
 
+    /// Adds `addr` in `state` (`Peers::insert`), after what the provider
+    /// knew of an engine gone from its address.
     fn new_peer(&mut self, addr: &NetAddr, state: State) -> Result<u32> {
         if addr.domains.len() != self.domains.len() {
             crate::bail!(
                 InvalidArgument,
-                "peer has {} domains, this engine {}",
+                "peer has {} NICs, this engine's group {}",
                 addr.domains.len(),
                 self.domains.len()
             );
@@ -213,257 +547,113 @@ impl<D: Domain> Worker<D> {
         // An earlier engine at the same provider address is gone (shm: its
         // process died and a new one has its pid): it is down, and the
         // provider forgets it, else it would go on mapping the dead one.
+        // Only a process known to have exited: the provider unmaps what it
+        // knew of the address, which a live process still uses.
         for d in 0..self.domains.len() {
-            let id = self.domains[d].resolve(&addr.domains[d])?;
-            let Some(old) = self.peers.by_id(d, id).filter(|&o| self.peers.address(o).epoch != addr.epoch) else {
-                continue;
-            };
-            // Only a process known to have exited: the provider unmaps what
-            // it knew of the address, which a live process still uses.
-            if self.peers.gone(old) {
-                self.peer_gone(old);
+            if let Some((old, id)) = self.peers.gone_before(&mut self.domains[d], d, addr)? {
+                self.peers.down_gone(old);
+                self.peer_events();
                 self.domains[d].forget(id);
             }
         }
-        let mut ids = [0; MAX_DOMAINS];
-        for (d, dom) in self.domains.iter_mut().enumerate() {
-            ids[d] = dom.resolve(&addr.domains[d])?;
-        }
-        let p = self.peers.list.len() as u32;
-        let state = if self.domains[0].handshakes() { state } else { State::Up };
-        // Where keys do not fence a restart, the peer's liveness record is
-        // mapped before anything is sent to it; without one it never comes up.
-        let (watch, unfenced) = match self.peers.fenced.then(|| Watch::open(addr.epoch)) {
-            Some(Ok(w)) => (Some(w), None),
-            Some(Err(e)) => (None, Some(e)),
-            None => (None, None),
-        };
-        let state = if unfenced.is_some() { State::Connecting } else { state };
-        let up = matches!(state, State::Up);
-        let (farewell, contacted) = (Farewell::None, false);
-        let (last_heard, last_used) = (self.pass.now, self.pass.now);
-        let peer = Peer {
-            addr: addr.clone(),
-            ids,
-            state,
-            last_heard,
-            last_ping: None,
-            last_used,
-            contacted,
-            farewell,
-            main: None,
-            watch,
-            unfenced,
-        };
-        self.peers.list.push(peer);
-        self.peers.index.insert(addr.clone(), p);
-        for (d, map) in self.peers.by_id.iter_mut().enumerate() {
-            map.insert(ids[d], p);
-        }
-        if up {
-            self.report(p, PeerState::Up, None);
-        } else {
-            self.ping(p);
-        }
-        Ok(p)
+        let p = self.peers.insert(&mut self.domains, addr, state, self.pass.now);
+        self.peer_events();
+        p
     }
 
     /// `add_peer`: greets `addr`; one that is down is greeted afresh.
     pub(super) fn add_peer(&mut self, addr: &NetAddr) -> Result<()> {
-        let Some(p) = self.peers.find(addr) else {
-            return self.peer_of(addr).map(drop);
-        };
-        let fenced = self.peers.fenced;
-        let peer = &mut self.peers.list[p as usize];
-        if let State::Down(_) = peer.state {
-            // A peer whose engine is gone stays down: its record says so.
-            if fenced && peer.watch.as_ref().is_none_or(|w| w.gone()) {
-                (peer.watch, peer.unfenced) = match Watch::open(peer.addr.epoch) {
-                    Ok(w) => (Some(w), None),
-                    Err(e) => (None, Some(e)),
-                };
-            }
-            (peer.state, peer.last_heard, peer.last_ping) = (State::Connecting, self.pass.now, None);
-            self.ping(p);
+        match self.peers.find(addr) {
+            Some(p) => self.peers.greet(&mut self.domains, p, self.pass.now),
+            None => return self.peer_of(addr).map(drop),
         }
+        self.peer_events();
         Ok(())
     }
 
     /// Peer `p`'s liveness record says its engine is gone: it is down.
     pub(super) fn peer_gone(&mut self, p: u32) {
-        let e = Error::new(
-            Status::PeerDown,
-            "the peer engine is gone (its process exited or it was destroyed: its liveness record says so)",
-        );
-        self.peer_down(p, e);
+        self.peers.down_gone(p);
+        self.peer_events();
     }
 
-    /// Whether requests to peer `p` may be posted now: `Ok(false)` while it
-    /// has not answered (the request waits for it), its error once it is
-    /// down. A peer at a reusable address silent for longer than the
-    /// re-check window is asked first (see the module doc).
+    /// Peer `p` is down (or stale) with `err`.
+    pub(super) fn peer_down(&mut self, p: u32, err: Error) {
+        self.peers.down(p, err);
+        self.peer_events();
+    }
+
+    /// Whether requests to peer `p` may be posted now (`Peers::ready`).
     pub(super) fn peer_ready(&mut self, p: u32) -> Result<bool> {
-        if self.peers.gone(p) {
-            self.peer_gone(p);
-        }
-        let (now, recheck) = (self.pass.now, self.peers.recheck);
-        let peer = &mut self.peers.list[p as usize];
-        peer.last_used = now;
-        match &peer.state {
-            State::Up if recheck.is_none_or(|w| now.duration_since(peer.last_heard) <= w) => Ok(true),
-            State::Up => {
-                peer.state = State::Checking;
-                self.ping(p);
-                Ok(false)
-            }
-            State::Connecting | State::Checking => Ok(false),
-            State::Down(e) => Err(e.clone()),
-        }
+        let r = self.peers.ready(&mut self.domains, p, self.pass.now);
+        self.peer_events();
+        r
     }
 
-    fn ping(&mut self, p: u32) {
-        if self.send_engine(p, PING) {
-            self.peers.list[p as usize].last_ping = Some(self.pass.now);
-        }
-    }
-
-    /// Posts engine message `kind` to peer `p`; false if it could not be posted now.
-    pub(super) fn send_engine(&mut self, p: u32, kind: u8) -> bool {
-        self.peers.list[p as usize].contacted = true;
-        let id = self.peers.id(p, 0);
-        self.post_engine(id, p, kind)
-    }
-
-    /// Posts engine message `kind` to domain-0 peer `id` (entry `p`, or
-    /// `NO_ENTRY` for an engine not in the table).
-    pub(super) fn post_engine(&mut self, id: PeerId, p: u32, kind: u8) -> bool {
-        self.post_engine_on(0, id, p, kind, None)
-    }
-
-    /// Posts engine message `kind` (with `tag`: FENCE, FENCE_ACK) through
-    /// domain `d` to that domain's peer `id` (entry `p`, or `NO_ENTRY`).
+    /// Posts engine message `kind` (with `tag`) through domain `d` to that
+    /// domain's peer `id` (entry `p`, or `NO_ENTRY`).
     pub(super) fn post_engine_on(&mut self, d: usize, id: PeerId, p: u32, kind: u8, tag: Option<u64>) -> bool {
-        self.peers.mail.post(&mut self.domains[d], d, id, p, kind, tag)
+        self.peers.post(&mut self.domains, d, id, p, kind, tag)
     }
 
     /// Engine message slot `slot` to peer `p` went out (or failed with `err`).
     pub(super) fn engine_sent(&mut self, p: u32, slot: u16, err: Option<Error>) {
-        self.peers.mail.sent(slot);
-        let Some(e) = err.filter(|_| p != NO_ENTRY) else {
-            return;
-        };
-        let f = &mut self.peers.list[p as usize].farewell;
-        if *f != Farewell::None {
-            *f = Farewell::Over;
-        }
-        if e.status == Status::PeerDown {
-            let err = Error::new(Status::PeerDown, format!("keepalive to the peer failed: {}", e.message));
-            self.peer_down(p, err);
-        }
+        self.peers.sent(p, slot, err);
+        self.peer_events();
     }
 
     /// Posts the engine-channel receive buffers waiting to be (re)posted.
     pub(super) fn post_engine_receives(&mut self) -> bool {
-        self.peers.mail.post_receives(&mut self.domains)
+        self.peers.post_receives(&mut self.domains)
     }
 
     /// An engine message of `len` bytes arrived in receive buffer `i` (`None`: the receive failed).
     pub(super) fn engine_recv(&mut self, i: u32, len: Option<usize>) {
-        // Garbage from a stranger is ignored: only well-formed messages count.
-        let Some(Message { domain, kind, tag, from, main }) = self.peers.mail.take(i, len) else {
+        let Some(Message { domain, kind, tag, from, main }) = self.peers.take(i, len) else {
             return;
         };
         if self.peers.closing {
-            return self.closing_recv(kind, &from);
+            return self.peers.closing_recv(&mut self.domains, kind, &from);
         }
-        self.stale_check(&from);
-        if let (Some(p), Some(m)) = (self.peers.find(&from), main) {
-            self.peers.list[p as usize].main = Some(m);
-        }
-        match kind {
-            PING => {
-                let p = match self.peers.find(&from) {
-                    Some(p) => p,
-                    None => match self.new_peer(&from, State::Up) {
-                        Ok(p) => p,
-                        Err(_) => return,
-                    },
-                };
-                // Always answered, so that a peer re-adding us comes up; but a
-                // peer we declared down stays down until `add_peer` here.
-                if !matches!(self.peers.get(p), State::Down(_)) {
-                    self.heard(p);
-                }
-                self.send_engine(p, PONG);
-            }
-            PONG => {
-                if let Some(p) = self.peers.find(&from).filter(|&p| !matches!(self.peers.get(p), State::Down(_))) {
-                    self.heard(p);
-                }
-            }
-            BYE => {
-                if let Some(p) = self.peers.find(&from) {
-                    self.peer_down(p, Error::new(Status::PeerDown, "the peer engine shut down"));
-                }
-                self.owe_ack(&from);
-            }
-            FENCE => self.owe_fence_ack(domain, &from, tag),
-            FENCE_ACK => self.fence_acked(tag),
-            _ => {}
-        }
-    }
-
-    /// `from` speaks for its address now: an entry there of another epoch is
-    /// an engine that has restarted since.
-    fn stale_check(&mut self, from: &NetAddr) {
-        let old: Vec<u32> = (0..self.peers.list.len() as u32)
-            .filter(|&p| {
-                let q = &self.peers.list[p as usize];
-                q.addr.epoch != from.epoch && q.addr.same_place(from) && !matches!(q.state, State::Down(_))
-            })
-            .collect();
-        for p in old {
-            let e = Error::new(
-                Status::Stale,
-                format!(
-                    "the engine at this address restarted (epoch {:#x}, now {:#x}): use its new address and descriptors",
-                    self.peers.list[p as usize].addr.epoch, from.epoch
-                ),
-            );
-            self.peer_down(p, e);
-        }
-    }
-
-    /// Peer `p` answered: it is up, and requests waiting for it go out.
-    fn heard(&mut self, p: u32) {
-        let peer = &mut self.peers.list[p as usize];
-        if let (Some(e), State::Connecting | State::Checking) = (&peer.unfenced, &peer.state) {
-            // Its own epoch answered, yet it has no liveness record: nothing
-            // may be posted to it.
-            let e = e.clone();
-            return self.peer_down(p, e);
-        }
-        peer.last_heard = self.pass.now;
-        if let State::Connecting | State::Checking = peer.state {
-            if let State::Connecting = peer.state {
-                self.report(p, PeerState::Up, None);
-            }
-            self.peers.list[p as usize].state = State::Up;
-            let waiting = self.requests.slots.find(|a| a.parked && a.involves(p));
-            for s in waiting {
-                self.admit(s);
-            }
-        }
-    }
-
-    /// Peer `p` is down (or stale): its requests end with `err`, its work
-    /// requests on the wire are given up, the application is told.
-    pub(super) fn peer_down(&mut self, p: u32, err: Error) {
-        let peer = &mut self.peers.list[p as usize];
-        if let State::Down(_) = peer.state {
+        self.peers.message_from(&from, main);
+        // A stranger greeting us is a peer, up: it has just spoken.
+        if kind == PING && self.peers.find(&from).is_none() && self.new_peer(&from, State::Up).is_err() {
             return;
         }
-        peer.state = State::Down(err.clone());
+        match kind {
+            FENCE => self.owe_fence_ack(domain, &from, tag),
+            FENCE_ACK => self.fence_acked(tag),
+            _ => self.peers.receive(&mut self.domains, kind, &from, self.pass.now),
+        }
+        self.peer_events();
+    }
+
+    /// Keepalives and peer timeouts. True if a message went out.
+    pub(super) fn keepalive(&mut self) -> bool {
+        let busy = self.peers.keepalive(&mut self.domains, self.pass.now);
+        self.peer_events();
+        busy
+    }
+
+    /// Applies what the protocol reported (`Event`), in order.
+    pub(super) fn peer_events(&mut self) {
+        while let Some(e) = self.peers.events.pop_front() {
+            match e {
+                Event::Up(p) => self.report(p, PeerState::Up, None),
+                Event::Ready(p) => {
+                    let waiting = self.requests.slots.find(|a| a.parked && a.involves(p));
+                    for s in waiting {
+                        self.admit(s);
+                    }
+                }
+                Event::Down(p, err) => self.end_peer(p, err),
+            }
+        }
+    }
+
+    /// Peer `p` went down with `err`: the application is told, its requests
+    /// end, its work requests on the wire are given up.
+    fn end_peer(&mut self, p: u32, err: Error) {
         self.report(p, PeerState::Down, Some(err.clone()));
         self.end_all(p, || err.clone());
         // A stale entry shares its address (and provider ids) with the live
@@ -477,7 +667,7 @@ impl<D: Domain> Worker<D> {
             self.domains[d].abandon(id, &mut tokens);
             for &t in &tokens {
                 match Token::decode(t) {
-                    Token::EngineSend { slot, .. } => self.peers.mail.sent(slot),
+                    Token::EngineSend { slot, .. } => self.peers.abandoned(slot),
                     t => {
                         self.tally.failed(d, id);
                         self.wr_done(t, Some(err.clone()));
@@ -489,51 +679,11 @@ impl<D: Domain> Worker<D> {
         self.pass.abandoned = tokens;
     }
 
-    /// Keepalives and peer timeouts. True if a message went out.
-    pub(super) fn keepalive(&mut self) -> bool {
-        if !self.domains[0].handshakes() {
-            return false;
-        }
-        let mut busy = false;
-        for p in 0..self.peers.list.len() as u32 {
-            let q = &self.peers.list[p as usize];
-            if let State::Down(_) = q.state {
-                continue;
-            }
-            // shm: a dead peer is found here within a tick, not after peer_timeout.
-            if self.peers.gone(p) {
-                self.peer_gone(p);
-                continue;
-            }
-            let silent = self.pass.now.duration_since(q.last_heard);
-            if silent >= self.cfg.peer_timeout {
-                let what = match q.state {
-                    State::Connecting => "did not answer the handshake",
-                    State::Checking => "did not answer a liveness check",
-                    _ => "stopped answering keepalives",
-                };
-                self.peer_down(p, Error::new(Status::PeerDown, format!("the peer {what} for {silent:?}")));
-                continue;
-            }
-            // A peer in use at a reusable address is asked every half window,
-            // so that its requests never wait for a re-check.
-            let every = match self.peers.recheck {
-                Some(w) if self.pass.now.duration_since(q.last_used) < w => w / 2,
-                _ => self.cfg.keepalive_interval,
-            };
-            if q.last_ping.is_none_or(|t| self.pass.now.duration_since(t) >= every) {
-                self.ping(p);
-                busy = true;
-            }
-        }
-        busy
-    }
-
     /// Tells `PeerStates` (on the callback thread) that pair `p` is in `state`.
     fn report(&self, p: u32, state: PeerState, err: Option<Error>) {
         if let Some(ps) = &self.peer_states {
-            let q = &self.peers.list[p as usize];
-            let (ps, g, addr, main) = (ps.clone(), self.group, q.addr.clone(), q.main.clone());
+            let (addr, main) = (self.peers.address(p).clone(), self.peers.main_of(p).cloned());
+            let (ps, g) = (ps.clone(), self.group);
             self.notifier.run(Box::new(move || ps.update(g, &addr, main.as_ref(), state, err.as_ref())));
         }
     }
