@@ -44,9 +44,9 @@ pub struct GroupConfig {
     pub gpu: Option<i32>,
     /// Registrations of host memory on this NUMA node go to this group.
     pub numa: Option<u32>,
-    /// How many NICs (domains) the group drives; 0: the engine's `domains`
-    /// (or as many as `nics` names).
-    pub domains: usize,
+    /// How many NICs the group drives; 0: the engine's `nic_count` (or as
+    /// many as `nics` names). (Before 0.4: `domains`.)
+    pub nic_count: usize,
     /// The group's NICs by name (as `EngineConfig::nics`); empty: the
     /// engine's rule for choosing them.
     pub nics: Vec<String>,
@@ -60,28 +60,27 @@ pub struct EngineConfig {
     /// The environment variable `FABRICLIB_PROVIDER` overrides it.
     pub provider: Option<String>,
     /// Local address to bind socket providers to (e.g. `127.0.0.1`, or with
-    /// a fixed port `127.0.0.1:7000`: domain i binds port + i); ignored
+    /// a fixed port `127.0.0.1:7000`: NIC i binds port + i); ignored
     /// by providers that do not use IP addresses (`shm`, `efa`).
     /// `FABRICLIB_BIND_ADDR` overrides it.
     pub bind_addr: Option<String>,
-    /// The NIC of each domain, by the provider's name for it (`fi_info`'s
+    /// The engine's NICs by the provider's names for them (`fi_info`'s
     /// domain name: `rdmap16s27-rdm`, `eth0`; `fabriclib-info` lists them):
-    /// domain `i` opens on `nics[i]`, one name per domain (the engine fails
-    /// with `InvalidArgument` otherwise, or when the provider has no NIC of a
+    /// NIC `i` opens on `nics[i]`, one name per NIC (the engine fails with
+    /// `InvalidArgument` otherwise, or when the provider has no NIC of a
     /// name). Named NICs override `bind_addr`. Empty (the default): with a
-    /// bind address every domain opens on its NIC; without one, domains
-    /// spread over the provider's NICs in their order, loopback last,
-    /// domain `i` on NIC `i mod n`.
+    /// bind address every NIC is that address's; without one, they spread
+    /// over the provider's NICs in their order, loopback last, NIC `i` on
+    /// the provider's `i mod n`.
     pub nics: Vec<String>,
-    /// `Some((g, n))`: the NICs of the domains are the `n` nearest GPU `g`
-    /// (hwloc's topology, `crate::topo`), nearest first, and there are `n`
-    /// domains. Fails with `InvalidArgument` if the machine has no GPU `g`,
+    /// `Some((g, n))`: the engine's NICs are the `n` nearest GPU `g`
+    /// (hwloc's topology, `crate::topo`), nearest first, and there are `n`. Fails with `InvalidArgument` if the machine has no GPU `g`,
     /// fewer than `n` NICs, or the provider does not offer one of them.
     /// `nics` overrides it.
     pub nics_near_gpu: Option<(usize, usize)>,
     /// The CPUs the worker thread may run on (empty: anywhere; with
     /// `nics_near_gpu`, the CPU hwloc's plan gives that GPU's group). The
-    /// worker pins itself before it opens its domains. Ignored with
+    /// worker pins itself before it opens its NICs. Ignored with
     /// `manual_progress` (no worker thread).
     pub worker_cpus: Vec<u32>,
     /// The CPUs of the callback thread (empty: anywhere).
@@ -100,8 +99,9 @@ pub struct EngineConfig {
     pub groups_per_gpu: Option<usize>,
     /// The CPUs of the watcher thread (empty: anywhere).
     pub watcher_cpus: Vec<u32>,
-    /// Domains (NICs) the engine's worker drives; 1..=8. Peers must use the same count.
-    pub domains: usize,
+    /// How many NICs the engine's worker drives (per group); 1..=8. Peers
+    /// must use the same count. (Before 0.4: `domains`.)
+    pub nic_count: usize,
     /// Capacity of the lock-free submission queue; a full queue makes submits return `Again`.
     pub submit_queue: usize,
     /// Caps the size of one work request below the provider's `max_msg_size`
@@ -168,7 +168,7 @@ impl Default for EngineConfig {
             groups: Vec::new(),
             groups_per_gpu: None,
             watcher_cpus: Vec::new(),
-            domains: 1,
+            nic_count: 1,
             submit_queue: 4096,
             max_msg_size: None,
             idle_spin_us: 2000,
@@ -188,7 +188,7 @@ impl Default for EngineConfig {
     }
 }
 
-/// `n` as a count of NICs (domains) of an engine or group: 1..=8, else
+/// `n` as a count of NICs of an engine or group: 1..=8, else
 /// `InvalidArgument` naming `what`.
 pub(crate) fn nic_count(n: usize, what: &str) -> crate::error::Result<usize> {
     if n == 0 || n > crate::wire::MAX_DOMAINS {
@@ -243,78 +243,125 @@ impl std::fmt::Display for Bind {
 /// of its epoch: wire.rs).
 pub use crate::wire::MAX_GROUPS;
 
+/// What one group's worker runs with, resolved once from the engine's
+/// configuration (`EngineConfig::plan`): its NICs as specs a domain opens
+/// from (named, bind address parsed, providers), its CPUs, the memory it
+/// takes, and the worker's settings.
+#[derive(Clone, Debug)]
+pub struct GroupPlan {
+    /// The group's index in its engine (0: the home group).
+    pub index: usize,
+    /// Which `Domain` implementation it opens.
+    pub backend: crate::domain::Backend,
+    /// One spec per NIC, in order (the group's domain `i` opens from `nics[i]`).
+    pub nics: Vec<crate::domain::DomainSpec>,
+    /// The CPUs of its worker (empty: anywhere).
+    pub worker_cpus: Vec<u32>,
+    /// Registrations of this CUDA device's memory (or host memory on this
+    /// NUMA node) go to this group.
+    pub gpu: Option<i32>,
+    pub numa: Option<u32>,
+    /// The worker's own settings.
+    pub worker: WorkerSettings,
+}
+
+/// The settings a group's worker reads (the same in every group), as the
+/// `EngineConfig` fields of the same names say.
+#[derive(Clone, Debug)]
+pub struct WorkerSettings {
+    pub submit_queue: usize,
+    pub max_msg_size: Option<usize>,
+    pub idle_spin: Duration,
+    /// At least 1 µs.
+    pub idle_nap: Duration,
+    pub idle_policy: IdlePolicy,
+    pub manual_progress: bool,
+    pub request_timeout: Option<Duration>,
+    pub keepalive_interval: Duration,
+    pub peer_timeout: Duration,
+    pub drain_timeout: Duration,
+}
+
 impl EngineConfig {
-    /// The configuration of each group's worker: this one with the group's
-    /// NICs, domain count and worker CPUs (one group: this one unchanged).
-    /// A fixed bind port moves on by the domains of the groups before, so
-    /// that no two domains bind the same port.
-    pub fn group_configs(&self) -> crate::error::Result<Vec<EngineConfig>> {
-        if self.groups.is_empty() {
-            return Ok(vec![self.clone()]);
-        }
+    /// The plan of each group (one group without `groups`): its NICs — named,
+    /// else the bind address's, else spread over the provider's — with a
+    /// bind address each (a fixed port moves on by one per NIC, across the
+    /// groups, so that no two bind the same port), its worker's CPUs and
+    /// settings. `self` has the environment applied (`with_env`).
+    /// `InvalidArgument` for a NIC count outside 1..=8, names that do not
+    /// match the count, two groups claiming one GPU or NUMA node, or more
+    /// than `MAX_GROUPS` groups.
+    pub fn plan(&self) -> crate::error::Result<Vec<GroupPlan>> {
+        use crate::domain::{Backend, Choice, DomainSpec};
         if self.groups.len() > MAX_GROUPS {
             crate::bail!(InvalidArgument, "{} groups: at most {MAX_GROUPS}", self.groups.len());
         }
-        let mut out = Vec::with_capacity(self.groups.len());
-        let mut first_domain = 0u32;
-        for (g, gc) in self.groups.iter().enumerate() {
-            let domains = match (gc.domains, gc.nics.len()) {
-                (0, 0) => self.domains,
+        let one = [GroupConfig::default()];
+        let groups = if self.groups.is_empty() { &one[..] } else { &self.groups[..] };
+        let (providers, bind) = (self.providers(), self.bind_addr.as_deref().map(Bind::parse));
+        let backend = Backend::of(&providers);
+        let worker = WorkerSettings {
+            submit_queue: self.submit_queue,
+            max_msg_size: self.max_msg_size,
+            idle_spin: Duration::from_micros(self.idle_spin_us),
+            idle_nap: Duration::from_micros(self.idle_nap_us.max(1)),
+            idle_policy: self.idle_policy,
+            manual_progress: self.manual_progress,
+            request_timeout: self.request_timeout,
+            keepalive_interval: self.keepalive_interval,
+            peer_timeout: self.peer_timeout,
+            drain_timeout: self.drain_timeout,
+        };
+        let mut out = Vec::with_capacity(groups.len());
+        let mut first = 0;
+        for (g, gc) in groups.iter().enumerate() {
+            let n = match (gc.nic_count, gc.nics.len()) {
+                (0, 0) => self.nic_count,
                 (0, n) => n,
-                (d, _) => d,
+                (n, _) => n,
             };
-            if let Some(other) = self.groups[..g].iter().position(|o| o.gpu.is_some() && o.gpu == gc.gpu) {
+            nic_count(n, "NIC count")?;
+            if let Some(other) = groups[..g].iter().position(|o| o.gpu.is_some() && o.gpu == gc.gpu) {
                 crate::bail!(InvalidArgument, "groups {other} and {g} both claim GPU {}", gc.gpu.unwrap());
             }
-            if let Some(other) = self.groups[..g].iter().position(|o| o.numa.is_some() && o.numa == gc.numa) {
+            if let Some(other) = groups[..g].iter().position(|o| o.numa.is_some() && o.numa == gc.numa) {
                 crate::bail!(InvalidArgument, "groups {other} and {g} both claim NUMA node {}", gc.numa.unwrap());
             }
-            let bind_addr = self.bind_addr.as_deref().map(|b| Bind::parse(b).nth(first_domain as usize).to_string());
-            first_domain += domains as u32;
-            out.push(EngineConfig {
-                domains,
-                nics: if gc.nics.is_empty() { self.nics.clone() } else { gc.nics.clone() },
-                worker_cpus: if gc.worker_cpus.is_empty() { self.worker_cpus.clone() } else { gc.worker_cpus.clone() },
-                bind_addr,
-                groups: Vec::new(),
-                groups_per_gpu: None,
-                ..self.clone()
+            let names = if gc.nics.is_empty() { &self.nics } else { &gc.nics };
+            if !names.is_empty() && names.len() != n {
+                crate::bail!(
+                    InvalidArgument,
+                    "{} NICs named for {n} domains: name one NIC per domain (the NIC count)",
+                    names.len()
+                );
+            }
+            let nics = (0..n)
+                .map(|i| DomainSpec {
+                    index: i,
+                    providers: providers.clone(),
+                    bind: bind.as_ref().map(|b| b.nth(first + i)),
+                    nic: match (names.get(i), &bind) {
+                        (Some(name), _) => Choice::Named(name.clone()),
+                        (None, Some(_)) => Choice::First,
+                        (None, None) => Choice::Spread(i),
+                    },
+                    peer_window: self.peer_window,
+                    wait: self.idle_policy != IdlePolicy::Spin,
+                })
+                .collect();
+            first += n;
+            let worker_cpus = if gc.worker_cpus.is_empty() { &self.worker_cpus } else { &gc.worker_cpus };
+            out.push(GroupPlan {
+                index: g,
+                backend,
+                nics,
+                worker_cpus: worker_cpus.clone(),
+                gpu: gc.gpu,
+                numa: gc.numa,
+                worker: worker.clone(),
             });
         }
         Ok(out)
-    }
-
-    /// What each of this group's domains opens on (`self` is one group's
-    /// configuration, the environment applied): its NIC — named, else the
-    /// bind address's, else spread over the provider's — its bind address
-    /// (port + domain index), the providers to try, its window and whether it
-    /// opens wait objects. Resolved once here; a domain opens from its spec.
-    pub fn domain_specs(&self) -> crate::error::Result<Vec<crate::domain::DomainSpec>> {
-        use crate::domain::{Choice, DomainSpec};
-        nic_count(self.domains, "domains")?;
-        if !self.nics.is_empty() && self.nics.len() != self.domains {
-            crate::bail!(
-                InvalidArgument,
-                "{} NICs named for {} domains: name one NIC per domain",
-                self.nics.len(),
-                self.domains
-            );
-        }
-        let bind = self.bind_addr.as_deref().map(Bind::parse);
-        Ok((0..self.domains)
-            .map(|i| DomainSpec {
-                index: i,
-                providers: self.providers(),
-                bind: bind.as_ref().map(|b| b.nth(i)),
-                nic: match (self.nics.get(i), &bind) {
-                    (Some(n), _) => Choice::Named(n.clone()),
-                    (None, Some(_)) => Choice::First,
-                    (None, None) => Choice::Spread(i),
-                },
-                peer_window: self.peer_window,
-                wait: self.idle_policy != IdlePolicy::Spin,
-            })
-            .collect())
     }
 
     /// Sets the peer-state callback.
@@ -407,18 +454,42 @@ mod tests {
 
     #[test]
     fn each_domain_gets_its_nic_and_port() {
-        let cfg = EngineConfig { domains: 2, bind_addr: Some("127.0.0.1:9000".into()), ..Default::default() };
-        let s = cfg.domain_specs().unwrap();
+        let cfg = EngineConfig { nic_count: 2, bind_addr: Some("127.0.0.1:9000".into()), ..Default::default() };
+        let s = &cfg.plan().unwrap()[0].nics;
         assert_eq!(
             s.iter().map(|d| d.bind.as_ref().unwrap().to_string()).collect::<Vec<_>>(),
             ["127.0.0.1:9000", "127.0.0.1:9001"]
         );
         assert!(s.iter().all(|d| d.nic == crate::domain::Choice::First));
-        let named = EngineConfig { domains: 2, nics: vec!["a".into(), "b".into()], ..Default::default() };
-        assert_eq!(named.domain_specs().unwrap()[1].nic, crate::domain::Choice::Named("b".into()));
-        let spread = EngineConfig { domains: 2, ..Default::default() };
-        assert_eq!(spread.domain_specs().unwrap()[1].nic, crate::domain::Choice::Spread(1));
-        let wrong = EngineConfig { domains: 2, nics: vec!["a".into()], ..Default::default() };
-        assert_eq!(wrong.domain_specs().unwrap_err().status, crate::Status::InvalidArgument);
+        let named = EngineConfig { nic_count: 2, nics: vec!["a".into(), "b".into()], ..Default::default() };
+        assert_eq!(named.plan().unwrap()[0].nics[1].nic, crate::domain::Choice::Named("b".into()));
+        let spread = EngineConfig { nic_count: 2, ..Default::default() };
+        assert_eq!(spread.plan().unwrap()[0].nics[1].nic, crate::domain::Choice::Spread(1));
+        let wrong = EngineConfig { nic_count: 2, nics: vec!["a".into()], ..Default::default() };
+        assert_eq!(wrong.plan().unwrap_err().status, crate::Status::InvalidArgument);
+    }
+
+    #[test]
+    fn groups_bind_consecutive_ports_and_take_their_own_nics() {
+        let groups = vec![
+            GroupConfig { nic_count: 2, ..Default::default() },
+            GroupConfig { gpu: Some(0), nics: vec!["x".into()], worker_cpus: vec![3], ..Default::default() },
+        ];
+        let cfg = EngineConfig {
+            bind_addr: Some("10.0.0.1:7000".into()),
+            worker_cpus: vec![1],
+            groups,
+            ..Default::default()
+        };
+        let plan = cfg.plan().unwrap();
+        let binds = |g: &GroupPlan| g.nics.iter().map(|n| n.bind.as_ref().unwrap().to_string()).collect::<Vec<_>>();
+        assert_eq!(binds(&plan[0]), ["10.0.0.1:7000", "10.0.0.1:7001"]);
+        assert_eq!(binds(&plan[1]), ["10.0.0.1:7002"]);
+        assert_eq!(plan[1].nics[0].nic, crate::domain::Choice::Named("x".into()));
+        assert_eq!((plan[0].worker_cpus.clone(), plan[1].worker_cpus.clone()), (vec![1], vec![3]));
+        assert_eq!((plan[1].gpu, plan[1].index), (Some(0), 1));
+        let twice = vec![GroupConfig { gpu: Some(1), ..Default::default() }; 2];
+        let cfg = EngineConfig { groups: twice, ..Default::default() };
+        assert_eq!(cfg.plan().unwrap_err().status, crate::Status::InvalidArgument);
     }
 }

@@ -307,7 +307,7 @@ impl Session {
         let cfg = EngineConfig {
             provider: Some(provider.into()),
             bind_addr: bind.map(String::from),
-            domains,
+            nic_count: domains,
             idle_policy: crate::idle_policy(),
             worker_cpus: crate::engine_cpus(),
             callback_cpus: crate::engine_cpus(),

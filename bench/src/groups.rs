@@ -36,7 +36,7 @@ fn setup(provider: &str, n: usize, per_group: bool, len: usize) -> R<Setup> {
     let cfg = EngineConfig {
         provider: Some(provider.into()),
         bind_addr: Some("127.0.0.1".into()),
-        domains: if per_group { 1 } else { n },
+        nic_count: if per_group { 1 } else { n },
         groups: if per_group { vec![GroupConfig::default(); n] } else { Vec::new() },
         ..Default::default()
     };

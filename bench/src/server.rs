@@ -64,7 +64,7 @@ impl Open {
         let cfg = EngineConfig {
             provider: Some(field_str(cmd, "provider")?.to_string()),
             bind_addr: bind.or_else(|| cmd.get("bind").and_then(Value::as_str)).map(String::from),
-            domains: field_u64(cmd, "domains")? as usize,
+            nic_count: field_u64(cmd, "domains")? as usize,
             idle_policy: crate::idle_policy(),
             worker_cpus: crate::engine_cpus(),
             callback_cpus: crate::engine_cpus(),

@@ -128,7 +128,7 @@ pub extern "C" fn fabriclib_config_set_nics(config: *mut fabriclib_config, nics:
             crate::bail!(InvalidArgument, "{} NICs named: at most {}", names.len(), crate::wire::MAX_DOMAINS);
         }
         if !names.is_empty() {
-            c.cfg.domains = names.len();
+            c.cfg.nic_count = names.len();
         } else {
             c.cfg.nics_near_gpu = None;
         }
@@ -153,7 +153,7 @@ pub extern "C" fn fabriclib_config_set_nics_near_gpu(
         let c = config_mut(config)?;
         let n = crate::config::nic_count(n as usize, &format!("NICs near GPU {gpu}"))?;
         c.cfg.nics_near_gpu = Some((gpu as usize, n));
-        c.cfg.domains = n;
+        c.cfg.nic_count = n;
         Ok(())
     })
 }
@@ -248,7 +248,7 @@ pub extern "C" fn fabriclib_config_add_group(
         c.cfg.groups.push(crate::config::GroupConfig {
             gpu: (gpu >= 0).then_some(gpu),
             numa: (numa >= 0).then_some(numa as u32),
-            domains: domains as usize,
+            nic_count: domains as usize,
             nics,
             worker_cpus,
         });
@@ -285,7 +285,7 @@ pub extern "C" fn fabriclib_config_set_groups_per_gpu(config: *mut fabriclib_con
 pub extern "C" fn fabriclib_config_set_domains(config: *mut fabriclib_config, domains: u32) -> fabriclib_status {
     ffi(|| {
         let c = config_mut(config)?;
-        c.cfg.domains = crate::config::nic_count(domains as usize, "domains")?;
+        c.cfg.nic_count = crate::config::nic_count(domains as usize, "domains")?;
         Ok(())
     })
 }

@@ -1,13 +1,13 @@
 //! One NIC. The trait is the whole contract between the worker and a
 //! backend: open, register memory, resolve peers, post work requests, poll
 //! completions. The worker is generic over it (static dispatch on the hot
-//! path). Implementations: libfabric (`fabric.rs`), `null` (`null.rs`: completes
+//! path). Implementations: libfabric (`fabric/`), `null` (`null.rs`: completes
 //! every work request at once; for measuring the engine's host cost); verbs
-//! comes later.
+//! comes later (`verbs/`). "Domain" is the code's word for one open NIC;
+//! the API says NIC.
 pub mod fabric;
 pub mod null;
 
-use crate::config::EngineConfig;
 use crate::error::{Error, Result};
 use crate::wire::RemoteKey;
 use std::ffi::c_void;
@@ -39,7 +39,7 @@ pub enum Choice {
 }
 
 /// What one domain opens on, resolved once from the engine's configuration
-/// (`EngineConfig::domain_specs`).
+/// (`EngineConfig::plan`).
 #[derive(Clone, Debug, Default)]
 pub struct DomainSpec {
     /// Its index in its group.
@@ -67,10 +67,11 @@ pub enum Backend {
 }
 
 impl Backend {
-    /// The backend `cfg` asks for: `Null` only when its provider is named
-    /// "null" (never a default), else libfabric.
-    pub fn of(cfg: &EngineConfig) -> Backend {
-        if cfg.providers() == ["null"] { Backend::Null } else { Backend::Fabric }
+    /// The backend for `providers` (the configuration's, in order): `Null`
+    /// only when the one provider named is "null" (never a default), else
+    /// libfabric.
+    pub fn of(providers: &[String]) -> Backend {
+        if providers == ["null"] { Backend::Null } else { Backend::Fabric }
     }
 }
 

@@ -1,7 +1,7 @@
 //! A DomainGroup as the engine holds it: its worker (a thread, or driven by
 //! `progress`), started and stopped here.
 use crate::completion::notify;
-use crate::config::EngineConfig;
+use crate::config::GroupPlan;
 use crate::domain::{Backend, fabric::FabricDomain, null::NullDomain};
 use crate::error::Result;
 use crate::worker::{self, GroupInfo, Place, Shared};
@@ -23,29 +23,29 @@ pub(super) struct Group {
 }
 
 impl Group {
-    /// Starts group `place.index`'s worker (thread or manual) with `cfg`.
-    pub(super) fn start(cfg: &EngineConfig, n: notify::Notifier, place: Place) -> Result<Group> {
+    /// Starts group `place.index`'s worker (thread or manual) as `plan` says.
+    pub(super) fn start(plan: &GroupPlan, n: notify::Notifier, place: Place) -> Result<Group> {
         let g = place.index;
-        let backend = crate::domain::Backend::of(cfg);
         // Linux keeps 15 characters of a thread's name: group 0's reads "fabriclib-worke".
         let name = if g == 0 { "fabriclib-worker".to_string() } else { format!("fabriclib-w{g}") };
-        let (shared, info, worker, manual) = if cfg.manual_progress {
-            let (shared, info, p) = match backend {
-                Backend::Null => worker::manual::<NullDomain>(cfg, n, place)?,
-                Backend::Fabric => worker::manual::<FabricDomain>(cfg, n, place)?,
+        let (shared, info, worker, manual) = if plan.worker.manual_progress {
+            let (shared, info, p) = match plan.backend {
+                Backend::Null => worker::manual::<NullDomain>(plan, n, place)?,
+                Backend::Fabric => worker::manual::<FabricDomain>(plan, n, place)?,
             };
             (shared, info, None, Some(Mutex::new(Some(p))))
         } else {
-            let (shared, info, w) = match backend {
-                Backend::Null => worker::spawn::<NullDomain>(cfg, n, place, name)?,
-                Backend::Fabric => worker::spawn::<FabricDomain>(cfg, n, place, name)?,
+            let (shared, info, w) = match plan.backend {
+                Backend::Null => worker::spawn::<NullDomain>(plan, n, place, name)?,
+                Backend::Fabric => worker::spawn::<FabricDomain>(plan, n, place, name)?,
             };
             (shared, info, Some(w), None)
         };
-        Ok(Group { shared, info, worker, manual, gpu: None, numa: None })
+        Ok(Group { shared, info, worker, manual, gpu: plan.gpu, numa: plan.numa })
     }
 
-    pub(super) fn domains(&self) -> usize {
+    /// How many NICs the group drives.
+    pub(super) fn nic_count(&self) -> usize {
         self.info.address.domains.len()
     }
 

@@ -95,7 +95,7 @@ fn check_range<W: std::fmt::Display>(what: impl FnOnce() -> W, off: u64, len: u6
 }
 
 impl TransferEngine {
-    /// Opens `cfg.domains` domains of the configured provider (per group,
+    /// Opens `cfg.nic_count` NICs of the configured provider (per group,
     /// with `cfg.groups`) and starts the worker(s) and the callback thread.
     pub fn new(cfg: &EngineConfig) -> Result<TransferEngine> {
         // The environment is read here, once: every group's ports follow from it.
@@ -104,9 +104,9 @@ impl TransferEngine {
         let cfg = resolved.as_ref().unwrap_or(cfg);
         let planned = nics::per_gpu(cfg)?;
         let cfg = planned.as_ref().unwrap_or(cfg);
-        let group_cfgs = cfg.group_configs()?;
-        for c in &group_cfgs {
-            crate::pin::check("worker_cpus", &c.worker_cpus)?;
+        let plans = cfg.plan()?;
+        for p in &plans {
+            crate::pin::check("worker_cpus", &p.worker_cpus)?;
         }
         crate::pin::check("callback_cpus", &cfg.callback_cpus)?;
         crate::pin::check("watcher_cpus", &cfg.watcher_cpus)?;
@@ -119,15 +119,15 @@ impl TransferEngine {
             (n, Some(h), None)
         };
         let errors = notifier.errors.clone();
-        let mut siblings: Vec<notify::Notifier> = (1..group_cfgs.len()).map(|_| notifier.sibling()).collect();
+        let mut siblings: Vec<notify::Notifier> = (1..plans.len()).map(|_| notifier.sibling()).collect();
         let mut notifiers = vec![notifier];
         notifiers.append(&mut siblings);
-        let mut groups: Vec<Group> = Vec::with_capacity(group_cfgs.len());
+        let mut groups: Vec<Group> = Vec::with_capacity(plans.len());
         // One identity for every group's epoch; peer state told per peer engine.
         let base = crate::worker::new_epoch_base();
         let peer_states =
             cfg.on_peer_state.clone().map(|cb| Arc::new(crate::completion::peer_state::PeerStates::new(cb)));
-        for (g, (gcfg, n)) in group_cfgs.iter().zip(notifiers).enumerate() {
+        for (g, (plan, n)) in plans.iter().zip(notifiers).enumerate() {
             let place = crate::worker::Place {
                 index: g,
                 epoch: base | g as u64,
@@ -135,18 +135,13 @@ impl TransferEngine {
                 main: groups.first().map(|h| h.info.address.clone()),
                 peer_states: peer_states.clone(),
             };
-            match Group::start(gcfg, n, place) {
-                Ok(mut group) => {
-                    if let Some(gc) = cfg.groups.get(g) {
-                        (group.gpu, group.numa) = (gc.gpu, gc.numa);
-                    }
-                    groups.push(group);
-                }
+            match Group::start(plan, n, place) {
+                Ok(group) => groups.push(group),
                 Err(mut e) => {
                     for started in groups.iter_mut().rev() {
                         started.stop();
                     }
-                    if group_cfgs.len() > 1 {
+                    if plans.len() > 1 {
                         e.message = format!("group {g}: {}", e.message);
                     }
                     return Err(e);
@@ -273,7 +268,7 @@ impl TransferEngine {
 
     /// Group `g` sends to `owner` NIC k to NIC k: their NIC counts must match.
     fn check_peer(&self, g: usize, owner: &NetAddr) -> Result<()> {
-        let mine = self.groups[g].domains();
+        let mine = self.groups[g].nic_count();
         if owner.domains.len() != mine {
             let whose = if self.groups.len() > 1 { format!("this engine's group {g}") } else { "this engine".into() };
             bail!(
@@ -407,7 +402,7 @@ impl TransferEngine {
         check_range(|| "single write source", src_offset, len, src.len() as u64)?;
         check_range(|| "single write destination", dst_offset, len, dst.len)?;
         let opts = done.into();
-        let nics = self.groups[g].domains();
+        let nics = self.groups[g].nic_count();
         let sharded = self.nic_of(g, opts.route, false)?.is_none() && nics > 1;
         let max = self.max_msg_size() as u64;
         let chunk = match imm {

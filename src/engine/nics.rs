@@ -29,7 +29,7 @@ pub(super) fn near_gpu(cfg: &EngineConfig) -> Result<Option<EngineConfig>> {
         true => topo.plan(n)?.get(g).and_then(|p| p.worker_cpu).into_iter().collect(),
         false => cfg.worker_cpus.clone(),
     };
-    Ok(Some(EngineConfig { provider: Some(p), nics: names, domains: n, worker_cpus, ..cfg.clone() }))
+    Ok(Some(EngineConfig { provider: Some(p), nics: names, nic_count: n, worker_cpus, ..cfg.clone() }))
 }
 
 /// `cfg` with `groups_per_gpu` turned into groups (and the first provider
@@ -54,7 +54,7 @@ pub(super) fn per_gpu(cfg: &EngineConfig) -> Result<Option<EngineConfig>> {
             ..g
         })
         .collect();
-    Ok(Some(EngineConfig { provider: Some(p), groups, domains: n, ..cfg.clone() }))
+    Ok(Some(EngineConfig { provider: Some(p), groups, nic_count: n, ..cfg.clone() }))
 }
 
 /// The first of `cfg`'s providers whose NICs `make` turns into a placement,
@@ -95,7 +95,7 @@ impl TransferEngine {
     /// The one domain of group `g` a request with `route` goes through
     /// (`None`: sharded over the group's NICs).
     pub(super) fn nic_of(&self, g: usize, route: Route, send: bool) -> Result<Option<u8>> {
-        let n = self.groups[g].domains();
+        let n = self.groups[g].nic_count();
         match route {
             Route::Shard => Ok(None),
             Route::Nic(k) if k >= n => {

@@ -264,7 +264,7 @@ pub fn groups_per_gpu(topo: &Topo, n: usize, nics: &[crate::Nic]) -> Result<Vec<
         out.push(GroupConfig {
             gpu: None,
             numa: h.numa.filter(|_| several_nodes),
-            domains: n,
+            nic_count: n,
             nics: pool.iter().cycle().take(n).cloned().collect(),
             worker_cpus: h.worker_cpu.into_iter().collect(),
         });
@@ -274,7 +274,7 @@ pub fn groups_per_gpu(topo: &Topo, n: usize, nics: &[crate::Nic]) -> Result<Vec<
         out.push(GroupConfig {
             gpu: Some(g as i32),
             numa: None,
-            domains: n,
+            nic_count: n,
             nics: provider_nics_near(topo, g, n, nics)?,
             worker_cpus: p.worker_cpu.into_iter().collect(),
         });

@@ -245,7 +245,7 @@ fn one_group_per_gpu_after_the_host_groups() {
     let groups = groups_per_gpu(&t, 4, &provider).unwrap();
     assert_eq!(groups.len(), 2 + 8, "a host group per NUMA node, then one per GPU");
     for (k, h) in groups[..2].iter().enumerate() {
-        assert_eq!((h.gpu, h.numa, h.domains), (None, Some(k as u32), 4), "host group {k}");
+        assert_eq!((h.gpu, h.numa, h.nic_count), (None, Some(k as u32), 4), "host group {k}");
         for name in &h.nics {
             let d = t.nics.iter().find(|d| format!("{}-rdm", d.name) == *name).unwrap();
             assert_eq!(d.numa, Some(k as u32), "host group {k} has {name} of node {:?}", d.numa);
@@ -253,7 +253,7 @@ fn one_group_per_gpu_after_the_host_groups() {
     }
     for g in 0..8 {
         let grp = &groups[2 + g];
-        assert_eq!((grp.gpu, grp.numa, grp.domains), (Some(g as i32), None, 4));
+        assert_eq!((grp.gpu, grp.numa, grp.nic_count), (Some(g as i32), None, 4));
         assert_eq!(grp.nics, (0..4).map(|n| format!("rdmap{g}s{n}-rdm")).collect::<Vec<_>>());
         let cpu = grp.worker_cpus[0];
         assert!((g as u32 / 4 * 8..g as u32 / 4 * 8 + 8).contains(&cpu), "GPU {g}'s worker on CPU {cpu}");

@@ -25,7 +25,7 @@ mod waiter;
 
 use crate::completion::imm::ImmCounter;
 use crate::completion::notify::Notifier;
-use crate::config::{EngineConfig, IdlePolicy};
+use crate::config::{GroupPlan, IdlePolicy, WorkerSettings};
 use crate::domain::{Domain, LocalMr};
 use crate::error::Result;
 use crate::wire::NetAddr;
@@ -132,8 +132,8 @@ struct Worker<D: Domain> {
     shared: Arc<Shared>,
     /// How requests and events are reported (callback thread or flags).
     notifier: Notifier,
-    /// This group's configuration (engine settings, its NICs and CPUs).
-    cfg: EngineConfig,
+    /// The worker's settings (timeouts, idle policy: `EngineConfig::plan`).
+    cfg: WorkerSettings,
     /// This group's address (with its epoch), as peers know it.
     address: NetAddr,
     /// This group's index in its engine.
@@ -167,10 +167,11 @@ fn release<D: Domain>(domains: &mut [D], locals: &[LocalMr]) {
 }
 
 impl<D: Domain> Worker<D> {
-    fn new(cfg: EngineConfig, shared: Arc<Shared>, notifier: Notifier, place: Place) -> Result<Self> {
-        let mut domains = Vec::with_capacity(cfg.domains);
-        for spec in cfg.domain_specs()? {
-            domains.push(D::open(&spec)?);
+    fn new(plan: &GroupPlan, shared: Arc<Shared>, notifier: Notifier, place: Place) -> Result<Self> {
+        let cfg = plan.worker.clone();
+        let mut domains = Vec::with_capacity(plan.nics.len());
+        for spec in &plan.nics {
+            domains.push(D::open(spec)?);
         }
         let requests = Requests::new(&mut domains, shared.tag)?;
         let address = NetAddr { epoch: place.epoch, domains: domains.iter().map(|d| d.address().into()).collect() };

@@ -52,8 +52,7 @@ impl Pass {
 
 impl<D: Domain> Worker<D> {
     pub(super) fn run(mut self) {
-        let spin = Duration::from_micros(self.cfg.idle_spin_us);
-        let nap = Duration::from_micros(self.cfg.idle_nap_us.max(1));
+        let (spin, nap) = (self.cfg.idle_spin, self.cfg.idle_nap);
         let mut idle_since: Option<Instant> = None;
         let mut empty_passes = 0u32;
         let mut awaited = false;

@@ -3,7 +3,7 @@
 //! (`manual`, `Progress`), with the state it shares with the API.
 use super::{GroupInfo, Place, Shared, Worker, held};
 use crate::completion::notify::Notifier;
-use crate::config::EngineConfig;
+use crate::config::GroupPlan;
 use crate::domain::Domain;
 use crate::error::{Error, Result, Status};
 use crossbeam_queue::{ArrayQueue, SegQueue};
@@ -11,11 +11,10 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::thread::JoinHandle;
 
-/// The state shared with the API, for `cfg` (after checking `cfg.domains`).
-fn new_shared(cfg: &EngineConfig, notifier: &Notifier) -> Result<Arc<Shared>> {
-    crate::config::nic_count(cfg.domains, "domains")?;
+/// The state shared with the API, for a worker as `plan` says.
+fn new_shared(plan: &GroupPlan, notifier: &Notifier) -> Result<Arc<Shared>> {
     Ok(Arc::new(Shared {
-        data: ArrayQueue::new(cfg.submit_queue.max(1)),
+        data: ArrayQueue::new(plan.worker.submit_queue.max(1)),
         ctrl: SegQueue::new(),
         stop: AtomicBool::new(false),
         inflight: notifier.inflight.clone(),
@@ -59,40 +58,40 @@ impl<D: Domain> Progress for Worker<D> {
     }
 }
 
-/// Opens a worker over `cfg.domains` domains of type `D` on the calling
+/// Opens a worker over `plan`'s NICs (domains of type `D`) on the calling
 /// thread, to be driven by `Progress::step`.
 pub fn manual<D: Domain>(
-    cfg: &EngineConfig,
+    plan: &GroupPlan,
     notifier: Notifier,
     place: Place,
 ) -> Result<(Arc<Shared>, GroupInfo, Box<dyn Progress>)> {
-    let shared = new_shared(cfg, &notifier)?;
-    let w = Worker::<D>::new(cfg.clone(), shared.clone(), notifier, place)?;
+    let shared = new_shared(plan, &notifier)?;
+    let w = Worker::<D>::new(plan, shared.clone(), notifier, place)?;
     let info = w.info();
     Ok((shared, info, Box::new(w)))
 }
 
-/// Starts a worker thread over `cfg.domains` domains of type `D`, at
+/// Starts a worker thread over `plan`'s NICs (domains of type `D`), at
 /// `place` in its engine.
 pub fn spawn<D: Domain>(
-    cfg: &EngineConfig,
+    plan: &GroupPlan,
     notifier: Notifier,
     place: Place,
     name: String,
 ) -> Result<(Arc<Shared>, GroupInfo, JoinHandle<()>)> {
-    let shared = new_shared(cfg, &notifier)?;
+    let shared = new_shared(plan, &notifier)?;
     let (tx, rx) = std::sync::mpsc::channel();
-    let (cfg2, shared2) = (cfg.clone(), shared.clone());
+    let (plan, shared2) = (plan.clone(), shared.clone());
     let handle = std::thread::Builder::new()
         .name(name)
         .spawn(move || {
             // Pinned first, then the domains are opened on this thread: their
             // memory lands on its NUMA node.
-            if let Err(e) = crate::pin::pin_current_thread(&cfg2.worker_cpus) {
+            if let Err(e) = crate::pin::pin_current_thread(&plan.worker_cpus) {
                 let _ = tx.send(Err(e));
                 return;
             }
-            match Worker::<D>::new(cfg2, shared2, notifier, place) {
+            match Worker::<D>::new(&plan, shared2, notifier, place) {
                 Ok(w) => {
                     let _ = tx.send(Ok(w.info()));
                     w.run();

@@ -154,7 +154,7 @@ pub fn still_serves(l: &Local, p: &mut Peer, imm: u32, off: usize, len: usize) -
 pub fn cancel_storm(prov: &str, domains: usize) -> TestResult {
     const N: usize = 1000;
     const R: usize = 1 << 20;
-    let l = local_with(EngineConfig { domains, submit_queue: 2 * N, ..Default::default() }, prov, R, 21)?;
+    let l = local_with(EngineConfig { nic_count: domains, submit_queue: 2 * N, ..Default::default() }, prov, R, 21)?;
     let mut p = Peer::spawn(prov, domains, 2 * R)?;
     let d = desc(&p);
     let ends = Ends::new(N);
@@ -285,7 +285,7 @@ pub fn deadline_with_stopped_peer(prov: &str, domains: usize) -> TestResult {
 pub fn kill9_mid_transfer(prov: &str, domains: usize) -> TestResult {
     const PAGES: usize = 10_000;
     const R: usize = PAGES * 4096;
-    let (cfg, ev) = with_peer_events(EngineConfig { domains, ..Default::default() });
+    let (cfg, ev) = with_peer_events(EngineConfig { nic_count: domains, ..Default::default() });
     let l = local_with(cfg, prov, R, 24)?;
     let mut victim = Peer::spawn(prov, domains, R)?;
     let mut other = Peer::spawn(prov, domains, 1 << 20)?;
@@ -351,7 +351,7 @@ pub fn kill9_mid_transfer(prov: &str, domains: usize) -> TestResult {
 /// `Stale`; a peer that shut down is `PeerDown` at once (its goodbye), and
 /// its successor at a new address is used like any new peer.
 pub fn stale_and_restarted_peers(prov: &str, domains: usize) -> TestResult {
-    let (cfg, ev) = with_peer_events(EngineConfig { domains, ..Default::default() });
+    let (cfg, ev) = with_peer_events(EngineConfig { nic_count: domains, ..Default::default() });
     let l = local_with(cfg, prov, 1 << 20, 26)?;
     let mut p = Peer::spawn(prov, domains, 1 << 20)?;
     let mut old = (*desc(&p)).clone();
@@ -386,7 +386,12 @@ pub fn stale_and_restarted_peers(prov: &str, domains: usize) -> TestResult {
 /// panicking callback does not stop the engine.
 pub fn bounded_completion_path(prov: &str, domains: usize) -> TestResult {
     const MAX: usize = 32;
-    let l = local_with(EngineConfig { domains, max_inflight: MAX + 1, ..Default::default() }, prov, 1 << 20, 27)?;
+    let l = local_with(
+        EngineConfig { nic_count: domains, max_inflight: MAX + 1, ..Default::default() },
+        prov,
+        1 << 20,
+        27,
+    )?;
     let mut p = Peer::spawn(prov, domains, 1 << 20)?;
     let d = desc(&p);
     let (gate_tx, gate_rx) = channel::<()>();
@@ -490,7 +495,7 @@ pub fn dead_peer_with_large_imm_writes(prov: &str, domains: usize) -> TestResult
     const PAGES: usize = 64;
     const PAGE: u64 = 16 * 1024;
     const R: usize = PAGES * PAGE as usize;
-    let (cfg, ev) = with_peer_events(EngineConfig { domains, ..Default::default() });
+    let (cfg, ev) = with_peer_events(EngineConfig { nic_count: domains, ..Default::default() });
     let l = local_with(cfg, prov, R, 28)?;
     let mut victim = Peer::spawn(prov, domains, R)?;
     let mut other = Peer::spawn(prov, domains, R)?;
@@ -546,7 +551,7 @@ pub fn restart_on_the_same_address(prov: &str, domains: usize) -> TestResult {
         return Ok(());
     }
     const R: usize = 1 << 20;
-    let (cfg, ev) = with_peer_events(EngineConfig { domains, ..Default::default() });
+    let (cfg, ev) = with_peer_events(EngineConfig { nic_count: domains, ..Default::default() });
     let l = local_with(cfg, prov, R, 29)?;
     // A port with `domains` free ports from it (domain i binds port + i).
     let port = (0..50)
@@ -719,7 +724,7 @@ pub fn calls_from_callbacks(prov: &str, domains: usize) -> TestResult {
 pub fn connect_reports_readiness(prov: &str, domains: usize) -> TestResult {
     // A dead peer is found by the handshake timeout: 1 s here.
     let cfg = EngineConfig {
-        domains,
+        nic_count: domains,
         peer_timeout: Duration::from_secs(1),
         keepalive_interval: Duration::from_millis(200),
         ..Default::default()

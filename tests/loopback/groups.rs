@@ -16,7 +16,7 @@ pub fn two_groups_cfg(prov: &str, domains: usize) -> EngineConfig {
     EngineConfig {
         provider: Some(prov.into()),
         bind_addr: Some("127.0.0.1".into()),
-        domains,
+        nic_count: domains,
         groups: vec![GroupConfig::default(), GroupConfig::default()],
         ..Default::default()
     }
@@ -139,8 +139,8 @@ pub fn groups_nic_counts_must_match(prov: &str, domains: usize) -> TestResult {
     let cfg = EngineConfig {
         provider: Some(prov.into()),
         bind_addr: Some("127.0.0.1".into()),
-        domains: 1,
-        groups: vec![GroupConfig::default(), GroupConfig { domains: 2, ..Default::default() }],
+        nic_count: 1,
+        groups: vec![GroupConfig::default(), GroupConfig { nic_count: 2, ..Default::default() }],
         ..Default::default()
     };
     let a = TransferEngine::new(&cfg).map_err(e2s)?;

@@ -215,7 +215,7 @@ fn cpu_seconds() -> f64 {
 pub fn idle_policies_sleep_and_wake(prov: &str, domains: usize) -> TestResult {
     use fabriclib::IdlePolicy;
     for policy in [IdlePolicy::Auto, IdlePolicy::Block] {
-        let cfg = EngineConfig { domains, idle_policy: policy, ..Default::default() };
+        let cfg = EngineConfig { nic_count: domains, idle_policy: policy, ..Default::default() };
         let (w, r) = (local_with(cfg.clone(), prov, 1 << 16, 81)?, local_with(cfg, prov, 1 << 16, 82)?);
         writes(&w, &r, 1, 1)?; // handshake done
         wait_count(&r, 1, 1)?;
@@ -256,7 +256,7 @@ pub fn idle_policies_sleep_and_wake(prov: &str, domains: usize) -> TestResult {
 /// flags complete, a deadline fires only while progressed, and two threads
 /// may progress one engine at once.
 pub fn manual_progress(prov: &str, domains: usize) -> TestResult {
-    let cfg = EngineConfig { domains, manual_progress: true, ..Default::default() };
+    let cfg = EngineConfig { nic_count: domains, manual_progress: true, ..Default::default() };
     let (w, r) = (local_with(cfg.clone(), prov, 1 << 16, 91)?, local_with(cfg, prov, 1 << 16, 92)?);
     let drive = |until: &dyn Fn() -> bool, what: &str| -> TestResult {
         let t = Instant::now();

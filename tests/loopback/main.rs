@@ -36,7 +36,7 @@ struct Local {
 }
 
 fn local(provider: &str, domains: usize, region: usize, seed: u64) -> Result<Local, String> {
-    local_with(EngineConfig { domains, ..Default::default() }, provider, region, seed)
+    local_with(EngineConfig { nic_count: domains, ..Default::default() }, provider, region, seed)
 }
 
 fn local_with(cfg: EngineConfig, provider: &str, region: usize, seed: u64) -> Result<Local, String> {
@@ -155,7 +155,7 @@ fn single_writes(prov: &str, domains: usize) -> TestResult {
 /// immediate must fit one work request.
 fn split_at_max_msg_size(prov: &str, domains: usize) -> TestResult {
     const R: usize = 1 << 20;
-    let cfg = EngineConfig { domains, max_msg_size: Some(64 * 1024), ..Default::default() };
+    let cfg = EngineConfig { nic_count: domains, max_msg_size: Some(64 * 1024), ..Default::default() };
     let l = local_with(cfg, prov, R, 12)?;
     let mut p = Peer::spawn(prov, domains, R)?;
     let d = desc(&p);
@@ -440,7 +440,7 @@ fn bad_input(prov: &str, domains: usize) -> TestResult {
 /// returns within the shutdown drain, and the peer goes on serving.
 fn destroy_with_10000_pending(prov: &str, domains: usize) -> TestResult {
     const N: usize = 10_000;
-    let cfg = EngineConfig { domains, submit_queue: 2 * N, ..Default::default() };
+    let cfg = EngineConfig { nic_count: domains, submit_queue: 2 * N, ..Default::default() };
     let l = local_with(cfg, prov, 4096 * 16, 10)?;
     let mut p = Peer::spawn(prov, domains, 4096 * 16)?;
     let d = desc(&p);

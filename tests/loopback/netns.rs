@@ -79,7 +79,7 @@ pub fn link_down_mid_transfer(prov: &str, domains: usize) -> TestResult {
     const R: usize = PAGES * 4096;
     let net = Net::up(2)?;
     let bind = format!("{}.1", net.prefix);
-    let (cfg, ev) = with_peer_events(EngineConfig { domains, bind_addr: Some(bind), ..Default::default() });
+    let (cfg, ev) = with_peer_events(EngineConfig { nic_count: domains, bind_addr: Some(bind), ..Default::default() });
     let l = local_with(cfg, prov, R, 31)?;
     let mut cut = Peer::spawn_in(Some(&net.hosts[0].0), &net.hosts[0].2, prov, domains, R)?;
     let mut other = Peer::spawn_in(Some(&net.hosts[1].0), &net.hosts[1].2, prov, domains, 1 << 20)?;

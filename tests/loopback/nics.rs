@@ -85,7 +85,7 @@ fn spread_over(prov: &str, n: usize) -> TestResult {
     const R: usize = PAGES * 4096;
     let pairs = Pairs::up(n)?;
     // Named NICs: no bind address, every domain on its own veth.
-    let cfg = EngineConfig { domains: n, nics: pairs.ours.clone(), ..Default::default() };
+    let cfg = EngineConfig { nic_count: n, nics: pairs.ours.clone(), ..Default::default() };
     let l = local_with(cfg, prov, R, 41)?;
     let names: Vec<&str> = l.engine.nics().iter().map(|n| n.name.as_str()).collect();
     if names != pairs.ours {
@@ -136,7 +136,7 @@ pub fn nic_names_are_checked(prov: &str, domains: usize) -> TestResult {
         return Ok(());
     }
     let refused = |nics: Vec<String>, domains: usize, what: &str| -> TestResult {
-        let cfg = EngineConfig { provider: Some(prov.into()), domains, nics, ..Default::default() };
+        let cfg = EngineConfig { provider: Some(prov.into()), nic_count: domains, nics, ..Default::default() };
         match TransferEngine::new(&cfg) {
             Err(e) if e.status == Status::InvalidArgument && e.message.contains(what) => Ok(()),
             Err(e) => Err(format!("expected InvalidArgument mentioning {what:?}, got {e}")),
@@ -302,7 +302,7 @@ pub fn one_nic_down_mid_transfer(prov: &str, domains: usize) -> TestResult {
     }
     const R: usize = 8 << 20;
     let pairs = Pairs::up(2)?;
-    let cfg = EngineConfig { domains: 2, nics: pairs.ours.clone(), ..Default::default() };
+    let cfg = EngineConfig { nic_count: 2, nics: pairs.ours.clone(), ..Default::default() };
     let l = local_with(cfg, prov, R, 71)?;
     let bind = format!("nics={}", pairs.theirs.join(","));
     let mut p = Peer::spawn_in(Some(&pairs.ns), &bind, prov, 2, R)?;
@@ -388,7 +388,7 @@ pub fn threads_are_pinned_where_asked(prov: &str, domains: usize) -> TestResult 
     let all = fabriclib::pin::current_thread_cpus();
     let (last, first) = (*all.last().unwrap(), all[0]);
     let cfg = EngineConfig {
-        domains,
+        nic_count: domains,
         worker_cpus: vec![last],
         callback_cpus: vec![first],
         watcher_cpus: vec![first],

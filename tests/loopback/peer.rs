@@ -25,7 +25,7 @@ pub fn main(args: &[String]) -> ! {
     let cfg = EngineConfig {
         provider: Some(provider),
         bind_addr: nics.is_empty().then_some(bind),
-        domains,
+        nic_count: domains,
         nics,
         groups: vec![Default::default(); groups],
         ..Default::default()

@@ -183,7 +183,7 @@ pub fn node(args: &[String]) -> ! {
     let cfg = EngineConfig {
         provider: Some(prov.into()),
         bind_addr: Some("127.0.0.1".into()),
-        domains,
+        nic_count: domains,
         submit_queue: 8192,
         ..Default::default()
     };
