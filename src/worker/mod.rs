@@ -12,6 +12,7 @@ mod fence;
 mod goodbye;
 mod mailbox;
 mod pass;
+mod peer_events;
 mod peers;
 mod post;
 mod recv;

@@ -32,19 +32,16 @@
 //! requests waiting, ends those of a dead peer, tells the application. State
 //! is reported per pair of groups to `PeerStates`
 //! (completion/peer_state.rs), which tells the application per peer engine.
-use super::Worker;
 use super::mailbox::{Mailbox, Message};
-use super::token::Token;
 use crate::config::PeerState;
 use crate::domain::{Domain, PeerId};
 use crate::error::{Error, Result, Status};
 use crate::liveness::Watch;
 use crate::wire::{MAX_DOMAINS, NetAddr};
-use std::collections::HashMap;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-const PING: u8 = 1;
+pub(super) const PING: u8 = 1;
 const PONG: u8 = 2;
 pub(super) const BYE: u8 = 3;
 /// The answer to a BYE: the peer has handled every message we sent before it.
@@ -524,167 +521,34 @@ impl Peers {
     }
 }
 
-impl<D: Domain> Worker<D> {
-    /// The entry of `addr`, added (and greeted) if new.
-    pub(super) fn peer_of(&mut self, addr: &NetAddr) -> Result<u32> {
-        match self.peers.find(addr) {
-            Some(p) => Ok(p),
-            None => self.new_peer(addr, State::Connecting),
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::null::NullDomain;
+
+    fn addr(epoch: u64) -> NetAddr {
+        NetAddr { epoch, domains: vec![vec![epoch as u8; 8].into()] }
     }
 
-    /// Adds `addr` in `state` (`Peers::insert`), after what the provider
-    /// knew of an engine gone from its address.
-    fn new_peer(&mut self, addr: &NetAddr, state: State) -> Result<u32> {
-        if addr.domains.len() != self.domains.len() {
-            crate::bail!(
-                InvalidArgument,
-                "peer has {} NICs, this engine's group {}",
-                addr.domains.len(),
-                self.domains.len()
-            );
-        }
-        // An earlier engine at the same provider address is gone (shm: its
-        // process died and a new one has its pid): it is down, and the
-        // provider forgets it, else it would go on mapping the dead one.
-        // Only a process known to have exited: the provider unmaps what it
-        // knew of the address, which a live process still uses.
-        for d in 0..self.domains.len() {
-            if let Some((old, id)) = self.peers.gone_before(&mut self.domains[d], d, addr)? {
-                self.peers.down_gone(old);
-                self.peer_events();
-                self.domains[d].forget(id);
-            }
-        }
-        let p = self.peers.insert(&mut self.domains, addr, state, self.pass.now);
-        self.peer_events();
-        p
-    }
-
-    /// `add_peer`: greets `addr`; one that is down is greeted afresh.
-    pub(super) fn add_peer(&mut self, addr: &NetAddr) -> Result<()> {
-        match self.peers.find(addr) {
-            Some(p) => self.peers.greet(&mut self.domains, p, self.pass.now),
-            None => return self.peer_of(addr).map(drop),
-        }
-        self.peer_events();
-        Ok(())
-    }
-
-    /// Peer `p`'s liveness record says its engine is gone: it is down.
-    pub(super) fn peer_gone(&mut self, p: u32) {
-        self.peers.down_gone(p);
-        self.peer_events();
-    }
-
-    /// Peer `p` is down (or stale) with `err`.
-    pub(super) fn peer_down(&mut self, p: u32, err: Error) {
-        self.peers.down(p, err);
-        self.peer_events();
-    }
-
-    /// Whether requests to peer `p` may be posted now (`Peers::ready`).
-    pub(super) fn peer_ready(&mut self, p: u32) -> Result<bool> {
-        let r = self.peers.ready(&mut self.domains, p, self.pass.now);
-        self.peer_events();
-        r
-    }
-
-    /// Posts engine message `kind` (with `tag`) through domain `d` to that
-    /// domain's peer `id` (entry `p`, or `NO_ENTRY`).
-    pub(super) fn post_engine_on(&mut self, d: usize, id: PeerId, p: u32, kind: u8, tag: Option<u64>) -> bool {
-        self.peers.post(&mut self.domains, d, id, p, kind, tag)
-    }
-
-    /// Engine message slot `slot` to peer `p` went out (or failed with `err`).
-    pub(super) fn engine_sent(&mut self, p: u32, slot: u16, err: Option<Error>) {
-        self.peers.sent(p, slot, err);
-        self.peer_events();
-    }
-
-    /// Posts the engine-channel receive buffers waiting to be (re)posted.
-    pub(super) fn post_engine_receives(&mut self) -> bool {
-        self.peers.post_receives(&mut self.domains)
-    }
-
-    /// An engine message of `len` bytes arrived in receive buffer `i` (`None`: the receive failed).
-    pub(super) fn engine_recv(&mut self, i: u32, len: Option<usize>) {
-        let Some(Message { domain, kind, tag, from, main }) = self.peers.take(i, len) else {
-            return;
-        };
-        if self.peers.closing {
-            return self.peers.closing_recv(&mut self.domains, kind, &from);
-        }
-        self.peers.message_from(&from, main);
-        // A stranger greeting us is a peer, up: it has just spoken.
-        if kind == PING && self.peers.find(&from).is_none() && self.new_peer(&from, State::Up).is_err() {
-            return;
-        }
-        match kind {
-            FENCE => self.owe_fence_ack(domain, &from, tag),
-            FENCE_ACK => self.fence_acked(tag),
-            _ => self.peers.receive(&mut self.domains, kind, &from, self.pass.now),
-        }
-        self.peer_events();
-    }
-
-    /// Keepalives and peer timeouts. True if a message went out.
-    pub(super) fn keepalive(&mut self) -> bool {
-        let busy = self.peers.keepalive(&mut self.domains, self.pass.now);
-        self.peer_events();
-        busy
-    }
-
-    /// Applies what the protocol reported (`Event`), in order.
-    pub(super) fn peer_events(&mut self) {
-        while let Some(e) = self.peers.events.pop_front() {
-            match e {
-                Event::Up(p) => self.report(p, PeerState::Up, None),
-                Event::Ready(p) => {
-                    let waiting = self.requests.slots.find(|a| a.parked && a.involves(p));
-                    for s in waiting {
-                        self.admit(s);
-                    }
-                }
-                Event::Down(p, err) => self.end_peer(p, err),
-            }
-        }
-    }
-
-    /// Peer `p` went down with `err`: the application is told, its requests
-    /// end, its work requests on the wire are given up.
-    fn end_peer(&mut self, p: u32, err: Error) {
-        self.report(p, PeerState::Down, Some(err.clone()));
-        self.end_all(p, || err.clone());
-        // A stale entry shares its address (and provider ids) with the live
-        // engine there now: its work requests will complete, keep them.
-        if err.status != Status::PeerDown {
-            return;
-        }
-        let mut tokens = std::mem::take(&mut self.pass.abandoned);
-        for d in 0..self.domains.len() {
-            let id = self.peers.id(p, d);
-            self.domains[d].abandon(id, &mut tokens);
-            for &t in &tokens {
-                match Token::decode(t) {
-                    Token::EngineSend { slot, .. } => self.peers.abandoned(slot),
-                    t => {
-                        self.tally.failed(d, id);
-                        self.wr_done(t, Some(err.clone()));
-                    }
-                }
-            }
-            tokens.clear();
-        }
-        self.pass.abandoned = tokens;
-    }
-
-    /// Tells `PeerStates` (on the callback thread) that pair `p` is in `state`.
-    fn report(&self, p: u32, state: PeerState, err: Option<Error>) {
-        if let Some(ps) = &self.peer_states {
-            let (addr, main) = (self.peers.address(p).clone(), self.peers.main_of(p).cloned());
-            let (ps, g) = (ps.clone(), self.group);
-            self.notifier.run(Box::new(move || ps.update(g, &addr, main.as_ref(), state, err.as_ref())));
-        }
+    #[test]
+    fn the_protocol_reports_events_and_never_a_request() {
+        let spec = crate::domain::DomainSpec::default();
+        let mut domains = vec![NullDomain::open(&spec).unwrap()];
+        let me = addr(1);
+        let (ka, timeout) = (Duration::from_millis(500), Duration::from_secs(3));
+        let mut peers = Peers::new(&mut domains, &me, None, ka, timeout).unwrap();
+        let now = Instant::now();
+        // `null` needs no handshake: a new peer is up at once.
+        let p = peers.insert(&mut domains, &addr(2), State::Connecting, now).unwrap();
+        assert!(matches!(peers.events.pop_front(), Some(Event::Up(q)) if q == p));
+        assert!(peers.ready(&mut domains, p, now).unwrap());
+        let down = Error::new(Status::PeerDown, "test");
+        peers.down(p, down.clone());
+        peers.down(p, down);
+        assert!(matches!(peers.events.pop_front(), Some(Event::Down(q, e)) if q == p && e.status == Status::PeerDown));
+        assert!(peers.events.is_empty(), "down twice is one event");
+        assert_eq!(peers.ready(&mut domains, p, now).unwrap_err().status, Status::PeerDown);
+        assert_eq!(peers.state(p), PeerState::Down);
+        assert!(!peers.keepalive(&mut domains, now), "no keepalives without a handshake");
     }
 }
