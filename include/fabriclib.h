@@ -69,7 +69,7 @@
  *    sit in socket buffers. The receiver's immediate (fabriclib_expect_imm_count)
  *    is the "landed" signal.
  *  - Immediates delivered to the receiver, identical on every provider and
- *    domain count:
+ *    NIC count:
  *      single write with imm ........ 1
  *      paged writes with imm ........ 1 per page
  *      scatter with imm ............. 1 per destination (on that destination)
@@ -103,12 +103,12 @@
 // The version of this header (Cargo.toml's; the library's own at run time:
 // fabriclib_version(), fabriclib_version_number()).
 #define FABRICLIB_VERSION_MAJOR 0
-#define FABRICLIB_VERSION_MINOR 3
+#define FABRICLIB_VERSION_MINOR 4
 #define FABRICLIB_VERSION_PATCH 0
-#define FABRICLIB_VERSION_STRING "0.3.0"
+#define FABRICLIB_VERSION_STRING "0.4.0"
 // One number per version, comparable: major * 1000000 + minor * 1000 + patch.
 #define FABRICLIB_VERSION_NUMBER(major, minor, patch) ((major) * 1000000u + (minor) * 1000u + (patch))
-#define FABRICLIB_VERSION FABRICLIB_VERSION_NUMBER(0, 3, 0)
+#define FABRICLIB_VERSION FABRICLIB_VERSION_NUMBER(0, 4, 0)
 // True when this header is at least version major.minor.patch.
 #define FABRICLIB_VERSION_AT_LEAST(major, minor, patch) (FABRICLIB_VERSION >= FABRICLIB_VERSION_NUMBER(major, minor, patch))
 
@@ -148,7 +148,7 @@ typedef struct fabriclib_remote_mr *const *fabriclib_remote_mr_list;
 #define FABRICLIB_MAX_SEND 65536
 
 // Largest engine address blob (`fabriclib_engine_address`): a buffer this
-// size always fits, whatever the provider and domain count.
+// size always fits, whatever the provider and NIC count.
 #define FABRICLIB_MAX_ADDRESS_LEN 2081
 
 // Largest groups-address blob (`fabriclib_engine_groups_address`).
@@ -335,7 +335,7 @@ typedef int32_t fabriclib_status;
 // `fabriclib_config_free`. Not thread-safe: one thread at a time.
 typedef struct fabriclib_config fabriclib_config;
 
-// A transfer engine: a worker thread driving its domains (NICs) and a
+// A transfer engine: a worker thread driving its NICs and a
 // callback thread. All `fabriclib_submit_*` functions may be called from any
 // thread at once.
 typedef struct fabriclib_engine fabriclib_engine;
@@ -392,14 +392,16 @@ typedef void (*fabriclib_done_cb)(void *user_data, fabriclib_status status);
 // `FABRICLIB_STATUS_TIMED_OUT`.
 //
 // `route` (since 0.3): `FABRICLIB_ROUTE_SHARD` (0, the default) spreads the
-// request over all the engine's NICs (domains): unit `k` (a page, a chunk
-// of a single write of 256 KiB or more, a scatter or barrier destination)
-// on NIC `(k + r) mod n`, `r` rotating from request to request;
-// `FABRICLIB_ROUTE_NIC` puts all of it on NIC `nic` (a domain index, as in
-// `fabriclib_engine_nic`), in order, and a single write is not cut into
-// chunks. Immediate counts are the same either way. `INVALID_ARGUMENT` for
-// a NIC not below the domain count, or a send on a NIC other than 0
-// (receive buffers are posted on NIC 0).
+// request over the NICs of its group (all the engine's, with one group):
+// unit `k` (a page, a chunk of a single write of 256 KiB or more, a scatter
+// or barrier destination) on the group's NIC `(k + r) mod n`, `r` rotating
+// from request to request; `FABRICLIB_ROUTE_NIC` puts all of it on NIC
+// `nic` (numbered across the engine, as `fabriclib_engine_nic` lists them:
+// group 0's first), in order, and a single write is not cut into chunks.
+// Immediate counts are the same either way. `INVALID_ARGUMENT` for a NIC
+// the engine does not have or that is not in the request's group (its
+// source region's; group 0 for sends and barriers), or a send on a NIC
+// other than 0 (receive buffers are posted on NIC 0).
 //
 // `flags` (since 0.4): `FABRICLIB_SUBMIT_DELIVERED` makes
 // `FABRICLIB_STATUS_OK` mean *delivered*: every byte and immediate of the
@@ -508,7 +510,7 @@ extern "C" {
 // threads, timeouts); used by one thread at a time, copied by `fabriclib_engine_create`.
 //
 // Creates a config with the defaults: provider from `FABRICLIB_PROVIDER`,
-// else `efa`, else `tcp;ofi_rxm`; 1 domain; no bind address. `*out` receives
+// else `efa`, else `tcp;ofi_rxm`; 1 NIC; no bind address. `*out` receives
 // a config the caller frees with `fabriclib_config_free`.
 fabriclib_status fabriclib_config_new(struct fabriclib_config **out);
 
@@ -522,28 +524,27 @@ fabriclib_status fabriclib_config_set_provider(struct fabriclib_config *config,
                                                const char *provider);
 
 // Sets the local address socket providers bind to (e.g. `"127.0.0.1"`, or
-// with a fixed port `"127.0.0.1:7000"` / `"[::1]:7000"`: domain i binds
+// with a fixed port `"127.0.0.1:7000"` / `"[::1]:7000"`: NIC i binds
 // port + i);
 // NULL lets the provider choose. Ignored by `shm` and `efa`. The string is
 // copied. `FABRICLIB_BIND_ADDR` overrides it.
 fabriclib_status fabriclib_config_set_bind_address(struct fabriclib_config *config,
                                                    const char *addr);
 
-// Names the NIC of each domain, comma-separated, by the provider's names
-// for them (`"rdmap16s27-rdm,rdmap32s27-rdm"`, `"eth1,eth2"`; `fi_info`'s
-// domain names), and sets the number of domains to their count (at most
-// 8). NULL or `""` goes back to the default (also undoing
-// `fabriclib_config_set_nics_near_gpu`): with a bind address every domain
-// opens on its NIC, without one the domains spread over the provider's
-// NICs, loopback last. Named NICs override the bind address.
-// Creating the engine fails with `INVALID_ARGUMENT` if the provider has no
-// NIC of a name, or if the domain count was set to another number
-// afterwards. The string is copied.
+// Names the engine's NICs, comma-separated, by the provider's names for
+// them (`"rdmap16s27-rdm,rdmap32s27-rdm"`, `"eth1,eth2"`; `fi_info`'s
+// domain names), and sets the NIC count to their number (at most 8). NULL
+// or `""` goes back to the default (also undoing
+// `fabriclib_config_set_nics_near_gpu`): with a bind address every NIC is
+// that address's, without one they spread over the provider's NICs,
+// loopback last. Named NICs override the bind address. Creating the engine
+// fails with `INVALID_ARGUMENT` if the provider has no NIC of a name, or if
+// the NIC count was set to another number afterwards. The string is copied.
 fabriclib_status fabriclib_config_set_nics(struct fabriclib_config *config, const char *nics);
 
-// Puts the domains on the `n` NICs nearest CUDA device `gpu` (1..=8; by
+// Gives the engine the `n` NICs nearest CUDA device `gpu` (1..=8; by
 // PCI distance in hwloc's view of the machine, nearest first) and sets the
-// number of domains to `n`; `fabriclib-info` shows that view. Creating the
+// NIC count to `n`; `fabriclib-info` shows that view. Creating the
 // engine fails with `INVALID_ARGUMENT` if the machine has no such GPU,
 // fewer than `n` NICs, or no provider offers them. NICs named with
 // `fabriclib_config_set_nics` override it.
@@ -555,7 +556,7 @@ fabriclib_status fabriclib_config_set_nics_near_gpu(struct fabriclib_config *con
 // `cpus`, a list such as `"0-3,8"` (NULL or `""`: anywhere, the default;
 // with `fabriclib_config_set_nics_near_gpu` the worker's default is the
 // CPU hwloc's plan gives that GPU's group). The worker pins itself before
-// it opens its domains, so their memory comes from its NUMA node. Creating
+// it opens its NICs, so their memory comes from its NUMA node. Creating
 // the engine fails with `INVALID_ARGUMENT` for a CPU that is not online.
 // The string is copied.
 fabriclib_status fabriclib_config_set_thread_cpus(struct fabriclib_config *config,
@@ -571,7 +572,7 @@ fabriclib_status fabriclib_config_set_thread_cpus(struct fabriclib_config *confi
 //
 // - `gpu`: registrations of this CUDA device's memory go to the group (-1: none).
 // - `numa`: registrations of host memory on this NUMA node go to the group (-1: none).
-// - `domains`: how many NICs the group drives (0: the engine's domain
+// - `nic_count`: how many NICs the group drives (0: the engine's NIC
 //   count, or as many as `nics` names).
 // - `nics`: the group's NICs by name, comma-separated, as
 //   `fabriclib_config_set_nics` (NULL or `""`: the engine's rule).
@@ -587,7 +588,7 @@ fabriclib_status fabriclib_config_set_thread_cpus(struct fabriclib_config *confi
 fabriclib_status fabriclib_config_add_group(struct fabriclib_config *config,
                                             int32_t gpu,
                                             int32_t numa,
-                                            uint32_t domains,
+                                            uint32_t nic_count,
                                             const char *nics,
                                             const char *worker_cpus,
                                             uint32_t *index);
@@ -604,9 +605,10 @@ fabriclib_status fabriclib_config_add_group(struct fabriclib_config *config,
 // no provider offers the NICs.
 fabriclib_status fabriclib_config_set_groups_per_gpu(struct fabriclib_config *config, uint32_t n);
 
-// Sets the number of domains (NICs) the engine drives, 1..=8 (default 1).
-// Every peer must use the same number.
-fabriclib_status fabriclib_config_set_domains(struct fabriclib_config *config, uint32_t domains);
+// Sets how many NICs the engine drives (each group, without
+// `fabriclib_config_add_group`'s own count), 1..=8 (default 1). Every peer
+// must use the same number. (Before 0.4: `fabriclib_config_set_domains`.)
+fabriclib_status fabriclib_config_set_nic_count(struct fabriclib_config *config, uint32_t n);
 
 // Sets the submission queue's capacity (default 4096 requests); when it is
 // full, submits return `FABRICLIB_STATUS_AGAIN`.
@@ -693,7 +695,7 @@ fabriclib_status fabriclib_config_set_drain_timeout(struct fabriclib_config *con
 fabriclib_status fabriclib_config_set_max_inflight(struct fabriclib_config *config,
                                                    size_t requests);
 
-// Sets how many work requests one peer may have in flight per domain
+// Sets how many work requests one peer may have in flight per NIC
 // (default 256). A dead or unreachable peer then holds at most this many of
 // the endpoint's (and the provider's shared) transmit resources, so the
 // engine goes on serving its other peers while it waits for the keepalive
@@ -712,7 +714,7 @@ fabriclib_status fabriclib_config_set_peer_callback(struct fabriclib_config *con
 // threads, the requests in flight; every call on it may come from any thread.
 //
 // Creates an engine from `config` (NULL: defaults); the config may be freed
-// afterwards. Opens the domains and starts the worker and callback threads;
+// afterwards. Opens the NICs and starts the worker and callback threads;
 // fails with `FABRICLIB_STATUS_UNSUPPORTED` if no provider is usable.
 // `*out` receives an engine the caller destroys with `fabriclib_engine_destroy`.
 fabriclib_status fabriclib_engine_create(const struct fabriclib_config *config,
@@ -782,8 +784,8 @@ fabriclib_status fabriclib_engine_max_send(const struct fabriclib_engine *engine
 // `fabriclib_mr`: local memory registered with the NICs of its group, the
 // source of writes and the target of peers' writes; its descriptor goes to peers.
 //
-// Registers `len` bytes of host memory at `ptr` with every domain of the
-// engine. The memory must stay valid until `fabriclib_mr_deregister` and
+// Registers `len` bytes of host memory at `ptr` with every NIC of its
+// group. The memory must stay valid until `fabriclib_mr_deregister` and
 // until every request using it has completed. `*out` receives the handle.
 // Any thread (registrations are serialised on the worker).
 fabriclib_status fabriclib_mr_register(const struct fabriclib_engine *engine,
@@ -826,7 +828,7 @@ fabriclib_status fabriclib_mr_group(const struct fabriclib_mr *mr, uint32_t *out
 void fabriclib_mr_deregister(struct fabriclib_mr *mr);
 
 // Copies the region's descriptor (versioned binary blob: address, length and
-// one key per domain) for a peer to parse with `fabriclib_remote_mr_parse`.
+// one key per NIC) for a peer to parse with `fabriclib_remote_mr_parse`.
 // Buffer rules as in `fabriclib_engine_address`. Any thread.
 fabriclib_status fabriclib_mr_descriptor(const struct fabriclib_mr *mr,
                                          uint8_t *buf,
@@ -902,12 +904,13 @@ fabriclib_status fabriclib_peer_state(const struct fabriclib_engine *engine,
 
 // Resolves `count` peer engine addresses (`addrs[i]` of `addr_lens[i]`
 // bytes) once, so scatters and barriers to them skip per-destination
-// lookups. Writes a non-zero group handle to `*out`. Any thread.
-fabriclib_status fabriclib_add_peer_group(const struct fabriclib_engine *engine,
-                                          fabriclib_blob_list addrs,
-                                          const size_t *addr_lens,
-                                          size_t count,
-                                          uint64_t *out);
+// lookups. Writes a non-zero peer set handle to `*out`. Any thread.
+// (Before 0.4: `fabriclib_add_peer_group`.)
+fabriclib_status fabriclib_add_peer_set(const struct fabriclib_engine *engine,
+                                        fabriclib_blob_list addrs,
+                                        const size_t *addr_lens,
+                                        size_t count,
+                                        uint64_t *out);
 
 // === Requests ===
 // Writes, scatters, barriers, sends and receive pools; each accepted request
@@ -917,7 +920,7 @@ fabriclib_status fabriclib_add_peer_group(const struct fabriclib_engine *engine,
 // `imm` is NULL or points to an immediate: then the destination counts
 // exactly **one** `*imm` once every byte has landed, `len` may be 0
 // (notification only), and `len` must fit the provider's max message size.
-// Without an immediate, large writes are split and sharded over domains.
+// Without an immediate, large writes are split and sharded over NICs.
 // `opts` reports when the source buffer may be reused; that is not proof
 // that the bytes landed (the receiver's immediate is). Any thread.
 fabriclib_status fabriclib_submit_single_write(const struct fabriclib_engine *engine,
@@ -935,7 +938,7 @@ fabriclib_status fabriclib_submit_single_write(const struct fabriclib_engine *en
 // `dst_pages->indices[i]` (both counts must match). Every page is checked
 // against both regions before anything is posted. With `imm` non-NULL the
 // destination counts **one `*imm` per page**. Pages are sharded over the
-// domains. The index arrays are copied. Any thread.
+// NICs. The index arrays are copied. Any thread.
 fabriclib_status fabriclib_submit_paged_writes(const struct fabriclib_engine *engine,
                                                uint64_t page_len,
                                                const uint32_t *imm,
@@ -948,11 +951,11 @@ fabriclib_status fabriclib_submit_paged_writes(const struct fabriclib_engine *en
 
 // Writes a different slice of `src` to each of `count` destinations (each
 // possibly another peer). With `imm` non-NULL each destination's owner counts
-// **one `*imm` per destination**. `group` is 0 or a handle from
-// `fabriclib_add_peer_group` whose peer `i` owns `dsts[i].dst`. The array is
+// **one `*imm` per destination**. `peer_set` is 0 or a handle from
+// `fabriclib_add_peer_set` whose peer `i` owns `dsts[i].dst`. The array is
 // copied. Any thread.
 fabriclib_status fabriclib_submit_scatter(const struct fabriclib_engine *engine,
-                                          uint64_t group,
+                                          uint64_t peer_set,
                                           const uint32_t *imm,
                                           const struct fabriclib_mr *src,
                                           const struct fabriclib_scatter_dst *dsts,
@@ -962,9 +965,9 @@ fabriclib_status fabriclib_submit_scatter(const struct fabriclib_engine *engine,
 
 // Sends a zero-byte write carrying `imm` to each of `count` destination
 // regions: each destination's owner counts **one `imm` per destination**.
-// `group` as for `fabriclib_submit_scatter`. Any thread.
+// `peer_set` as for `fabriclib_submit_scatter`. Any thread.
 fabriclib_status fabriclib_submit_barrier(const struct fabriclib_engine *engine,
-                                          uint64_t group,
+                                          uint64_t peer_set,
                                           uint32_t imm,
                                           fabriclib_remote_mr_list dsts,
                                           size_t count,
@@ -1161,13 +1164,15 @@ fabriclib_status fabriclib_cuda_driver_version(int32_t *version);
 // The NICs an engine opened (names, NUMA nodes) and its DomainGroups: one
 // worker and a set of NICs each, with an address per group and one for the engine.
 //
-// Writes the name of domain `domain`'s NIC (the provider's name for it,
-// e.g. `"eth0"`, `"rdmap16s27-rdm"`, `"shm"`) to `*out`, and its NUMA node
-// to `*numa` if not NULL (-1 where the system does not say, as in most
-// VMs); the string lives as long as the engine. `INVALID_ARGUMENT` if
-// `domain` is not below the engine's domain count. Any thread.
+// Writes the name of NIC `nic` (the provider's name for it, e.g.
+// `"eth0"`, `"rdmap16s27-rdm"`, `"shm"`) to `*out`, and its NUMA node to
+// `*numa` if not NULL (-1 where the system does not say, as in most VMs);
+// the string lives as long as the engine. NICs are numbered across the
+// engine, group 0's first, then group 1's, and so on (the numbering of
+// `FABRICLIB_ROUTE_NIC` and `fabriclib_engine_counters`).
+// `INVALID_ARGUMENT` if the engine has no NIC `nic`. Any thread.
 fabriclib_status fabriclib_engine_nic(const struct fabriclib_engine *engine,
-                                      uint32_t domain,
+                                      uint32_t nic,
                                       const char **out,
                                       int32_t *numa);
 
@@ -1199,7 +1204,7 @@ fabriclib_status fabriclib_engine_groups_address(const struct fabriclib_engine *
 // The library's version, the names of status codes, the calling thread's
 // last error message, and an engine's counters per NIC and peer.
 //
-// The library's version, e.g. `"0.3.0"` (the header's is
+// The library's version, e.g. `"0.4.0"` (the header's is
 // `FABRICLIB_VERSION_STRING`). Static string; never fails.
 const char *fabriclib_version(void);
 
@@ -1218,16 +1223,17 @@ const char *fabriclib_status_str(int32_t status);
 // next failing fabriclib call on this thread.
 const char *fabriclib_last_error_message(void);
 
-// Reads the counters of domain `domain`'s NIC into `*out`: its totals
+// Reads the counters of NIC `nic` (numbered as `fabriclib_engine_nic`
+// numbers them) into `*out`: its totals
 // with `peer` NULL, else what it did for the peer whose engine address
 // (`fabriclib_engine_address`'s blob) is `peer`/`peer_len` (zeros if
 // none). The application's requests only, not the engine's own messages.
-// `INVALID_ARGUMENT` for a domain not below the domain count, a
+// `INVALID_ARGUMENT` for a NIC the engine does not have, a
 // `struct_size` below this version's, NULL `out`; `MALFORMED` for a bad
 // address. Any thread; a control call (it waits for the worker, or
 // progresses a manual-progress engine).
 fabriclib_status fabriclib_engine_counters(const struct fabriclib_engine *engine,
-                                           uint32_t domain,
+                                           uint32_t nic,
                                            const uint8_t *peer,
                                            size_t peer_len,
                                            struct fabriclib_counters *out);

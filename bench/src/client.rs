@@ -7,9 +7,7 @@ use crate::raw::{RawEp, RawWrite};
 use crate::server::{MSG, Region};
 use fabriclib::completion::notify::{RawFlag, flag_value};
 use fabriclib::wire::RemoteKey;
-use fabriclib::{
-    EngineConfig, FLAG_DONE, MrDesc, NetAddr, OnDone, Pages, PeerGroup, ScatterDst, Status, TransferEngine,
-};
+use fabriclib::{EngineConfig, FLAG_DONE, MrDesc, NetAddr, OnDone, Pages, PeerSet, ScatterDst, Status, TransferEngine};
 use serde_json::json;
 use std::process::Child;
 use std::sync::Arc;
@@ -288,7 +286,7 @@ pub struct Session {
     land: Region,
     src: Option<Region>,
     received: Arc<AtomicU64>,
-    group: Option<(usize, PeerGroup)>,
+    group: Option<(usize, PeerSet)>,
     next_imm: u32,
     pub reps: usize,
     pub warmup: usize,
@@ -379,12 +377,12 @@ impl Session {
         self.next_imm
     }
 
-    fn group(&mut self, peers: &[PeerConn]) -> R<PeerGroup> {
+    fn group(&mut self, peers: &[PeerConn]) -> R<PeerSet> {
         if let Some((_, g)) = self.group.filter(|(n, _)| *n == peers.len()) {
             return Ok(g);
         }
         let addrs: Vec<NetAddr> = peers.iter().map(|p| p.engine.clone().unwrap()).collect();
-        let g = self.engine.add_peer_group(&addrs).map_err(|e| e.to_string())?;
+        let g = self.engine.add_peer_set(&addrs).map_err(|e| e.to_string())?;
         self.group = Some((peers.len(), g));
         Ok(g)
     }
@@ -669,7 +667,7 @@ pub fn host_cost(spec: &Spec, reps: usize, warmup: usize, progress: &dyn Fn(&str
         })
         .collect();
     let group = if spec.kind == Kind::HostScatter {
-        Some(e.add_peer_group(&fake.iter().map(|d| d.owner.clone()).collect::<Vec<_>>()).map_err(|e| e.to_string())?)
+        Some(e.add_peer_set(&fake.iter().map(|d| d.owner.clone()).collect::<Vec<_>>()).map_err(|e| e.to_string())?)
     } else {
         None
     };

@@ -62,7 +62,7 @@ fn set_count(
 /// threads, timeouts); used by one thread at a time, copied by `fabriclib_engine_create`.
 ///
 /// Creates a config with the defaults: provider from `FABRICLIB_PROVIDER`,
-/// else `efa`, else `tcp;ofi_rxm`; 1 domain; no bind address. `*out` receives
+/// else `efa`, else `tcp;ofi_rxm`; 1 NIC; no bind address. `*out` receives
 /// a config the caller frees with `fabriclib_config_free`.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_config_new(out: *mut *mut fabriclib_config) -> fabriclib_status {
@@ -91,7 +91,7 @@ pub extern "C" fn fabriclib_config_set_provider(
 }
 
 /// Sets the local address socket providers bind to (e.g. `"127.0.0.1"`, or
-/// with a fixed port `"127.0.0.1:7000"` / `"[::1]:7000"`: domain i binds
+/// with a fixed port `"127.0.0.1:7000"` / `"[::1]:7000"`: NIC i binds
 /// port + i);
 /// NULL lets the provider choose. Ignored by `shm` and `efa`. The string is
 /// copied. `FABRICLIB_BIND_ADDR` overrides it.
@@ -107,16 +107,15 @@ pub extern "C" fn fabriclib_config_set_bind_address(
     })
 }
 
-/// Names the NIC of each domain, comma-separated, by the provider's names
-/// for them (`"rdmap16s27-rdm,rdmap32s27-rdm"`, `"eth1,eth2"`; `fi_info`'s
-/// domain names), and sets the number of domains to their count (at most
-/// 8). NULL or `""` goes back to the default (also undoing
-/// `fabriclib_config_set_nics_near_gpu`): with a bind address every domain
-/// opens on its NIC, without one the domains spread over the provider's
-/// NICs, loopback last. Named NICs override the bind address.
-/// Creating the engine fails with `INVALID_ARGUMENT` if the provider has no
-/// NIC of a name, or if the domain count was set to another number
-/// afterwards. The string is copied.
+/// Names the engine's NICs, comma-separated, by the provider's names for
+/// them (`"rdmap16s27-rdm,rdmap32s27-rdm"`, `"eth1,eth2"`; `fi_info`'s
+/// domain names), and sets the NIC count to their number (at most 8). NULL
+/// or `""` goes back to the default (also undoing
+/// `fabriclib_config_set_nics_near_gpu`): with a bind address every NIC is
+/// that address's, without one they spread over the provider's NICs,
+/// loopback last. Named NICs override the bind address. Creating the engine
+/// fails with `INVALID_ARGUMENT` if the provider has no NIC of a name, or if
+/// the NIC count was set to another number afterwards. The string is copied.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_config_set_nics(config: *mut fabriclib_config, nics: *const c_char) -> fabriclib_status {
     ffi(|| {
@@ -137,9 +136,9 @@ pub extern "C" fn fabriclib_config_set_nics(config: *mut fabriclib_config, nics:
     })
 }
 
-/// Puts the domains on the `n` NICs nearest CUDA device `gpu` (1..=8; by
+/// Gives the engine the `n` NICs nearest CUDA device `gpu` (1..=8; by
 /// PCI distance in hwloc's view of the machine, nearest first) and sets the
-/// number of domains to `n`; `fabriclib-info` shows that view. Creating the
+/// NIC count to `n`; `fabriclib-info` shows that view. Creating the
 /// engine fails with `INVALID_ARGUMENT` if the machine has no such GPU,
 /// fewer than `n` NICs, or no provider offers them. NICs named with
 /// `fabriclib_config_set_nics` override it.
@@ -170,7 +169,7 @@ const FABRICLIB_THREAD_WATCHER: u32 = super::codes::fabriclib_thread::Watcher as
 /// `cpus`, a list such as `"0-3,8"` (NULL or `""`: anywhere, the default;
 /// with `fabriclib_config_set_nics_near_gpu` the worker's default is the
 /// CPU hwloc's plan gives that GPU's group). The worker pins itself before
-/// it opens its domains, so their memory comes from its NUMA node. Creating
+/// it opens its NICs, so their memory comes from its NUMA node. Creating
 /// the engine fails with `INVALID_ARGUMENT` for a CPU that is not online.
 /// The string is copied.
 #[unsafe(no_mangle)]
@@ -206,7 +205,7 @@ const _: () = assert!(FABRICLIB_MAX_GROUPS as usize == crate::config::MAX_GROUPS
 ///
 /// - `gpu`: registrations of this CUDA device's memory go to the group (-1: none).
 /// - `numa`: registrations of host memory on this NUMA node go to the group (-1: none).
-/// - `domains`: how many NICs the group drives (0: the engine's domain
+/// - `nic_count`: how many NICs the group drives (0: the engine's NIC
 ///   count, or as many as `nics` names).
 /// - `nics`: the group's NICs by name, comma-separated, as
 ///   `fabriclib_config_set_nics` (NULL or `""`: the engine's rule).
@@ -224,7 +223,7 @@ pub extern "C" fn fabriclib_config_add_group(
     config: *mut fabriclib_config,
     gpu: i32,
     numa: i32,
-    domains: u32,
+    nic_count: u32,
     nics: *const c_char,
     worker_cpus: *const c_char,
     index: *mut u32,
@@ -235,7 +234,7 @@ pub extern "C" fn fabriclib_config_add_group(
             .map(|s| s.split(',').map(|n| n.trim().to_string()).filter(|n| !n.is_empty()).collect())
             .unwrap_or_default();
         let max = crate::wire::MAX_DOMAINS;
-        if nics.len() > max || domains as usize > max {
+        if nics.len() > max || nic_count as usize > max {
             crate::bail!(InvalidArgument, "a group has at most {max} NICs");
         }
         if c.cfg.groups.len() >= crate::config::MAX_GROUPS {
@@ -248,7 +247,7 @@ pub extern "C" fn fabriclib_config_add_group(
         c.cfg.groups.push(crate::config::GroupConfig {
             gpu: (gpu >= 0).then_some(gpu),
             numa: (numa >= 0).then_some(numa as u32),
-            nic_count: domains as usize,
+            nic_count: nic_count as usize,
             nics,
             worker_cpus,
         });
@@ -279,13 +278,14 @@ pub extern "C" fn fabriclib_config_set_groups_per_gpu(config: *mut fabriclib_con
     })
 }
 
-/// Sets the number of domains (NICs) the engine drives, 1..=8 (default 1).
-/// Every peer must use the same number.
+/// Sets how many NICs the engine drives (each group, without
+/// `fabriclib_config_add_group`'s own count), 1..=8 (default 1). Every peer
+/// must use the same number. (Before 0.4: `fabriclib_config_set_domains`.)
 #[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_config_set_domains(config: *mut fabriclib_config, domains: u32) -> fabriclib_status {
+pub extern "C" fn fabriclib_config_set_nic_count(config: *mut fabriclib_config, n: u32) -> fabriclib_status {
     ffi(|| {
         let c = config_mut(config)?;
-        c.cfg.nic_count = crate::config::nic_count(domains as usize, "domains")?;
+        c.cfg.nic_count = crate::config::nic_count(n as usize, "the NIC count")?;
         Ok(())
     })
 }
@@ -459,7 +459,7 @@ pub extern "C" fn fabriclib_config_set_max_inflight(
     set_count(config, requests, "max_inflight", |c, n| c.max_inflight = n)
 }
 
-/// Sets how many work requests one peer may have in flight per domain
+/// Sets how many work requests one peer may have in flight per NIC
 /// (default 256). A dead or unreachable peer then holds at most this many of
 /// the endpoint's (and the provider's shared) transmit resources, so the
 /// engine goes on serving its other peers while it waits for the keepalive

@@ -9,7 +9,7 @@ const COUNTERS_V1: usize = size_of::<fabriclib_counters>();
 /// The library's version, the names of status codes, the calling thread's
 /// last error message, and an engine's counters per NIC and peer.
 ///
-/// The library's version, e.g. `"0.3.0"` (the header's is
+/// The library's version, e.g. `"0.4.0"` (the header's is
 /// `FABRICLIB_VERSION_STRING`). Static string; never fails.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_version() -> *const c_char {
@@ -48,18 +48,19 @@ pub extern "C" fn fabriclib_last_error_message() -> *const c_char {
     LAST_ERROR.with(|e| e.borrow().as_ptr())
 }
 
-/// Reads the counters of domain `domain`'s NIC into `*out`: its totals
+/// Reads the counters of NIC `nic` (numbered as `fabriclib_engine_nic`
+/// numbers them) into `*out`: its totals
 /// with `peer` NULL, else what it did for the peer whose engine address
 /// (`fabriclib_engine_address`'s blob) is `peer`/`peer_len` (zeros if
 /// none). The application's requests only, not the engine's own messages.
-/// `INVALID_ARGUMENT` for a domain not below the domain count, a
+/// `INVALID_ARGUMENT` for a NIC the engine does not have, a
 /// `struct_size` below this version's, NULL `out`; `MALFORMED` for a bad
 /// address. Any thread; a control call (it waits for the worker, or
 /// progresses a manual-progress engine).
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_engine_counters(
     engine: *const fabriclib_engine,
-    domain: u32,
+    nic: u32,
     peer: *const u8,
     peer_len: usize,
     out: *mut fabriclib_counters,
@@ -81,12 +82,12 @@ pub extern "C" fn fabriclib_engine_counters(
             false => Some(crate::wire::NetAddr::parse(unsafe { std::slice::from_raw_parts(peer, peer_len) })?),
         };
         let all = e.engine.counters()?;
-        let Some(nic) = all.nics.get(domain as usize) else {
-            crate::bail!(InvalidArgument, "domain {domain}: the engine has {}", all.nics.len());
+        let Some(one) = all.nics.get(nic as usize) else {
+            crate::bail!(InvalidArgument, "NIC {nic}: the engine has {}", all.nics.len());
         };
         let c = match &want {
-            None => nic.total,
-            Some(a) => nic.peers.iter().find(|(p, _)| p == a).map(|(_, c)| *c).unwrap_or_default(),
+            None => one.total,
+            Some(a) => one.peers.iter().find(|(p, _)| p == a).map(|(_, c)| *c).unwrap_or_default(),
         };
         let v = fabriclib_counters {
             struct_size: size,

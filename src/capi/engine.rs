@@ -6,14 +6,14 @@ use crate::error::{Error, Status};
 use std::ffi::{CString, c_char};
 use std::sync::atomic::AtomicU64;
 
-/// A transfer engine: a worker thread driving its domains (NICs) and a
+/// A transfer engine: a worker thread driving its NICs and a
 /// callback thread. All `fabriclib_submit_*` functions may be called from any
 /// thread at once.
 pub struct fabriclib_engine {
     magic: AtomicU64,
     pub(crate) engine: TransferEngine,
     provider: CString,
-    /// Each domain's NIC name, for `fabriclib_engine_nic`.
+    /// Each NIC's name, for `fabriclib_engine_nic`.
     pub(super) nic_names: Vec<CString>,
 }
 
@@ -54,7 +54,7 @@ pub struct fabriclib_counters {
 /// threads, the requests in flight; every call on it may come from any thread.
 ///
 /// Creates an engine from `config` (NULL: defaults); the config may be freed
-/// afterwards. Opens the domains and starts the worker and callback threads;
+/// afterwards. Opens the NICs and starts the worker and callback threads;
 /// fails with `FABRICLIB_STATUS_UNSUPPORTED` if no provider is usable.
 /// `*out` receives an engine the caller destroys with `fabriclib_engine_destroy`.
 #[unsafe(no_mangle)]

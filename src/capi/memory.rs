@@ -38,8 +38,8 @@ pub(crate) fn register_with(
 /// `fabriclib_mr`: local memory registered with the NICs of its group, the
 /// source of writes and the target of peers' writes; its descriptor goes to peers.
 ///
-/// Registers `len` bytes of host memory at `ptr` with every domain of the
-/// engine. The memory must stay valid until `fabriclib_mr_deregister` and
+/// Registers `len` bytes of host memory at `ptr` with every NIC of its
+/// group. The memory must stay valid until `fabriclib_mr_deregister` and
 /// until every request using it has completed. `*out` receives the handle.
 /// Any thread (registrations are serialised on the worker).
 #[unsafe(no_mangle)]
@@ -107,7 +107,7 @@ pub extern "C" fn fabriclib_mr_deregister(mr: *mut fabriclib_mr) {
 }
 
 /// Copies the region's descriptor (versioned binary blob: address, length and
-/// one key per domain) for a peer to parse with `fabriclib_remote_mr_parse`.
+/// one key per NIC) for a peer to parse with `fabriclib_remote_mr_parse`.
 /// Buffer rules as in `fabriclib_engine_address`. Any thread.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_mr_descriptor(

@@ -176,7 +176,7 @@ pub const FABRICLIB_MAX_RECV_BUFFERS: usize = 4096;
 /// `fabriclib_engine_max_send`).
 pub const FABRICLIB_MAX_SEND: usize = 65536;
 /// Largest engine address blob (`fabriclib_engine_address`): a buffer this
-/// size always fits, whatever the provider and domain count.
+/// size always fits, whatever the provider and NIC count.
 pub const FABRICLIB_MAX_ADDRESS_LEN: usize = 2081;
 /// Largest groups-address blob (`fabriclib_engine_groups_address`).
 pub const FABRICLIB_MAX_ENGINE_ADDRESS_LEN: usize = 33177;

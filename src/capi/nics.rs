@@ -6,25 +6,27 @@ use super::*;
 /// The NICs an engine opened (names, NUMA nodes) and its DomainGroups: one
 /// worker and a set of NICs each, with an address per group and one for the engine.
 ///
-/// Writes the name of domain `domain`'s NIC (the provider's name for it,
-/// e.g. `"eth0"`, `"rdmap16s27-rdm"`, `"shm"`) to `*out`, and its NUMA node
-/// to `*numa` if not NULL (-1 where the system does not say, as in most
-/// VMs); the string lives as long as the engine. `INVALID_ARGUMENT` if
-/// `domain` is not below the engine's domain count. Any thread.
+/// Writes the name of NIC `nic` (the provider's name for it, e.g.
+/// `"eth0"`, `"rdmap16s27-rdm"`, `"shm"`) to `*out`, and its NUMA node to
+/// `*numa` if not NULL (-1 where the system does not say, as in most VMs);
+/// the string lives as long as the engine. NICs are numbered across the
+/// engine, group 0's first, then group 1's, and so on (the numbering of
+/// `FABRICLIB_ROUTE_NIC` and `fabriclib_engine_counters`).
+/// `INVALID_ARGUMENT` if the engine has no NIC `nic`. Any thread.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_engine_nic(
     engine: *const fabriclib_engine,
-    domain: u32,
+    nic: u32,
     out: *mut *const c_char,
     numa: *mut i32,
 ) -> fabriclib_status {
     ffi(|| {
         let e = handle(engine)?;
-        let Some(name) = e.nic_names.get(domain as usize) else {
-            crate::bail!(InvalidArgument, "domain {domain}: the engine has {}", e.nic_names.len());
+        let Some(name) = e.nic_names.get(nic as usize) else {
+            crate::bail!(InvalidArgument, "NIC {nic}: the engine has {}", e.nic_names.len());
         };
         if !numa.is_null() {
-            let n = e.engine.nics()[domain as usize].numa.map_or(-1, |n| n as i32);
+            let n = e.engine.nics()[nic as usize].numa.map_or(-1, |n| n as i32);
             // SAFETY: non-null, and the caller passes a writable int (API contract).
             unsafe { numa.write(n) };
         }

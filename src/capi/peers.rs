@@ -86,9 +86,10 @@ pub extern "C" fn fabriclib_peer_state(
 
 /// Resolves `count` peer engine addresses (`addrs[i]` of `addr_lens[i]`
 /// bytes) once, so scatters and barriers to them skip per-destination
-/// lookups. Writes a non-zero group handle to `*out`. Any thread.
+/// lookups. Writes a non-zero peer set handle to `*out`. Any thread.
+/// (Before 0.4: `fabriclib_add_peer_group`.)
 #[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_add_peer_group(
+pub extern "C" fn fabriclib_add_peer_set(
     engine: *const fabriclib_engine,
     addrs: fabriclib_blob_list,
     addr_lens: *const usize,
@@ -107,6 +108,6 @@ pub extern "C" fn fabriclib_add_peer_group(
                 address(p, l, "addrs[i]")
             })
             .collect::<Result<Vec<_>>>()?;
-        put(out, e.engine.add_peer_group(&parsed)?.0)
+        put(out, e.engine.add_peer_set(&parsed)?.0)
     })
 }

@@ -1,10 +1,10 @@
 //! The data path: sends, receives, immediate expectations, writes, peer
-//! groups, scatter and barrier.
+//! sets, scatter and barrier.
 use super::{
     address, bytes, fabriclib_engine, fabriclib_mr, fabriclib_remote_mr, fabriclib_status, ffi, handle, non_null, put,
 };
 use crate::completion::notify::{Deadline, OnDone, RawFlag, RequestId, RequestOpts};
-use crate::engine::{Pages, PeerGroup, ScatterDst};
+use crate::engine::{Pages, PeerSet, ScatterDst};
 use crate::error::{Error, Result, Status};
 use std::ffi::{c_char, c_void};
 
@@ -46,14 +46,16 @@ pub type fabriclib_recv_cb =
 /// `FABRICLIB_STATUS_TIMED_OUT`.
 ///
 /// `route` (since 0.3): `FABRICLIB_ROUTE_SHARD` (0, the default) spreads the
-/// request over all the engine's NICs (domains): unit `k` (a page, a chunk
-/// of a single write of 256 KiB or more, a scatter or barrier destination)
-/// on NIC `(k + r) mod n`, `r` rotating from request to request;
-/// `FABRICLIB_ROUTE_NIC` puts all of it on NIC `nic` (a domain index, as in
-/// `fabriclib_engine_nic`), in order, and a single write is not cut into
-/// chunks. Immediate counts are the same either way. `INVALID_ARGUMENT` for
-/// a NIC not below the domain count, or a send on a NIC other than 0
-/// (receive buffers are posted on NIC 0).
+/// request over the NICs of its group (all the engine's, with one group):
+/// unit `k` (a page, a chunk of a single write of 256 KiB or more, a scatter
+/// or barrier destination) on the group's NIC `(k + r) mod n`, `r` rotating
+/// from request to request; `FABRICLIB_ROUTE_NIC` puts all of it on NIC
+/// `nic` (numbered across the engine, as `fabriclib_engine_nic` lists them:
+/// group 0's first), in order, and a single write is not cut into chunks.
+/// Immediate counts are the same either way. `INVALID_ARGUMENT` for a NIC
+/// the engine does not have or that is not in the request's group (its
+/// source region's; group 0 for sends and barriers), or a send on a NIC
+/// other than 0 (receive buffers are posted on NIC 0).
 ///
 /// `flags` (since 0.4): `FABRICLIB_SUBMIT_DELIVERED` makes
 /// `FABRICLIB_STATUS_OK` mean *delivered*: every byte and immediate of the
@@ -96,7 +98,7 @@ pub const FABRICLIB_SUBMIT_DELIVERED: u32 = 1;
 const FABRICLIB_ROUTE_SHARD: u32 = super::codes::fabriclib_route::Shard as u32;
 const FABRICLIB_ROUTE_NIC: u32 = super::codes::fabriclib_route::Nic as u32;
 
-/// An array of address blobs (`add_peer_group`). In C it is
+/// An array of address blobs (`add_peer_set`). In C it is
 /// `uint8_t *const *`, so `uint8_t **` and `uint8_t *[]` pass as they are;
 /// in C++ `const uint8_t *const *`, which takes those and `const uint8_t **`
 /// too. The library never writes through it. (Declared in the header's
@@ -265,8 +267,8 @@ fn mr_of<'a>(e: &fabriclib_engine, mr: *const fabriclib_mr) -> Result<&'a crate:
     Ok(m)
 }
 
-fn group_of(g: u64) -> Option<PeerGroup> {
-    (g != 0).then_some(PeerGroup(g))
+fn peer_set_of(g: u64) -> Option<PeerSet> {
+    (g != 0).then_some(PeerSet(g))
 }
 
 /// === Requests ===
@@ -277,7 +279,7 @@ fn group_of(g: u64) -> Option<PeerGroup> {
 /// `imm` is NULL or points to an immediate: then the destination counts
 /// exactly **one** `*imm` once every byte has landed, `len` may be 0
 /// (notification only), and `len` must fit the provider's max message size.
-/// Without an immediate, large writes are split and sharded over domains.
+/// Without an immediate, large writes are split and sharded over NICs.
 /// `opts` reports when the source buffer may be reused; that is not proof
 /// that the bytes landed (the receiver's immediate is). Any thread.
 #[unsafe(no_mangle)]
@@ -307,7 +309,7 @@ pub extern "C" fn fabriclib_submit_single_write(
 /// `dst_pages->indices[i]` (both counts must match). Every page is checked
 /// against both regions before anything is posted. With `imm` non-NULL the
 /// destination counts **one `*imm` per page**. Pages are sharded over the
-/// domains. The index arrays are copied. Any thread.
+/// NICs. The index arrays are copied. Any thread.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_submit_paged_writes(
     engine: *const fabriclib_engine,
@@ -330,13 +332,13 @@ pub extern "C" fn fabriclib_submit_paged_writes(
 
 /// Writes a different slice of `src` to each of `count` destinations (each
 /// possibly another peer). With `imm` non-NULL each destination's owner counts
-/// **one `*imm` per destination**. `group` is 0 or a handle from
-/// `fabriclib_add_peer_group` whose peer `i` owns `dsts[i].dst`. The array is
+/// **one `*imm` per destination**. `peer_set` is 0 or a handle from
+/// `fabriclib_add_peer_set` whose peer `i` owns `dsts[i].dst`. The array is
 /// copied. Any thread.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_submit_scatter(
     engine: *const fabriclib_engine,
-    group: u64,
+    peer_set: u64,
     imm: *const u32,
     src: *const fabriclib_mr,
     dsts: *const fabriclib_scatter_dst,
@@ -360,17 +362,17 @@ pub extern "C" fn fabriclib_submit_scatter(
                 Ok(ScatterDst { len: d.len, src_offset: d.src_offset, dst, dst_offset: d.dst_offset })
             })
             .collect::<Result<Vec<_>>>()?;
-        id_out(request_id, e.engine.submit_scatter(group_of(group), imm_opt(imm), src, &dsts, on_done(opts)?))
+        id_out(request_id, e.engine.submit_scatter(peer_set_of(peer_set), imm_opt(imm), src, &dsts, on_done(opts)?))
     })
 }
 
 /// Sends a zero-byte write carrying `imm` to each of `count` destination
 /// regions: each destination's owner counts **one `imm` per destination**.
-/// `group` as for `fabriclib_submit_scatter`. Any thread.
+/// `peer_set` as for `fabriclib_submit_scatter`. Any thread.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_submit_barrier(
     engine: *const fabriclib_engine,
-    group: u64,
+    peer_set: u64,
     imm: u32,
     dsts: fabriclib_remote_mr_list,
     count: usize,
@@ -386,7 +388,7 @@ pub extern "C" fn fabriclib_submit_barrier(
         // SAFETY: dsts has count entries (API contract).
         let raw = unsafe { std::slice::from_raw_parts(dsts, count) };
         let descs = raw.iter().map(|d| Ok(handle(*d)?.desc.clone())).collect::<Result<Vec<_>>>()?;
-        id_out(request_id, e.engine.submit_barrier(group_of(group), imm, &descs, on_done(opts)?))
+        id_out(request_id, e.engine.submit_barrier(peer_set_of(peer_set), imm, &descs, on_done(opts)?))
     })
 }
 

@@ -48,7 +48,7 @@ impl OnDone {
         RequestOpts { deadline, ..self.into() }
     }
 
-    /// This notification, the request on NIC (domain) `k` only.
+    /// This notification, the request on NIC `k` only (`Route::Nic`).
     pub fn on_nic(self, k: usize) -> RequestOpts {
         RequestOpts { route: Route::Nic(k), ..self.into() }
     }
@@ -68,14 +68,16 @@ pub enum Deadline {
 /// Which NICs a request's work requests go through.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Route {
-    /// Over all of the engine's NICs (domains): unit `k` of a request (a
-    /// page, a chunk of a single write of 256 KiB or more, a scatter or
-    /// barrier destination) on NIC `(k + r) mod n`, `r` rotating from
-    /// request to request, so that pages and destinations spread evenly.
+    /// Over all the NICs of the request's group (the engine's, with one
+    /// group): unit `k` of a request (a page, a chunk of a single write of
+    /// 256 KiB or more, a scatter or barrier destination) on the group's NIC
+    /// `(k + r) mod n`, `r` rotating from request to request, so that pages
+    /// and destinations spread evenly.
     #[default]
     Shard,
-    /// On NIC (domain) `k` only, as one stream: a single write is not cut
-    /// into chunks for sharding.
+    /// On NIC `k` only (numbered across the engine as
+    /// `TransferEngine::nics` lists them; it must be in the request's
+    /// group), as one stream: a single write is not cut into chunks.
     Nic(usize),
 }
 

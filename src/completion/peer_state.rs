@@ -31,7 +31,7 @@ pub fn combine(states: impl IntoIterator<Item = PeerState>) -> Option<PeerState>
 }
 
 struct Engine {
-    /// Per pair (our group, the peer group's epoch): its state.
+    /// Per pair (our group, the peer's group's epoch): its state.
     pairs: HashMap<(usize, u64), PeerState>,
     /// What the application was last told.
     told: Option<PeerState>,
@@ -50,7 +50,7 @@ impl PeerStates {
         PeerStates { cb, engines: Mutex::new(HashMap::new()) }
     }
 
-    /// Our group `group` sees its pair with the peer group at `peer` in
+    /// Our group `group` sees its pair with the peer's group at `peer` in
     /// `state` (`err`: why it is down). `main`: the peer engine's main
     /// address, if that group told it. Calls the application's callback if
     /// the engine's combined state became `Up` or `Down`.

@@ -60,9 +60,9 @@ pub struct ScatterDst {
     pub dst_offset: u64,
 }
 
-/// A handle to a pre-resolved group of peers (see `add_peer_group`).
+/// A handle to a pre-resolved set of peers (see `add_peer_set`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct PeerGroup(pub u64);
+pub struct PeerSet(pub u64);
 
 pub struct TransferEngine {
     id: u64,
@@ -76,7 +76,7 @@ pub struct TransferEngine {
     callbacks: Option<JoinHandle<()>>,
     /// Manual progress: the callbacks, run by `progress` on the calling thread.
     inline: Option<Mutex<mpsc::Receiver<notify::Job>>>,
-    peer_groups: Mutex<HashMap<u64, Arc<[NetAddr]>>>,
+    peer_sets: Mutex<HashMap<u64, Arc<[NetAddr]>>>,
     next_request: AtomicU64,
     request_timeout: Option<std::time::Duration>,
     max_inflight: usize,
@@ -162,7 +162,7 @@ impl TransferEngine {
             groups,
             callbacks,
             inline,
-            peer_groups: Mutex::new(HashMap::new()),
+            peer_sets: Mutex::new(HashMap::new()),
             next_request: AtomicU64::new(1),
             request_timeout: cfg.request_timeout,
             max_inflight: cfg.max_inflight.max(1),
@@ -188,7 +188,7 @@ impl TransferEngine {
 
     /// This engine's address, to hand to peers out of band: its home group's
     /// (group 0), its *main* address (C: `fabriclib_engine_address`). Sends,
-    /// greetings and peer groups use it; a descriptor carries the address of
+    /// greetings and peer sets use it; a descriptor carries the address of
     /// the group its region belongs to. (Before 0.4: `main_address`.)
     pub fn address(&self) -> &NetAddr {
         &self.groups[0].info.address
@@ -216,8 +216,9 @@ impl TransferEngine {
         &self.groups[0].info.provider
     }
 
-    /// Domains (NICs) of the engine, all groups together.
-    pub fn domains(&self) -> usize {
+    /// How many NICs the engine has, all groups together. (Before 0.4:
+    /// `domains`.)
+    pub fn nic_count(&self) -> usize {
         self.nics.len()
     }
 
@@ -483,7 +484,7 @@ impl TransferEngine {
     /// peer). With an immediate, each destination's owner counts one `imm`.
     pub fn submit_scatter(
         &self,
-        group: Option<PeerGroup>,
+        peer_set: Option<PeerSet>,
         imm: Option<u32>,
         src: &MrHandle,
         dsts: &[ScatterDst],
@@ -505,7 +506,7 @@ impl TransferEngine {
             check_range(|| format!("scatter destination {i} source"), d.src_offset, d.len, src.len() as u64)?;
             check_range(|| format!("scatter destination {i}"), d.dst_offset, d.len, d.dst.len)?;
         }
-        let pg = self.check_group(group, dsts.iter().map(|d| &d.dst.owner))?;
+        let pg = self.check_peer_set(peer_set, dsts.iter().map(|d| &d.dst.owner))?;
         let items = dsts
             .iter()
             .map(|d| ScatterItem {
@@ -515,14 +516,14 @@ impl TransferEngine {
                 dst_offset: d.dst_offset,
             })
             .collect();
-        self.submit(g, Shape::Scatter { src: src.0.ptr, items, group: pg }, imm, Some(src), done.into())
+        self.submit(g, Shape::Scatter { src: src.0.ptr, items, peer_set: pg }, imm, Some(src), done.into())
     }
 
     /// A zero-byte write carrying `imm` to each destination region: each
     /// destination's owner counts one `imm`.
     pub fn submit_barrier(
         &self,
-        group: Option<PeerGroup>,
+        peer_set: Option<PeerSet>,
         imm: u32,
         dsts: &[Arc<MrDesc>],
         done: impl Into<RequestOpts>,
@@ -533,10 +534,10 @@ impl TransferEngine {
         for d in dsts {
             self.check_peer(0, &d.owner)?;
         }
-        let pg = self.check_group(group, dsts.iter().map(|d| &d.owner))?;
+        let pg = self.check_peer_set(peer_set, dsts.iter().map(|d| &d.owner))?;
         self.submit(
             0,
-            Shape::Barrier { dsts: dsts.iter().map(|d| self.dst(0, d)).collect(), group: pg },
+            Shape::Barrier { dsts: dsts.iter().map(|d| self.dst(0, d)).collect(), peer_set: pg },
             Some(imm),
             None,
             done.into(),

@@ -92,20 +92,30 @@ impl TransferEngine {
         &self.nics
     }
 
+    /// The engine-wide number of group `g`'s first NIC (group 0's NICs
+    /// come first, then group 1's, as `nics` lists them).
+    fn first_nic(&self, g: usize) -> usize {
+        self.groups[..g].iter().map(|grp| grp.nic_count()).sum()
+    }
+
     /// The one domain of group `g` a request with `route` goes through
-    /// (`None`: sharded over the group's NICs).
+    /// (`None`: sharded over the group's NICs). `Route::Nic` numbers NICs
+    /// across the engine, as `nics` does.
     pub(super) fn nic_of(&self, g: usize, route: Route, send: bool) -> Result<Option<u8>> {
-        let n = self.groups[g].nic_count();
+        let (first, n) = (self.first_nic(g), self.groups[g].nic_count());
         match route {
             Route::Shard => Ok(None),
-            Route::Nic(k) if k >= n => {
-                let whose = if self.groups.len() > 1 { format!("the region's group {g}") } else { "the engine".into() };
-                bail!(InvalidArgument, "NIC {k}: {whose} has {n} (0..{n})")
+            Route::Nic(k) if k >= self.nics.len() => {
+                bail!(InvalidArgument, "NIC {k}: the engine has {} (0..{})", self.nics.len(), self.nics.len())
+            }
+            Route::Nic(k) if k < first || k >= first + n => {
+                let last = first + n - 1;
+                bail!(InvalidArgument, "NIC {k} is not in the request's group {g} (its NICs are {first}..={last})")
             }
             Route::Nic(k) if send && k != 0 => {
                 bail!(InvalidArgument, "NIC {k}: sends travel through NIC 0, where receive buffers are posted")
             }
-            Route::Nic(k) => Ok(Some(k as u8)),
+            Route::Nic(k) => Ok(Some((k - first) as u8)),
         }
     }
 }

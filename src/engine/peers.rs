@@ -1,6 +1,6 @@
 //! Peers: greeting them, their state, canceling what goes to them, and
-//! peer groups (pre-resolved destination lists for scatters and barriers).
-use super::{PeerGroup, TransferEngine};
+//! peer sets (pre-resolved destination lists for scatters and barriers).
+use super::{PeerSet, TransferEngine};
 use crate::bail;
 use crate::completion::notify::{RequestId, RequestOpts};
 use crate::error::Result;
@@ -91,42 +91,43 @@ impl TransferEngine {
 
     /// Pre-resolves a list of peer engine addresses, so scatters and barriers
     /// to them skip per-destination lookups. Destination `i` of a scatter or
-    /// barrier submitted with the group must belong to peer `i`.
-    pub fn add_peer_group(&self, addrs: &[NetAddr]) -> Result<PeerGroup> {
+    /// barrier submitted with the set must belong to peer `i`. (Before 0.4:
+    /// `add_peer_group`.)
+    pub fn add_peer_set(&self, addrs: &[NetAddr]) -> Result<PeerSet> {
         if addrs.is_empty() {
-            bail!(InvalidArgument, "add_peer_group: no peers");
+            bail!(InvalidArgument, "add_peer_set: no peers");
         }
         for a in addrs {
             self.check_peer(0, a)?;
         }
         // Every group's worker resolves it (a scatter goes through its
         // source region's group); under the lock, so each gives the same id.
-        let mut known = self.peer_groups.lock().unwrap();
-        let id = self.rpc(|reply| Ctrl::AddGroup { addrs: addrs.to_vec(), reply })?;
+        let mut known = self.peer_sets.lock().unwrap();
+        let id = self.rpc(|reply| Ctrl::AddPeerSet { addrs: addrs.to_vec(), reply })?;
         for g in 1..self.groups.len() {
-            let other = self.rpc_to(g, |reply| Ctrl::AddGroup { addrs: addrs.to_vec(), reply })?;
+            let other = self.rpc_to(g, |reply| Ctrl::AddPeerSet { addrs: addrs.to_vec(), reply })?;
             if other != id {
-                bail!(Panic, "a bug: peer group ids diverged between groups 0 and {g} ({id} vs {other})");
+                bail!(Panic, "a bug: peer set ids diverged between groups 0 and {g} ({id} vs {other})");
             }
         }
         known.insert(id, addrs.into());
-        Ok(PeerGroup(id))
+        Ok(PeerSet(id))
     }
 
-    pub(super) fn check_group<'a>(
+    pub(super) fn check_peer_set<'a>(
         &self,
-        group: Option<PeerGroup>,
+        set: Option<PeerSet>,
         owners: impl ExactSizeIterator<Item = &'a NetAddr>,
     ) -> Result<Option<u64>> {
-        let Some(PeerGroup(g)) = group else {
+        let Some(PeerSet(g)) = set else {
             return Ok(None);
         };
-        let members = self.peer_groups.lock().unwrap().get(&g).cloned();
-        let Some(members) = members else { bail!(BadHandle, "unknown peer group {g}") };
+        let members = self.peer_sets.lock().unwrap().get(&g).cloned();
+        let Some(members) = members else { bail!(BadHandle, "unknown peer set {g}") };
         if members.len() != owners.len() {
             bail!(
                 InvalidArgument,
-                "peer group {g} has {} peers but {} destinations were given",
+                "peer set {g} has {} peers but {} destinations were given",
                 members.len(),
                 owners.len()
             );

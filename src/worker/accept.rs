@@ -37,8 +37,8 @@ impl<D: Domain> Worker<D> {
         if let Some(i) = req.region {
             self.requests.regions.take(i)?;
         }
-        // Peers per unit: for a scatter or barrier without a peer group.
-        let per_unit = req.multi_dst() && req.group().is_none();
+        // Peers per unit: for a scatter or barrier without a peer set.
+        let per_unit = req.multi_dst() && req.peer_set().is_none();
         let n = req.dst_count();
         let mut peers = Vec::with_capacity(if per_unit { n } else { 0 });
         let mut first = u32::MAX;
@@ -73,7 +73,7 @@ impl<D: Domain> Worker<D> {
         if !req.multi_dst() {
             return Ok((first, None));
         }
-        if let Some(g) = req.group() {
+        if let Some(g) = req.peer_set() {
             return Ok((u32::MAX, Some(self.peer_sets[g as usize - 1].clone())));
         }
         Ok((u32::MAX, Some(peers.into())))

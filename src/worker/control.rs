@@ -1,5 +1,5 @@
 //! Control commands from the API (register, expectations, receive pools,
-//! peer groups, cancel, peers): rare, each answered on its own channel.
+//! peer sets, cancel, peers): rare, each answered on its own channel.
 use super::request::Ctrl;
 use super::timers::Timer;
 use super::{Worker, release};
@@ -55,7 +55,7 @@ impl<D: Domain> Worker<D> {
                 let _ = reply.send(self.add_pool(len, count, cb));
             }
             Ctrl::Repost { pool, index } => self.recv.repost.push_back((pool, index)),
-            Ctrl::AddGroup { addrs, reply } => {
+            Ctrl::AddPeerSet { addrs, reply } => {
                 let members: Result<Vec<u32>> = addrs.iter().map(|a| self.peer_of(a)).collect();
                 let _ = reply.send(members.map(|m| {
                     self.peer_sets.push(m.into());

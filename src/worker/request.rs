@@ -57,9 +57,9 @@ pub enum Shape {
         dst_idx: Box<[u32]>,
     },
     /// Item k to its own destination.
-    Scatter { src: usize, items: Box<[ScatterItem]>, group: Option<u64> },
+    Scatter { src: usize, items: Box<[ScatterItem]>, peer_set: Option<u64> },
     /// A zero-byte write to each destination.
-    Barrier { dsts: Box<[Dst]>, group: Option<u64> },
+    Barrier { dsts: Box<[Dst]>, peer_set: Option<u64> },
     /// One message to domain 0 of a peer.
     Send { to: NetAddr, msg: Box<[u8]> },
     /// Nothing to post: ends once the peer is up (greeted afresh if down).
@@ -131,10 +131,10 @@ impl Request {
         matches!(self.shape, Shape::Scatter { .. } | Shape::Barrier { .. })
     }
 
-    /// The peer group a multi-destination request was submitted with.
-    pub fn group(&self) -> Option<u64> {
+    /// The peer set a multi-destination request was submitted with.
+    pub fn peer_set(&self) -> Option<u64> {
         match &self.shape {
-            Shape::Scatter { group, .. } | Shape::Barrier { group, .. } => *group,
+            Shape::Scatter { peer_set, .. } | Shape::Barrier { peer_set, .. } => *peer_set,
             _ => None,
         }
     }
@@ -223,7 +223,7 @@ pub enum Ctrl {
         pool: u32,
         index: u32,
     },
-    AddGroup {
+    AddPeerSet {
         addrs: Vec<NetAddr>,
         reply: Sender<crate::error::Result<u64>>,
     },
@@ -366,11 +366,11 @@ mod tests {
             ScatterItem { len: 20, src_offset: 10, dst: dst(2), dst_offset: 0 },
         ]
         .into();
-        let r = Request::test(Shape::Scatter { src: 0x8000, items, group: None });
+        let r = Request::test(Shape::Scatter { src: 0x8000, items, peer_set: None });
         assert_eq!(wrs(&r, 0), [(0x8000, 10, 0x1005, 7), (0x800a, 20, 0x1000, 7)]);
         let b = Request {
             imm: Some(1),
-            ..Request::test(Shape::Barrier { dsts: vec![dst(2), dst(2)].into(), group: None })
+            ..Request::test(Shape::Barrier { dsts: vec![dst(2), dst(2)].into(), peer_set: None })
         };
         // A barrier reads nothing: zero bytes from the scratch buffer, with its descriptor.
         assert_eq!(wrs(&b, 1), [(0x99, 0, 0x2000, 8), (0x99, 0, 0x2000, 8)]);

@@ -87,8 +87,8 @@ int main(void) {
     EXPECT(fabriclib_config_set_provider(NULL, "shm"), FABRICLIB_STATUS_INVALID_ARGUMENT);
     fabriclib_config *cfg = NULL;
     EXPECT(fabriclib_config_new(&cfg), FABRICLIB_STATUS_OK);
-    EXPECT(fabriclib_config_set_domains(cfg, 0), FABRICLIB_STATUS_INVALID_ARGUMENT);
-    EXPECT(fabriclib_config_set_domains(cfg, 9), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_config_set_nic_count(cfg, 0), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_config_set_nic_count(cfg, 9), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_config_set_submit_queue(cfg, 0), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_config_set_idle(NULL, 2000, 500), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_config_set_idle(cfg, 2000, 0), FABRICLIB_STATUS_INVALID_ARGUMENT);
@@ -114,7 +114,7 @@ int main(void) {
     EXPECT(fabriclib_config_set_nics(cfg, "no-such-nic0"), FABRICLIB_STATUS_OK);
     EXPECT(fabriclib_engine_create(cfg, &bad), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_config_set_nics(cfg, "lo,lo"), FABRICLIB_STATUS_OK);
-    EXPECT(fabriclib_config_set_domains(cfg, 1), FABRICLIB_STATUS_OK);
+    EXPECT(fabriclib_config_set_nic_count(cfg, 1), FABRICLIB_STATUS_OK);
     EXPECT(fabriclib_engine_create(cfg, &bad), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_config_set_nics(cfg, NULL), FABRICLIB_STATUS_OK);
     EXPECT(fabriclib_config_set_nics_near_gpu(cfg, 0, 0), FABRICLIB_STATUS_INVALID_ARGUMENT);
@@ -122,7 +122,7 @@ int main(void) {
     EXPECT(fabriclib_config_set_nics_near_gpu(cfg, 1000, 1), FABRICLIB_STATUS_OK);
     EXPECT(fabriclib_engine_create(cfg, &bad), FABRICLIB_STATUS_INVALID_ARGUMENT); /* no GPU 1000 */
     EXPECT(fabriclib_config_set_nics(cfg, NULL), FABRICLIB_STATUS_OK);
-    EXPECT(fabriclib_config_set_domains(cfg, 1), FABRICLIB_STATUS_OK);
+    EXPECT(fabriclib_config_set_nic_count(cfg, 1), FABRICLIB_STATUS_OK);
     /* Thread CPUs: a bad list, an unknown thread, a CPU that is not online. */
     EXPECT(fabriclib_config_set_thread_cpus(cfg, FABRICLIB_THREAD_WORKER, "0-x"), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_config_set_thread_cpus(cfg, 7, "0"), FABRICLIB_STATUS_INVALID_ARGUMENT);
@@ -133,7 +133,7 @@ int main(void) {
     EXPECT(fabriclib_engine_create(cfg, &bad), FABRICLIB_STATUS_UNSUPPORTED);
     EXPECT(fabriclib_engine_create(cfg, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
     fabriclib_config_free(cfg);
-    if (use_after_free) EXPECT(fabriclib_config_set_domains(cfg, 1), FABRICLIB_STATUS_BAD_HANDLE); /* freed */
+    if (use_after_free) EXPECT(fabriclib_config_set_nic_count(cfg, 1), FABRICLIB_STATUS_BAD_HANDLE); /* freed */
     fabriclib_config_free(NULL);
 
     /* Engine and registration. */
@@ -395,7 +395,7 @@ int main(void) {
     EXPECT(fabriclib_submit_paged_writes(e, 0, NULL, mr, &ok, rmr, &ok, NULL, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_submit_paged_writes(e, 1024, NULL, mr, NULL, rmr, &ok, NULL, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
 
-    /* Scatter, barrier, peer groups. */
+    /* Scatter, barrier, peer sets. */
     fabriclib_scatter_dst d_ok = {16, 0, rmr, 0}, d_oob = {16, 0, rmr, LEN}, d_null = {16, 0, NULL, 0};
     EXPECT(fabriclib_submit_scatter(e, 0, NULL, mr, &d_ok, 0, NULL, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_submit_scatter(e, 0, NULL, mr, NULL, 1, NULL, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
@@ -408,9 +408,9 @@ int main(void) {
     uint8_t *addrs[1] = {addr};
     size_t lens[1] = {addr_len - 2};
     uint64_t group = 0;
-    EXPECT(fabriclib_add_peer_group(e, addrs, lens, 1, &group), FABRICLIB_STATUS_MALFORMED);
-    EXPECT(fabriclib_add_peer_group(e, addrs, lens, 0, &group), FABRICLIB_STATUS_INVALID_ARGUMENT);
-    EXPECT(fabriclib_add_peer_group(e, NULL, lens, 1, &group), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_add_peer_set(e, addrs, lens, 1, &group), FABRICLIB_STATUS_MALFORMED);
+    EXPECT(fabriclib_add_peer_set(e, addrs, lens, 0, &group), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_add_peer_set(e, NULL, lens, 1, &group), FABRICLIB_STATUS_INVALID_ARGUMENT);
 
     /* Cancel and peers: unknown ids and peers, malformed and NULL addresses. */
     uint64_t id = 0;
@@ -467,7 +467,7 @@ int main(void) {
         if (i % 2) { memcpy(evil, addr, addr_len); evil[rand() % addr_len] ^= (uint8_t)(1 + rand() % 255); len = addr_len; }
         fabriclib_status st[4] = {
             fabriclib_cancel_peer(e, evil, len, &canceled), fabriclib_peer_state(e, evil, len, &state),
-            fabriclib_submit_send(e, evil, len, "x", 1, NULL, NULL), fabriclib_add_peer_group(e, (uint8_t *[]){evil}, &len, 1, &group)};
+            fabriclib_submit_send(e, evil, len, "x", 1, NULL, NULL), fabriclib_add_peer_set(e, (uint8_t *[]){evil}, &len, 1, &group)};
         for (int k = 0; k < 4; k++) {
             checks++;
             /* A corrupted byte may land in a provider address and still parse: then anything but a crash is fine. */

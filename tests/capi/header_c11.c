@@ -24,8 +24,8 @@ fabriclib_status arrays_as_callers_hold_them(const fabriclib_engine *e, uint8_t 
                                              fabriclib_remote_mr **dsts, uint64_t *group) {
     uint8_t *fixed[2] = {addrs[0], addrs[1]};
     fabriclib_remote_mr *fixed_dsts[2] = {dsts[0], dsts[1]};
-    fabriclib_status s = fabriclib_add_peer_group(e, addrs, lens, 2, group);
-    if (s == FABRICLIB_STATUS_OK) s = fabriclib_add_peer_group(e, fixed, lens, 2, group);
+    fabriclib_status s = fabriclib_add_peer_set(e, addrs, lens, 2, group);
+    if (s == FABRICLIB_STATUS_OK) s = fabriclib_add_peer_set(e, fixed, lens, 2, group);
     if (s == FABRICLIB_STATUS_OK) s = fabriclib_submit_barrier(e, *group, 7, dsts, 2, NULL, NULL);
     if (s == FABRICLIB_STATUS_OK) s = fabriclib_submit_barrier(e, *group, 7, fixed_dsts, 2, NULL, NULL);
     return s;

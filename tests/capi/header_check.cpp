@@ -10,8 +10,8 @@ fabriclib_status arrays(const fabriclib_engine *e, std::vector<const uint8_t *> 
                         std::vector<uint8_t *> &addrs, std::vector<size_t> &lens,
                         std::vector<fabriclib_remote_mr *> &dsts, std::vector<const fabriclib_remote_mr *> &cdsts) {
     uint64_t g = 0;
-    fabriclib_status s = fabriclib_add_peer_group(e, caddrs.data(), lens.data(), lens.size(), &g);
-    if (s == FABRICLIB_STATUS_OK) s = fabriclib_add_peer_group(e, addrs.data(), lens.data(), lens.size(), &g);
+    fabriclib_status s = fabriclib_add_peer_set(e, caddrs.data(), lens.data(), lens.size(), &g);
+    if (s == FABRICLIB_STATUS_OK) s = fabriclib_add_peer_set(e, addrs.data(), lens.data(), lens.size(), &g);
     if (s == FABRICLIB_STATUS_OK) s = fabriclib_submit_barrier(e, g, 7, dsts.data(), dsts.size(), nullptr, nullptr);
     if (s == FABRICLIB_STATUS_OK) s = fabriclib_submit_barrier(e, g, 7, cdsts.data(), cdsts.size(), nullptr, nullptr);
     return s;

@@ -42,7 +42,7 @@ pub fn groups_write_across_groups(prov: &str, domains: usize) -> TestResult {
     let cpus = fabriclib::pin::current_thread_cpus();
     let cpu = *cpus.last().unwrap();
     let (a, b) = (two_groups(prov, domains, cpu)?, two_groups(prov, domains, cpu)?);
-    if a.group_count() != 2 || a.nics().len() != 2 * domains || a.domains() != 2 * domains {
+    if a.group_count() != 2 || a.nics().len() != 2 * domains || a.nic_count() != 2 * domains {
         return Err(format!("{} groups, {} NICs; expected 2 groups of {domains}", a.group_count(), a.nics().len()));
     }
     let (g0, g1) = (a.group_address(0).unwrap(), a.group_address(1).unwrap());
@@ -99,6 +99,21 @@ pub fn groups_write_across_groups(prov: &str, domains: usize) -> TestResult {
     let want: Vec<u64> = (0..2 * domains).map(|k| if k < domains { 0 } else { per }).collect();
     if posted != want {
         return Err(format!("work requests completed per NIC {posted:?}, expected {want:?}"));
+    }
+    // A route names a NIC as the engine numbers them: group 1's last is
+    // 2 × domains - 1; group 0's are not the group-1 region's.
+    let last = 2 * domains - 1;
+    let f = flag();
+    a.submit_single_write(PAGE as u64, None, &smr, 0, m1.descriptor(), 0, OnDone::Flag(f.clone()).on_nic(last))
+        .map_err(e2s)?;
+    wait_flag(&f)?;
+    let after = a.counters().map_err(e2s)?.nics[last].total.wrs_completed;
+    if after != per + 1 {
+        return Err(format!("a write routed to NIC {last} left its count at {after}, expected {}", per + 1));
+    }
+    match a.submit_single_write(PAGE as u64, None, &smr, 0, m1.descriptor(), 0, OnDone::Nothing.on_nic(0)) {
+        Err(e) if e.status == Status::InvalidArgument => {}
+        other => return Err(format!("a group-1 write routed to group 0's NIC 0: {other:?}, expected InvalidArgument")),
     }
     // Every pair of groups greeted at once (`add_engine_peer`): b's groups are up for each of a's.
     a.add_engine_peer(&b.groups_address()).map_err(e2s)?;

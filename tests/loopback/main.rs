@@ -235,8 +235,8 @@ fn scatter_and_barrier(prov: &str, domains: usize) -> TestResult {
         p.fired(5)?;
         check_hash(p, w)?;
     }
-    // Through a peer group: same bytes to other offsets, one immediate per peer.
-    let group = l.engine.add_peer_group(&ps.iter().map(addr).collect::<Vec<_>>()).map_err(e2s)?;
+    // Through a peer set: same bytes to other offsets, one immediate per peer.
+    let group = l.engine.add_peer_set(&ps.iter().map(addr).collect::<Vec<_>>()).map_err(e2s)?;
     let dsts2: Vec<ScatterDst> = dsts.iter().map(|s| ScatterDst { dst_offset: 200_000, ..s.clone() }).collect();
     for (i, s) in dsts2.iter().enumerate() {
         let (so, n) = (s.src_offset as usize, s.len as usize);

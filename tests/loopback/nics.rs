@@ -155,7 +155,7 @@ pub fn nic_names_are_checked(prov: &str, domains: usize) -> TestResult {
     let gpus = fabriclib::topo::Topo::system().map_err(e2s)?.gpus.len();
     match (gpus, TransferEngine::new(&near(0))) {
         (0, Err(e)) if e.status == Status::InvalidArgument => {}
-        (n, Ok(e)) if n > 0 && e.domains() == 1 => eprintln!("    NIC near GPU 0: {:?}", e.nics()[0]),
+        (n, Ok(e)) if n > 0 && e.nic_count() == 1 => eprintln!("    NIC near GPU 0: {:?}", e.nics()[0]),
         // shm's one NIC is no PCI device: it is near no GPU.
         (n, Err(e)) if n > 0 && e.message.contains("no provider offers") => {}
         (n, other) => return Err(format!("{n} GPUs; NICs near GPU 0: {:?}", other.map(|_| ()))),
