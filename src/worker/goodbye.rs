@@ -43,7 +43,7 @@ impl Peers {
     /// domains before its BYE has been handled too.
     pub(super) fn send_acks<D: Domain>(&mut self, domains: &mut [D]) {
         let mut acks = std::mem::take(&mut self.acks);
-        acks.retain(|&id| !self.post(domains, 0, id, NO_ENTRY, BYE_ACK, None));
+        acks.retain(|&id| !self.mail.post(&mut domains[0], 0, id, NO_ENTRY, BYE_ACK, None));
         self.acks = acks;
     }
 

@@ -82,7 +82,7 @@ impl<D: Domain> Worker<D> {
     /// Posts engine message `kind` (with `tag`) through domain `d` to that
     /// domain's peer `id` (entry `p`, or `NO_ENTRY`).
     pub(super) fn post_engine_on(&mut self, d: usize, id: PeerId, p: u32, kind: u8, tag: Option<u64>) -> bool {
-        self.peers.post(&mut self.domains, d, id, p, kind, tag)
+        self.peers.mail.post(&mut self.domains[d], d, id, p, kind, tag)
     }
 
     /// Engine message slot `slot` to peer `p` went out (or failed with `err`).

@@ -120,7 +120,7 @@ pub(super) struct Peers {
     /// Per domain: provider peer id → entry (the newest at that address).
     by_id: Vec<HashMap<PeerId, u32>>,
     /// The engine channel's buffers (mailbox.rs).
-    mail: Mailbox,
+    pub(super) mail: Mailbox,
     /// What happened to peers, for the worker to apply (`Event`).
     pub(super) events: VecDeque<Event>,
     /// The engine is shutting down: strangers are not answered (a first
@@ -353,22 +353,7 @@ impl Peers {
     pub(super) fn send<D: Domain>(&mut self, domains: &mut [D], p: u32, kind: u8) -> bool {
         self.list[p as usize].contacted = true;
         let id = self.id(p, 0);
-        self.post(domains, 0, id, p, kind, None)
-    }
-
-    /// Posts engine message `kind` (with `tag`: FENCE, FENCE_ACK) through
-    /// domain `d` to that domain's peer `id` (entry `p`, or `NO_ENTRY` for
-    /// an engine not in the table).
-    pub(super) fn post<D: Domain>(
-        &mut self,
-        domains: &mut [D],
-        d: usize,
-        id: PeerId,
-        p: u32,
-        kind: u8,
-        tag: Option<u64>,
-    ) -> bool {
-        self.mail.post(&mut domains[d], d, id, p, kind, tag)
+        self.mail.post(&mut domains[0], 0, id, p, kind, None)
     }
 
     /// Engine message slot `slot` to peer `p` went out (or failed with `err`).
