@@ -1,5 +1,6 @@
 //! Build script: libfabric bindings (bindgen + a cc-compiled shim for the
-//! `static inline` calls), the SONAME, and optionally the C header.
+//! `static inline` calls), libibverbs' types (bindgen; its functions are
+//! loaded at run time), the SONAME, and optionally the C header.
 use std::{env, path::PathBuf};
 
 fn main() {
@@ -42,6 +43,7 @@ fn main() {
     println!("cargo:rustc-link-lib=dylib=fabric");
     println!("cargo:rerun-if-changed=src/sys/wrapper.h");
     println!("cargo:rerun-if-changed=build.rs");
+    verbs_types(&out);
 
     // The SONAME carries the ABI version: 0.y.z -> libfabriclib.so.0.y, x.y.z -> .so.x
     // (cargo-c's rule). CMake installs the real file plus the links.
@@ -54,6 +56,26 @@ fn main() {
 
     #[cfg(feature = "gen-header")]
     gen_header();
+}
+
+/// libibverbs' types and constants (not its functions: src/domain/verbs/lib.rs
+/// resolves those at run time, so nothing here links against rdma-core), from
+/// its headers (libibverbs-dev). Generated per build: the structs hold
+/// pthread types whose size differs per architecture.
+fn verbs_types(out: &std::path::Path) {
+    println!("cargo:rerun-if-changed=src/domain/verbs/wrapper.h");
+    bindgen::Builder::default()
+        .header("src/domain/verbs/wrapper.h")
+        .allowlist_type("ibv_.*")
+        .allowlist_var("IBV_.*")
+        .prepend_enum_name(false)
+        .rust_edition(bindgen::RustEdition::Edition2024)
+        .derive_default(true)
+        .layout_tests(false)
+        .generate()
+        .expect("bindgen failed on <infiniband/verbs.h> (is libibverbs-dev installed? scripts/deps.sh installs it)")
+        .write_to_file(out.join("verbs.rs"))
+        .unwrap();
 }
 
 struct Lib {

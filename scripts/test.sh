@@ -3,8 +3,9 @@
 # loopback tests over tcp;ofi_rxm and shm (1 and 2 domains), a short
 # fabriclib-bench run (JSON, plot, byte verification), the C API tests
 # (also under valgrind memcheck),
-# the install-and-consume test (find_package + pkg-config) and the header
-# drift check. Installs the apt packages it needs.
+# the install-and-consume test (find_package + pkg-config), the header
+# drift check, and the verbs tests on real verbs (Soft-RoCE in a QEMU VM:
+# scripts/test-verbs.sh). Installs the apt packages it needs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
@@ -30,3 +31,6 @@ echo "== header drift: include/fabriclib.h must match cbindgen's output"
 cargo build --locked --features gen-header
 git diff --exit-code -- include/fabriclib.h
 echo "header: 1 passed, 0 failed"
+
+echo "== verbs: Soft-RoCE (rdma_rxe) in a VM, prebuilt binaries"
+scripts/test-verbs.sh

@@ -1,11 +1,12 @@
 //! fabriclib-info: what fabriclib sees on this machine, the first thing to
 //! run on a new one. The libfabric providers fabriclib can open, with their
 //! NICs (name, PCI address, NUMA node), the GPUs the CUDA driver reports
-//! (PCI address, NUMA node), the NUMA nodes with their CPUs, and where an
-//! engine would put its domains by default.
+//! (PCI address, NUMA node), the NUMA nodes with their CPUs, where an
+//! engine would put its NICs by default, and the verbs devices (ports,
+//! GIDs, limits) that the verbs backend will use.
 //!
 //! ```text
-//! fabriclib-info [--json] [--provider LIST] [--domains N] [--nics-per-gpu N]
+//! fabriclib-info [--json] [--provider LIST] [--domains N] [--nics-per-gpu N] [--verbs-only]
 //! ```
 use fabriclib::Nic;
 use fabriclib::domain::fabric::FabricEndpoint;
@@ -13,8 +14,9 @@ use fabriclib::domain::fabric::nic::{numa_of_pci, spread};
 use fabriclib::topo::Topo;
 use serde_json::{Value, json};
 
-const USAGE: &str = "usage: fabriclib-info [--json] [--provider LIST] [--domains N] [--nics-per-gpu N]
+const USAGE: &str = "usage: fabriclib-info [--json] [--provider LIST] [--domains N] [--nics-per-gpu N] [--verbs-only]
   --json           print JSON instead of text
+  --verbs-only     only the verbs devices
   --provider LIST  providers to look at, comma-separated
                    (default: efa, verbs;ofi_rxm, tcp;ofi_rxm, shm)
   --domains N      show where an engine of N domains would put them (default 2)
@@ -25,6 +27,7 @@ struct Opts {
     providers: Vec<String>,
     domains: usize,
     nics_per_gpu: usize,
+    verbs_only: bool,
 }
 
 fn parse(args: &[String]) -> Result<Opts, String> {
@@ -33,11 +36,13 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         providers: ["efa", "verbs;ofi_rxm", "tcp;ofi_rxm", "shm"].iter().map(|s| s.to_string()).collect(),
         domains: 2,
         nics_per_gpu: 1,
+        verbs_only: false,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--json" => o.json = true,
+            "--verbs-only" => o.verbs_only = true,
             "--provider" => {
                 o.providers = it.next().ok_or("--provider: missing value")?.split(',').map(String::from).collect()
             }
@@ -129,6 +134,14 @@ fn main() {
             std::process::exit(if e.is_empty() { 0 } else { 2 });
         }
     };
+    if o.verbs_only {
+        let v = json!({ "verbs": verbs() });
+        match o.json {
+            true => println!("{}", serde_json::to_string_pretty(&v).unwrap()),
+            false => print_verbs(&v["verbs"]),
+        }
+        return;
+    }
     // SAFETY: fi_version has no preconditions.
     let v = unsafe { fabriclib::sys::fi_version() };
     let sys = Topo::system();
@@ -178,6 +191,7 @@ fn main() {
         "gpus_why_none": gpus.as_ref().err(),
         "domains_shown": o.domains,
         "topology": topo,
+        "verbs": verbs(),
     });
     if o.json {
         println!("{}", serde_json::to_string_pretty(&doc).unwrap());
@@ -249,9 +263,60 @@ fn print_text(doc: &Value) {
             println!("    {who:<12} NICs {} NUMA {numa} worker on CPU {}", g["nics"], g["worker_cpu"]);
         }
     }
+    print_verbs(&doc["verbs"]);
     println!(
         "\nAn engine of one group opens its domains as shown per provider (name NICs with \
          fabriclib_config_set_nics); fabriclib_config_set_groups_per_gpu (EngineConfig::groups_per_gpu) \
          opens the groups listed, as the plan above lays them out."
     );
+}
+
+/// The verbs devices (libibverbs loaded at run time), or why there are none.
+fn verbs() -> Value {
+    match fabriclib::domain::verbs::device::list() {
+        Ok(devices) => json!({
+            "available": true,
+            "devices": devices.iter().map(|d| json!({
+                "name": d.name, "pci": d.pci, "numa": d.numa,
+                "max_qp": d.max_qp, "max_qp_wr": d.max_qp_wr, "max_sge": d.max_sge, "max_cqe": d.max_cqe,
+                "max_mr_size": d.max_mr_size, "max_srq": d.max_srq, "max_srq_wr": d.max_srq_wr,
+                "ports": d.ports.iter().map(|p| json!({
+                    "port": p.num, "active": p.active, "mtu": p.mtu, "link_layer": p.link_layer,
+                    "preferred_gid": p.preferred_gid().map(|g| g.index),
+                    "gids": p.gids.iter().map(|g| json!({ "index": g.index, "gid": g.to_string(), "type": g.kind }))
+                        .collect::<Vec<_>>(),
+                })).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+        }),
+        Err(e) => json!({ "available": false, "why": e.message }),
+    }
+}
+
+fn print_verbs(v: &Value) {
+    let s = |v: &Value| v.as_str().map(String::from).unwrap_or_else(|| "-".into());
+    println!("\nverbs devices:");
+    if v["available"] != true {
+        println!("  none: {}", s(&v["why"]));
+        return;
+    }
+    let devices = v["devices"].as_array().cloned().unwrap_or_default();
+    if devices.is_empty() {
+        println!("  none (libibverbs found no device)");
+    }
+    for d in &devices {
+        let numa = d["numa"].as_u64().map_or("-".to_string(), |x| x.to_string());
+        println!("  {} PCI {} NUMA {numa}", s(&d["name"]), s(&d["pci"]));
+        println!(
+            "    max QPs {} (x {} WRs, {} SGEs), CQEs {}, MR {} bytes, SRQs {} (x {} WRs)",
+            d["max_qp"], d["max_qp_wr"], d["max_sge"], d["max_cqe"], d["max_mr_size"], d["max_srq"], d["max_srq_wr"]
+        );
+        for p in d["ports"].as_array().into_iter().flatten() {
+            let state = if p["active"] == true { "active" } else { "down" };
+            println!("    port {}: {state}, {}, MTU {}", p["port"], s(&p["link_layer"]), p["mtu"]);
+            for g in p["gids"].as_array().into_iter().flatten() {
+                let mark = if p["preferred_gid"] == g["index"] { "  <- used" } else { "" };
+                println!("      GID {:<2} {:<40} {}{mark}", g["index"], s(&g["gid"]), s(&g["type"]));
+            }
+        }
+    }
 }

@@ -7,6 +7,7 @@
 //! the API says NIC.
 pub mod fabric;
 pub mod null;
+pub mod verbs;
 
 use crate::error::{Error, Result};
 use crate::wire::RemoteKey;

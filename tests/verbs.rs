@@ -1,0 +1,143 @@
+//! Real verbs through fabriclib's own bindings (src/domain/verbs/). On a
+//! machine without a verbs device each test says so and passes; CI runs
+//! this binary inside a VM with Soft-RoCE (`scripts/test-verbs.sh` through
+//! `scripts/rxe-vm.sh`) with `FABRICLIB_VERBS_REQUIRED=1`, where a missing
+//! device fails. Under TCG emulation rxe moves tens of MB/s: transfers are
+//! sized in MB and deadlines in tens of seconds.
+use fabriclib::domain::verbs::device::{self, Device};
+use fabriclib::domain::verbs::lib::{Context, Cq, Qp};
+use fabriclib::domain::verbs::rc::{self, Endpoint, Path};
+use fabriclib::domain::verbs::sys::*;
+use std::time::{Duration, Instant};
+
+/// The machine's first verbs device, or `None` (skipped) where there is
+/// none and none is required.
+fn first_device() -> Option<Device> {
+    let required = std::env::var_os("FABRICLIB_VERBS_REQUIRED").is_some_and(|v| v != "0");
+    let why = match device::list() {
+        Ok(mut d) if !d.is_empty() => return Some(d.remove(0)),
+        Ok(_) => "no verbs device".to_string(),
+        Err(e) => e.message,
+    };
+    assert!(!required, "FABRICLIB_VERBS_REQUIRED is set, but: {why}");
+    eprintln!("    skipped: {why} (CI runs this in a Soft-RoCE VM: scripts/test-verbs.sh)");
+    None
+}
+
+#[test]
+fn verbs_devices_ports_gids_and_limits() {
+    let Some(d) = first_device() else { return };
+    eprintln!("    {d:?}");
+    let port = d.ports.iter().find(|p| p.active).expect("an active port");
+    let gid = port.preferred_gid().expect("a GID");
+    assert!(port.mtu >= 1024, "active MTU {}", port.mtu);
+    assert!(d.max_qp > 0 && d.max_qp_wr > 0 && d.max_cqe > 0 && d.max_sge > 0 && d.max_mr_size > 0);
+    if d.name.starts_with("rxe") {
+        // Soft-RoCE on lo: no PCI parent, RoCE v2, GID ::ffff:127.0.0.1 preferred.
+        assert_eq!(d.pci, None);
+        assert!(gid.roce_v2(), "{gid:?}");
+        assert_eq!(gid.ipv4(), Some(std::net::Ipv4Addr::LOCALHOST), "{gid}");
+    }
+}
+
+/// Polls `cq` until `n` completions came (each checked by `each`), or panics after `limit`.
+fn drain(cq: &Cq, n: usize, limit: Duration, mut each: impl FnMut(&ibv_wc)) {
+    let (t, mut got) = (Instant::now(), 0);
+    let mut wc = vec![ibv_wc::default(); 16];
+    while got < n {
+        assert!(t.elapsed() < limit, "{got} of {n} completions after {limit:?}");
+        let k = cq.poll(&mut wc).expect("ibv_poll_cq");
+        for w in &wc[..k] {
+            assert_eq!(w.status, IBV_WC_SUCCESS, "work request {} failed: status {}", w.wr_id, w.status);
+            each(w);
+        }
+        got += k;
+    }
+}
+
+/// Two RC queue pairs of one device connected to each other (as two
+/// processes on one rxe device are: the same GID, told apart by QPN).
+fn connected_pair(ctx: &std::sync::Arc<Context>, pd: &fabriclib::domain::verbs::lib::Pd, cqs: (&Cq, &Cq)) -> (Qp, Qp) {
+    let d = device::describe(ctx).unwrap();
+    let port = &d.ports[0];
+    let gid = port.preferred_gid().unwrap();
+    let attr = ctx.query_port(port.num).unwrap();
+    let path = Path {
+        port: port.num,
+        gid_index: gid.index as u8,
+        mtu: attr.active_mtu,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+    };
+    let a = pd.create_qp(IBV_QPT_RC, cqs.0, cqs.0, 256, 256).unwrap();
+    let b = pd.create_qp(IBV_QPT_RC, cqs.1, cqs.1, 256, 256).unwrap();
+    let (pa, pb) = (0x1234, 0xabcd);
+    rc::connect(&a, &path, pa, &Endpoint { gid: gid.gid, qpn: b.qpn(), psn: pb }).unwrap();
+    rc::connect(&b, &path, pb, &Endpoint { gid: gid.gid, qpn: a.qpn(), psn: pa }).unwrap();
+    (a, b)
+}
+
+/// RDMA WRITE WITH IMMEDIATE: 32 writes of 64 KiB land byte for byte, and
+/// the target's zero-byte receives count each immediate once.
+#[test]
+fn verbs_rc_writes_with_immediates_land_and_count() {
+    let Some(d) = first_device() else { return };
+    const N: usize = 32;
+    const CHUNK: usize = 64 << 10;
+    let ctx = Context::open(&d.name).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let (cq_a, cq_b) = (ctx.create_cq(512).unwrap(), ctx.create_cq(512).unwrap());
+    let (a, b) = connected_pair(&ctx, &pd, (&cq_a, &cq_b));
+    let mut src: Vec<u8> = (0..N * CHUNK).map(|i| (i * 7 + i / 4096) as u8).collect();
+    let mut dst = vec![0u8; N * CHUNK];
+    let smr = pd.reg_mr(src.as_mut_ptr(), src.len(), rc::REMOTE_WRITE).unwrap();
+    let dmr = pd.reg_mr(dst.as_mut_ptr(), dst.len(), rc::REMOTE_WRITE).unwrap();
+    // A write with an immediate consumes one receive at the target: zero-byte ones.
+    let mut recvs: Vec<ibv_recv_wr> = (0..N).map(|k| ibv_recv_wr { wr_id: k as u64, ..Default::default() }).collect();
+    for k in 0..N - 1 {
+        recvs[k].next = &mut recvs[k + 1];
+    }
+    // SAFETY: zero-byte receives name no memory.
+    unsafe { b.post_recv(&mut recvs[0]) }.map_err(|(rc, _)| rc).expect("ibv_post_recv");
+    let mut sges: Vec<ibv_sge> = (0..N)
+        .map(|k| ibv_sge { addr: src.as_ptr() as u64 + (k * CHUNK) as u64, length: CHUNK as u32, lkey: smr.lkey() })
+        .collect();
+    let mut wrs: Vec<ibv_send_wr> = (0..N)
+        .map(|k| {
+            let mut wr = ibv_send_wr {
+                wr_id: 1000 + k as u64,
+                sg_list: &mut sges[k],
+                num_sge: 1,
+                opcode: IBV_WR_RDMA_WRITE_WITH_IMM,
+                send_flags: IBV_SEND_SIGNALED,
+                ..Default::default()
+            };
+            wr.__bindgen_anon_1.imm_data = (0x5000 + k as u32).to_be();
+            wr.wr.rdma = ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
+                remote_addr: dst.as_ptr() as u64 + (k * CHUNK) as u64,
+                rkey: dmr.rkey(),
+            };
+            wr
+        })
+        .collect();
+    // One chain, one doorbell.
+    for k in 0..N - 1 {
+        wrs[k].next = &mut wrs[k + 1];
+    }
+    // SAFETY: every SGE names the registered source, alive until drained below.
+    unsafe { a.post_send(&mut wrs[0]) }.map_err(|(rc, _)| rc).expect("ibv_post_send");
+    let limit = Duration::from_secs(60);
+    drain(&cq_a, N, limit, |w| assert_eq!(w.opcode, IBV_WC_RDMA_WRITE));
+    let mut imms = Vec::new();
+    drain(&cq_b, N, limit, |w| {
+        assert_eq!(w.opcode, IBV_WC_RECV_RDMA_WITH_IMM);
+        assert_eq!(w.byte_len as usize, CHUNK);
+        // SAFETY: a receive with an immediate carries it in this member.
+        imms.push(u32::from_be(unsafe { w.__bindgen_anon_1.imm_data }));
+    });
+    imms.sort_unstable();
+    assert_eq!(imms, (0..N as u32).map(|k| 0x5000 + k).collect::<Vec<_>>(), "each immediate exactly once");
+    assert!(dst == src, "the destination differs from the source");
+    drop((smr, dmr, a, b));
+}
