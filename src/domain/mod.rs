@@ -62,6 +62,8 @@ pub struct DomainSpec {
 pub enum Backend {
     /// libfabric (`fabric/`): EFA, and the software providers tcp and shm.
     Fabric,
+    /// libibverbs (`verbs/`): ConnectX and other RDMA NICs, RC queue pairs.
+    Verbs,
     /// `null.rs`: moves nothing, completes everything at once (the benchmark
     /// times the engine's own cost with it).
     Null,
@@ -69,10 +71,15 @@ pub enum Backend {
 
 impl Backend {
     /// The backend for `providers` (the configuration's, in order): `Null`
-    /// only when the one provider named is "null" (never a default), else
-    /// libfabric.
+    /// or `Verbs` only when the one provider named is "null" or "verbs"
+    /// (never a default; libfabric's own verbs provider is
+    /// "verbs;ofi_rxm"), else libfabric.
     pub fn of(providers: &[String]) -> Backend {
-        if providers == ["null"] { Backend::Null } else { Backend::Fabric }
+        match providers {
+            [p] if p == "null" => Backend::Null,
+            [p] if p == "verbs" => Backend::Verbs,
+            _ => Backend::Fabric,
+        }
     }
 }
 

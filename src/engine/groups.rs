@@ -2,7 +2,7 @@
 //! `progress`), started and stopped here.
 use crate::completion::notify;
 use crate::config::GroupPlan;
-use crate::domain::{Backend, fabric::FabricDomain, null::NullDomain};
+use crate::domain::{Backend, fabric::FabricDomain, null::NullDomain, verbs::VerbsDomain};
 use crate::error::Result;
 use crate::worker::{self, GroupInfo, Place, Shared};
 use std::sync::atomic::Ordering;
@@ -32,12 +32,14 @@ impl Group {
             let (shared, info, p) = match plan.backend {
                 Backend::Null => worker::manual::<NullDomain>(plan, n, place)?,
                 Backend::Fabric => worker::manual::<FabricDomain>(plan, n, place)?,
+                Backend::Verbs => worker::manual::<VerbsDomain>(plan, n, place)?,
             };
             (shared, info, None, Some(Mutex::new(Some(p))))
         } else {
             let (shared, info, w) = match plan.backend {
                 Backend::Null => worker::spawn::<NullDomain>(plan, n, place, name)?,
                 Backend::Fabric => worker::spawn::<FabricDomain>(plan, n, place, name)?,
+                Backend::Verbs => worker::spawn::<VerbsDomain>(plan, n, place, name)?,
             };
             (shared, info, Some(w), None)
         };

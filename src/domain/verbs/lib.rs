@@ -42,6 +42,10 @@ pub struct Verbs {
     create_qp: unsafe extern "C" fn(*mut ibv_pd, *mut ibv_qp_init_attr) -> *mut ibv_qp,
     destroy_qp: unsafe extern "C" fn(*mut ibv_qp) -> c_int,
     modify_qp: unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int) -> c_int,
+    create_srq: unsafe extern "C" fn(*mut ibv_pd, *mut ibv_srq_init_attr) -> *mut ibv_srq,
+    destroy_srq: unsafe extern "C" fn(*mut ibv_srq) -> c_int,
+    create_ah: unsafe extern "C" fn(*mut ibv_pd, *mut ibv_ah_attr) -> *mut ibv_ah,
+    destroy_ah: unsafe extern "C" fn(*mut ibv_ah) -> c_int,
     /// rdma-core >= 34 (dma-buf registration of device memory).
     pub reg_dmabuf_mr: Option<unsafe extern "C" fn(*mut ibv_pd, u64, usize, u64, c_int, c_int) -> *mut ibv_mr>,
     /// rdma-core >= 29 (takes access flags such as `IBV_ACCESS_RELAXED_ORDERING`).
@@ -101,6 +105,10 @@ impl Verbs {
             create_qp: sym!(lib, "ibv_create_qp"),
             destroy_qp: sym!(lib, "ibv_destroy_qp"),
             modify_qp: sym!(lib, "ibv_modify_qp"),
+            create_srq: sym!(lib, "ibv_create_srq"),
+            destroy_srq: sym!(lib, "ibv_destroy_srq"),
+            create_ah: sym!(lib, "ibv_create_ah"),
+            destroy_ah: sym!(lib, "ibv_destroy_ah"),
             reg_dmabuf_mr: optional!(lib, "ibv_reg_dmabuf_mr"),
             reg_mr_iova2: optional!(lib, "ibv_reg_mr_iova2"),
             _lib: lib,
@@ -283,9 +291,24 @@ impl Pd {
     /// `recv_cq`, with room for `send` and `recv` work requests of one
     /// scatter-gather entry each.
     pub fn create_qp(&self, qp_type: ibv_qp_type, send_cq: &Cq, recv_cq: &Cq, send: u32, recv: u32) -> Result<Qp> {
+        self.create_qp_on(qp_type, send_cq, recv_cq, None, send, recv)
+    }
+
+    /// As `create_qp`, its receives taken from `srq` if given.
+    pub fn create_qp_on(
+        &self,
+        qp_type: ibv_qp_type,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        srq: Option<&Srq>,
+        send: u32,
+        recv: u32,
+    ) -> Result<Qp> {
+        let recv = if srq.is_some() { 0 } else { recv };
         let mut init = ibv_qp_init_attr {
             send_cq: send_cq.cq,
             recv_cq: recv_cq.cq,
+            srq: srq.map_or(std::ptr::null_mut(), |s| s.srq),
             cap: ibv_qp_cap {
                 max_send_wr: send,
                 max_recv_wr: recv,
@@ -302,6 +325,96 @@ impl Pd {
             return Err(os_error("ibv_create_qp"));
         }
         Ok(Qp { verbs: self.ctx.verbs, qp })
+    }
+}
+
+impl Pd {
+    /// A shared receive queue of `depth` work requests of one entry each.
+    pub fn create_srq(&self, depth: u32) -> Result<Srq> {
+        let mut init =
+            ibv_srq_init_attr { attr: ibv_srq_attr { max_wr: depth, max_sge: 1, srq_limit: 0 }, ..Default::default() };
+        // SAFETY: a valid PD and init struct.
+        let srq = unsafe { (self.ctx.verbs.create_srq)(self.pd, &mut init) };
+        if srq.is_null() {
+            return Err(os_error("ibv_create_srq"));
+        }
+        Ok(Srq { verbs: self.ctx.verbs, srq })
+    }
+
+    /// An address handle to `gid` through local `port` and `gid_index` (UD sends).
+    pub fn create_ah(&self, port: u8, gid_index: u8, gid: [u8; 16]) -> Result<Ah> {
+        let mut a = ibv_ah_attr {
+            grh: ibv_global_route {
+                dgid: ibv_gid { raw: gid },
+                sgid_index: gid_index,
+                hop_limit: 64,
+                ..Default::default()
+            },
+            is_global: 1,
+            port_num: port,
+            ..Default::default()
+        };
+        // SAFETY: a valid PD and attribute struct.
+        let ah = unsafe { (self.ctx.verbs.create_ah)(self.pd, &mut a) };
+        if ah.is_null() {
+            return Err(os_error("ibv_create_ah"));
+        }
+        Ok(Ah { verbs: self.ctx.verbs, ah })
+    }
+}
+
+/// A shared receive queue.
+pub struct Srq {
+    verbs: &'static Verbs,
+    srq: *mut ibv_srq,
+}
+
+// SAFETY: as Context; one thread posts to it.
+unsafe impl Send for Srq {}
+
+impl Srq {
+    /// Posts a chain of receive work requests (`ibv_post_srq_recv`).
+    ///
+    /// # Safety
+    /// As `Qp::post_send`, for the receive buffers.
+    pub unsafe fn post(&self, wr: *mut ibv_recv_wr) -> std::result::Result<(), c_int> {
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: a valid SRQ; post_srq_recv is set by every provider with SRQs.
+        let post = unsafe { (*(*self.srq).context).ops.post_srq_recv }.expect("a provider without post_srq_recv");
+        // SAFETY: the caller's work requests are valid (see above).
+        match unsafe { post(self.srq, wr, &mut bad) } {
+            0 => Ok(()),
+            rc => Err(rc),
+        }
+    }
+}
+
+impl Drop for Srq {
+    fn drop(&mut self) {
+        // SAFETY: the QPs on it are destroyed first (the owner's field order).
+        unsafe { (self.verbs.destroy_srq)(self.srq) };
+    }
+}
+
+/// An address handle (where a UD datagram goes).
+pub struct Ah {
+    verbs: &'static Verbs,
+    ah: *mut ibv_ah,
+}
+
+// SAFETY: an immutable handle.
+unsafe impl Send for Ah {}
+
+impl Ah {
+    pub fn raw(&self) -> *mut ibv_ah {
+        self.ah
+    }
+}
+
+impl Drop for Ah {
+    fn drop(&mut self) {
+        // SAFETY: created once, destroyed once.
+        unsafe { (self.verbs.destroy_ah)(self.ah) };
     }
 }
 

@@ -87,3 +87,21 @@ pub fn connect(qp: &Qp, path: &Path, psn: u32, remote: &Endpoint) -> Result<()> 
         IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC;
     qp.modify(&mut a, rts)
 }
+
+/// Readies a fresh UD queue pair on `port` for datagrams with `qkey`
+/// (RESET → INIT → RTR → RTS).
+pub fn ud_ready(qp: &Qp, port: u8, qkey: u32) -> Result<()> {
+    let mut a = ibv_qp_attr { qp_state: IBV_QPS_INIT, pkey_index: 0, port_num: port, qkey, ..Default::default() };
+    qp.modify(&mut a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY)?;
+    let mut a = ibv_qp_attr { qp_state: IBV_QPS_RTR, ..Default::default() };
+    qp.modify(&mut a, IBV_QP_STATE)?;
+    let mut a = ibv_qp_attr { qp_state: IBV_QPS_RTS, sq_psn: 0, ..Default::default() };
+    qp.modify(&mut a, IBV_QP_STATE | IBV_QP_SQ_PSN)
+}
+
+/// Moves `qp` to the error state: its work requests still queued complete
+/// flushed (`IBV_WC_WR_FLUSH_ERR`), and nothing more goes out on it.
+pub fn fail(qp: &Qp) -> Result<()> {
+    let mut a = ibv_qp_attr { qp_state: IBV_QPS_ERR, ..Default::default() };
+    qp.modify(&mut a, IBV_QP_STATE)
+}

@@ -1,0 +1,871 @@
+//! The verbs `Domain`: one device port, reliable-connected queue pairs per
+//! peer, connected through a handshake of its own over UD.
+//!
+//! Per domain: a protection domain, one completion queue for everything,
+//! a UD queue pair for the handshake, and two shared receive queues. Per
+//! peer, two RC queue pairs:
+//! - `qp_w` carries writes (with and without immediates) and the engine's
+//!   own messages. Both consume a receive at the target in posting order,
+//!   so its shared receive queue (`srq_w`) holds the domain's own buffers,
+//!   all of one size (`ENGINE_MSG`): a write with an immediate consumes one
+//!   untouched, an engine message is copied from it into a buffer the
+//!   worker posted on `Chan::Engine`. The engine's messages share this
+//!   queue pair with the writes on purpose: RC delivers in order on one
+//!   queue pair, so a delivery fence (worker/fence.rs) answered by the
+//!   target proves the writes before it delivered
+//!   (`orders_sends_after_writes`).
+//! - `qp_u` carries the application's sends; its shared receive queue
+//!   (`srq_u`) holds the worker's own receive buffers, so no send ever
+//!   lands in an immediate's receive, nor the other way round.
+//!
+//! The handshake: `resolve` creates the peer's queue pairs and sends CONNECT
+//! (our GID, UD QP number and incarnation, both RC QP numbers and first
+//! PSNs) over UD, again every `RETRY` until answered; the peer connects its
+//! own queue pairs to ours and answers ACCEPT with theirs (a CONNECT from an
+//! engine not yet resolved creates its entry). Work posted meanwhile waits in
+//! the peer's backlog and goes out once connected; a peer silent for
+//! `CONNECT_TIMEOUT` fails it with `PeerDown`. A queue pair in error (a
+//! retry count exceeded: the peer is dead or gone) fails its work requests
+//! with `PeerDown`; the next work to that peer builds fresh queue pairs and
+//! connects again. A restarted peer has a new incarnation in its address:
+//! another peer entry, never the old queue pairs or keys.
+// Buffers passed to the post_* methods are registered memory owned by the worker
+// (the Domain contract), so these methods stay safe to call from it.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+
+use super::device;
+use super::lib::{Ah, Context, Cq, Mr, Pd, Qp, Srq, Verbs};
+use super::rc::{self, Endpoint, Path};
+use super::sys::*;
+use crate::domain::{Chan, Choice, Completion, Domain, DomainSpec, LocalMr, Memory, Nic, PeerId, Post, WriteWr};
+use crate::error::{Error, Result, Status};
+use crate::wire::RemoteKey;
+use std::collections::{HashMap, VecDeque};
+use std::ffi::c_void;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// One engine message at most, and the size of every `srq_w` buffer.
+const ENGINE_MSG: usize = 1024;
+/// `srq_w` buffers: receives for immediates and engine messages, reposted
+/// as consumed (a sender finding none waits: RNR retries, never an error).
+const W_RECVS: usize = 2048;
+/// Work requests (writes, sends, user receives) in flight per domain.
+const DEPTH: usize = 4096;
+/// UD handshake buffers (each with room for the 40-byte GRH) and sends.
+const UD_RECVS: usize = 64;
+const UD_SENDS: usize = 16;
+const UD_BUF: usize = 40 + 128;
+const QKEY: u32 = 0x0fab_1ee5;
+/// How often an unanswered CONNECT is sent again, and when a peer that
+/// never answers fails the work waiting for it.
+const RETRY: Duration = Duration::from_millis(50);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const CQ_BATCH: usize = 64;
+/// A domain address: GID, UD QP number, incarnation.
+const ADDR_LEN: usize = 28;
+const MAGIC: &[u8; 4] = b"FLV1";
+const CONNECT: u8 = 1;
+const ACCEPT: u8 = 2;
+/// The kind of a work request id (its top byte); the rest is an index.
+const K_OP: u64 = 1 << 56;
+const K_URECV: u64 = 2 << 56;
+const K_WRECV: u64 = 3 << 56;
+const K_UDRECV: u64 = 4 << 56;
+const K_UDSEND: u64 = 5 << 56;
+const KIND: u64 = 0xff << 56;
+/// The peer of a receive.
+const NO_PEER: PeerId = u64::MAX;
+
+/// Memory the domain allocates and registers itself.
+struct Buffers {
+    mem: Vec<u8>,
+    mr: Mr,
+    size: usize,
+}
+
+impl Buffers {
+    fn new(pd: &Pd, count: usize, size: usize) -> Result<Buffers> {
+        let mut mem = vec![0u8; count * size];
+        let mr = pd.reg_mr(mem.as_mut_ptr(), mem.len(), rc::REMOTE_WRITE)?;
+        Ok(Buffers { mem, mr, size })
+    }
+    fn ptr(&self, i: usize) -> *mut u8 {
+        self.mem.as_ptr().wrapping_add(i * self.size).cast_mut()
+    }
+    fn sge(&self, i: usize, len: usize) -> ibv_sge {
+        ibv_sge { addr: self.ptr(i) as u64, length: len as u32, lkey: self.mr.lkey() }
+    }
+}
+
+/// A work request in flight: whose, to whom, how many bytes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum OpState {
+    Free,
+    Busy,
+    /// Its peer was given up: a late completion is swallowed.
+    Abandoned,
+}
+
+#[derive(Clone, Copy)]
+struct Op {
+    token: u64,
+    peer: PeerId,
+    bytes: u64,
+    state: OpState,
+}
+
+/// Work to a peer whose queue pairs are not connected yet (its op taken).
+enum Queued {
+    Write(WriteWr, u32),
+    Send { user: bool, buf: *const u8, len: usize, lkey: u32, op: u32 },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum State {
+    /// CONNECT sent (first at `since`), no answer yet.
+    Connecting {
+        since: Instant,
+        last: Instant,
+    },
+    Up,
+    /// A queue pair went to error: the next work builds new ones.
+    Broken,
+}
+
+struct Peer {
+    gid: [u8; 16],
+    ud_qpn: u32,
+    nonce: u64,
+    ah: Option<Ah>,
+    qp_w: Qp,
+    qp_u: Qp,
+    psn_w: u32,
+    psn_u: u32,
+    /// The peer's (qp_w, qp_u) numbers our queue pairs are connected to.
+    remote: Option<(u32, u32)>,
+    state: State,
+    backlog: VecDeque<Queued>,
+}
+
+pub struct VerbsDomain {
+    // Field order is drop order: queue pairs before the queues, CQ and PD.
+    peers: Vec<Peer>,
+    /// Queue pairs replaced after an error, kept until the domain closes
+    /// (their flushed work requests still complete on the CQ).
+    retired: Vec<Qp>,
+    ud: Qp,
+    srq_w: Srq,
+    srq_u: Srq,
+    w_bufs: Buffers,
+    ud_bufs: Buffers,
+    cq: Cq,
+    pd: Pd,
+    _ctx: Arc<Context>,
+    by_addr: HashMap<Box<[u8]>, PeerId>,
+    addr: Vec<u8>,
+    nonce: u64,
+    path: Path,
+    nic: Nic,
+    max_msg: usize,
+    ops: Vec<Op>,
+    free_ops: Vec<u32>,
+    busy: usize,
+    per_peer: Vec<u32>,
+    window: u32,
+    /// The worker's `Chan::Engine` receive buffers, (token, buffer, length).
+    engine_bufs: VecDeque<(u64, *mut u8, usize)>,
+    /// Engine messages that came before a buffer to copy them into.
+    engine_early: VecDeque<Vec<u8>>,
+    /// Completions made without the CQ (copies, failed backlogs).
+    ready: VecDeque<Completion>,
+    ud_free: Vec<u32>,
+    connecting: Vec<PeerId>,
+    wc: Vec<ibv_wc>,
+}
+
+// SAFETY: the domain's objects are used by one thread at a time (the worker's).
+unsafe impl Send for VerbsDomain {}
+
+/// A failed work completion as a status: the peer is gone (retries
+/// exhausted, flushed by a queue pair in error), it refused the access, or
+/// ours was wrong.
+fn failure(status: u32) -> Error {
+    let class = match status {
+        IBV_WC_RETRY_EXC_ERR | IBV_WC_RNR_RETRY_EXC_ERR | IBV_WC_WR_FLUSH_ERR | IBV_WC_RESP_TIMEOUT_ERR => {
+            Status::PeerDown
+        }
+        IBV_WC_REM_ACCESS_ERR | IBV_WC_REM_INV_REQ_ERR | IBV_WC_REM_OP_ERR => Status::RemoteAccess,
+        IBV_WC_LOC_LEN_ERR | IBV_WC_LOC_PROT_ERR | IBV_WC_LOC_QP_OP_ERR | IBV_WC_MW_BIND_ERR => Status::LocalAccess,
+        _ => Status::Provider,
+    };
+    Error::new(class, format!("verbs work completion status {status}"))
+}
+
+/// 24 random bits: a first packet sequence number.
+fn psn() -> u32 {
+    (crate::domain::random_u64() & 0xff_ffff) as u32
+}
+
+impl VerbsDomain {
+    fn device_for(spec: &DomainSpec) -> Result<String> {
+        let names = Verbs::get()?.device_names()?;
+        if names.is_empty() {
+            crate::bail!(Unsupported, "no verbs device on this machine (fabriclib-info lists what there is)");
+        }
+        match &spec.nic {
+            Choice::Named(n) if names.contains(n) => Ok(n.clone()),
+            Choice::Named(n) => crate::bail!(InvalidArgument, "no verbs device named {n:?} (there are {names:?})"),
+            Choice::First => Ok(names[0].clone()),
+            Choice::Spread(i) => Ok(names[i % names.len()].clone()),
+        }
+    }
+
+    fn take_op(&mut self, token: u64, peer: PeerId, bytes: u64) -> std::result::Result<u32, Post> {
+        if self.busy >= DEPTH {
+            return Err(Post::Again);
+        }
+        if peer != NO_PEER {
+            let p = peer as usize;
+            if self.per_peer[p] >= self.window {
+                return Err(Post::Busy);
+            }
+            self.per_peer[p] += 1;
+        }
+        let i = self.free_ops.pop().unwrap_or_else(|| {
+            self.ops.push(Op { token: 0, peer: NO_PEER, bytes: 0, state: OpState::Free });
+            (self.ops.len() - 1) as u32
+        });
+        self.busy += 1;
+        self.ops[i as usize] = Op { token, peer, bytes, state: OpState::Busy };
+        Ok(i)
+    }
+
+    /// Frees op `i`; its token, peer and bytes unless it was abandoned.
+    fn release(&mut self, i: u32) -> Option<(u64, PeerId, u64)> {
+        let op = *self.ops.get(i as usize)?;
+        if op.state == OpState::Free {
+            return None;
+        }
+        self.ops[i as usize].state = OpState::Free;
+        self.free_ops.push(i);
+        if op.state == OpState::Abandoned {
+            return None;
+        }
+        self.busy -= 1;
+        if op.peer != NO_PEER {
+            self.per_peer[op.peer as usize] -= 1;
+        }
+        Some((op.token, op.peer, op.bytes))
+    }
+
+    fn post_w_recv(&mut self, i: usize) -> Result<()> {
+        let mut sge = self.w_bufs.sge(i, ENGINE_MSG);
+        let mut wr = ibv_recv_wr { wr_id: K_WRECV | i as u64, sg_list: &mut sge, num_sge: 1, ..Default::default() };
+        // SAFETY: the buffer is the domain's registered memory.
+        unsafe { self.srq_w.post(&mut wr) }
+            .map_err(|rc| Error::new(Status::Provider, format!("ibv_post_srq_recv: {rc}")))
+    }
+
+    fn post_ud_recv(&mut self, i: usize) -> Result<()> {
+        let mut sge = self.ud_bufs.sge(i, UD_BUF);
+        let mut wr = ibv_recv_wr { wr_id: K_UDRECV | i as u64, sg_list: &mut sge, num_sge: 1, ..Default::default() };
+        // SAFETY: as above.
+        unsafe { self.ud.post_recv(&mut wr) }
+            .map_err(|(rc, _)| Error::new(Status::Provider, format!("ibv_post_recv (UD): {rc}")))
+    }
+
+    /// Fresh queue pairs for a peer.
+    fn new_qps(&self) -> Result<(Qp, Qp)> {
+        let depth = self.window + 64;
+        let w = self.pd.create_qp_on(IBV_QPT_RC, &self.cq, &self.cq, Some(&self.srq_w), depth, 0)?;
+        let u = self.pd.create_qp_on(IBV_QPT_RC, &self.cq, &self.cq, Some(&self.srq_u), depth, 0)?;
+        Ok((w, u))
+    }
+
+    /// The entry of the peer at domain address `addr`, created (connecting) if new.
+    fn peer_at(&mut self, addr: &[u8]) -> Result<PeerId> {
+        if let Some(&p) = self.by_addr.get(addr) {
+            return Ok(p);
+        }
+        if addr.len() != ADDR_LEN {
+            crate::bail!(Malformed, "a verbs address is {ADDR_LEN} bytes, got {}", addr.len());
+        }
+        let (qp_w, qp_u) = self.new_qps()?;
+        let now = Instant::now();
+        let p = self.peers.len() as PeerId;
+        self.peers.push(Peer {
+            gid: addr[..16].try_into().unwrap(),
+            ud_qpn: u32::from_le_bytes(addr[16..20].try_into().unwrap()),
+            nonce: u64::from_le_bytes(addr[20..28].try_into().unwrap()),
+            ah: None,
+            qp_w,
+            qp_u,
+            psn_w: psn(),
+            psn_u: psn(),
+            remote: None,
+            state: State::Connecting { since: now, last: now - RETRY },
+            backlog: VecDeque::new(),
+        });
+        self.per_peer.push(0);
+        self.by_addr.insert(addr.into(), p);
+        self.connecting.push(p);
+        Ok(p)
+    }
+
+    /// Sends handshake message `kind` to peer `p` over UD; false if no send
+    /// slot is free (the retry sends it).
+    fn send_ud(&mut self, p: PeerId, kind: u8) -> bool {
+        let Some(slot) = self.ud_free.pop() else { return false };
+        let (port, gix) = (self.path.port, self.path.gid_index);
+        let peer = &mut self.peers[p as usize];
+        if peer.ah.is_none() {
+            match self.pd.create_ah(port, gix, peer.gid) {
+                Ok(ah) => peer.ah = Some(ah),
+                Err(e) => {
+                    eprintln!("fabriclib: verbs: no address handle to a peer: {e}");
+                    self.ud_free.push(slot);
+                    return false;
+                }
+            }
+        }
+        let mut m = Vec::with_capacity(64);
+        m.extend_from_slice(MAGIC);
+        m.push(kind);
+        m.extend_from_slice(&self.addr);
+        m.extend_from_slice(&peer.nonce.to_le_bytes());
+        for v in [peer.qp_w.qpn(), peer.psn_w, peer.qp_u.qpn(), peer.psn_u] {
+            m.extend_from_slice(&v.to_le_bytes());
+        }
+        let i = UD_RECVS + slot as usize;
+        // SAFETY: the slot is ours until its completion.
+        unsafe { std::ptr::copy_nonoverlapping(m.as_ptr(), self.ud_bufs.ptr(i), m.len()) };
+        let mut sge = self.ud_bufs.sge(i, m.len());
+        let mut wr = ibv_send_wr {
+            wr_id: K_UDSEND | slot as u64,
+            sg_list: &mut sge,
+            num_sge: 1,
+            opcode: IBV_WR_SEND,
+            send_flags: IBV_SEND_SIGNALED,
+            ..Default::default()
+        };
+        wr.wr.ud = ibv_send_wr__bindgen_ty_2__bindgen_ty_3 {
+            ah: peer.ah.as_ref().unwrap().raw(),
+            remote_qpn: peer.ud_qpn,
+            remote_qkey: QKEY,
+        };
+        // SAFETY: the buffer is registered and stays ours until the completion.
+        if unsafe { self.ud.post_send(&mut wr) }.is_err() {
+            self.ud_free.push(slot);
+            return false;
+        }
+        true
+    }
+
+    /// A handshake datagram of `len` bytes in UD buffer `i`.
+    fn handshake(&mut self, i: usize, len: usize) {
+        // SAFETY: the datagram was written there (GRH first); we repost after reading.
+        let m = unsafe { std::slice::from_raw_parts(self.ud_bufs.ptr(i).add(40), len.saturating_sub(40)) };
+        if m.len() < 4 + 1 + ADDR_LEN + 8 + 16 || &m[..4] != MAGIC {
+            return;
+        }
+        let kind = m[4];
+        let from = &m[5..5 + ADDR_LEN];
+        let mut at = 5 + ADDR_LEN;
+        let to_nonce = u64::from_le_bytes(m[at..at + 8].try_into().unwrap());
+        at += 8;
+        let word = |k: usize| u32::from_le_bytes(m[at + 4 * k..at + 4 * k + 4].try_into().unwrap());
+        let (qw, pw, qu, pu) = (word(0), word(1), word(2), word(3));
+        // Meant for an earlier incarnation at our GID and QP number.
+        if to_nonce != self.nonce {
+            return;
+        }
+        let from = from.to_vec();
+        let Ok(p) = self.peer_at(&from) else { return };
+        let peer = &self.peers[p as usize];
+        match peer.remote {
+            Some(r) if r == (qw, qu) => {}
+            Some(_) => {
+                // The peer built new queue pairs (ours or its own went to
+                // error): so do we, and connect them to its new ones.
+                if self.rebuild(p).is_err() {
+                    return;
+                }
+                self.connect(p, (qw, pw), (qu, pu));
+            }
+            None => self.connect(p, (qw, pw), (qu, pu)),
+        }
+        if kind == CONNECT {
+            self.send_ud(p, ACCEPT);
+        }
+    }
+
+    /// Connects peer `p`'s queue pairs to its `(qpn, psn)` pairs, and sends
+    /// what waited for it.
+    fn connect(&mut self, p: PeerId, w: (u32, u32), u: (u32, u32)) {
+        let path = self.path;
+        let peer = &mut self.peers[p as usize];
+        let ew = Endpoint { gid: peer.gid, qpn: w.0, psn: w.1 };
+        let eu = Endpoint { gid: peer.gid, qpn: u.0, psn: u.1 };
+        if let Err(e) = rc::connect(&peer.qp_w, &path, peer.psn_w, &ew)
+            .and_then(|_| rc::connect(&peer.qp_u, &path, peer.psn_u, &eu))
+        {
+            eprintln!("fabriclib: verbs: connecting to a peer: {e}");
+            peer.state = State::Broken;
+            return;
+        }
+        peer.remote = Some((w.0, u.0));
+        peer.state = State::Up;
+        self.connecting.retain(|&q| q != p);
+        let backlog = std::mem::take(&mut self.peers[p as usize].backlog);
+        for q in backlog {
+            let (res, op) = match q {
+                Queued::Write(wr, op) => (self.post_write_now(&wr, op), op),
+                Queued::Send { user, buf, len, lkey, op } => (self.post_send_now(p, user, buf, len, lkey, op), op),
+            };
+            if let Err(rc) = res {
+                if let Some((token, peer, _)) = self.release(op) {
+                    let error = posting_error("post", rc);
+                    self.ready.push_back(Completion::Failed { token, peer, error });
+                }
+            }
+        }
+    }
+
+    /// New queue pairs for peer `p` (its old ones to error, kept until the
+    /// domain closes so their flushed work requests complete).
+    fn rebuild(&mut self, p: PeerId) -> Result<()> {
+        let (w, u) = self.new_qps()?;
+        let now = Instant::now();
+        let peer = &mut self.peers[p as usize];
+        let old_w = std::mem::replace(&mut peer.qp_w, w);
+        let old_u = std::mem::replace(&mut peer.qp_u, u);
+        (peer.psn_w, peer.psn_u, peer.remote) = (psn(), psn(), None);
+        peer.state = State::Connecting { since: now, last: now - RETRY };
+        let _ = rc::fail(&old_w);
+        let _ = rc::fail(&old_u);
+        self.retired.extend([old_w, old_u]);
+        if !self.connecting.contains(&p) {
+            self.connecting.push(p);
+        }
+        Ok(())
+    }
+
+    /// Whether work to peer `p` goes out now (else it waits in its backlog).
+    fn ready_to_post(&mut self, p: PeerId) -> Result<bool> {
+        match self.peers[p as usize].state {
+            State::Up => Ok(true),
+            State::Connecting { .. } => Ok(false),
+            State::Broken => self.rebuild(p).map(|_| false),
+        }
+    }
+
+    /// Posts a write on its peer's `qp_w`; the errno if refused.
+    fn post_write_now(&mut self, wr: &WriteWr, op: u32) -> std::result::Result<(), i32> {
+        let peer = &self.peers[wr.peer as usize];
+        let mut sge = ibv_sge { addr: wr.local as u64, length: wr.len as u32, lkey: wr.desc as usize as u32 };
+        let mut w = ibv_send_wr {
+            wr_id: K_OP | op as u64,
+            sg_list: &mut sge,
+            num_sge: (wr.len > 0) as i32,
+            opcode: if wr.imm.is_some() { IBV_WR_RDMA_WRITE_WITH_IMM } else { IBV_WR_RDMA_WRITE },
+            send_flags: IBV_SEND_SIGNALED,
+            ..Default::default()
+        };
+        if let Some(imm) = wr.imm {
+            w.__bindgen_anon_1.imm_data = imm.to_be();
+        }
+        w.wr.rdma = ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr: wr.remote_addr, rkey: wr.key as u32 };
+        // SAFETY: the source is registered memory the worker keeps until the completion.
+        unsafe { peer.qp_w.post_send(&mut w) }.map_err(|(rc, _)| rc)
+    }
+
+    /// Posts a send on peer `p`'s `qp_u` (`user`) or `qp_w`; the errno if refused.
+    fn post_send_now(
+        &mut self,
+        p: PeerId,
+        user: bool,
+        buf: *const u8,
+        len: usize,
+        lkey: u32,
+        op: u32,
+    ) -> std::result::Result<(), i32> {
+        let peer = &self.peers[p as usize];
+        let mut sge = ibv_sge { addr: buf as u64, length: len as u32, lkey };
+        let mut w = ibv_send_wr {
+            wr_id: K_OP | op as u64,
+            sg_list: &mut sge,
+            num_sge: (len > 0) as i32,
+            opcode: IBV_WR_SEND,
+            send_flags: IBV_SEND_SIGNALED,
+            ..Default::default()
+        };
+        let qp = if user { &peer.qp_u } else { &peer.qp_w };
+        // SAFETY: the message is registered memory the worker keeps until the completion.
+        unsafe { qp.post_send(&mut w) }.map_err(|(rc, _)| rc)
+    }
+
+    /// Sends CONNECT again to peers that have not answered; fails the work
+    /// of those silent past `CONNECT_TIMEOUT`.
+    fn drive_handshakes(&mut self) {
+        let now = Instant::now();
+        for p in self.connecting.clone() {
+            let State::Connecting { since, last } = self.peers[p as usize].state else { continue };
+            if now.duration_since(since) >= CONNECT_TIMEOUT {
+                let err = Error::new(
+                    Status::PeerDown,
+                    format!("the verbs peer did not answer the connection handshake within {CONNECT_TIMEOUT:?}"),
+                );
+                for q in std::mem::take(&mut self.peers[p as usize].backlog) {
+                    let op = match q {
+                        Queued::Write(_, op) | Queued::Send { op, .. } => op,
+                    };
+                    if let Some((token, peer, _)) = self.release(op) {
+                        self.ready.push_back(Completion::Failed { token, peer, error: err.clone() });
+                    }
+                }
+                self.peers[p as usize].state = State::Broken;
+                self.connecting.retain(|&q| q != p);
+                continue;
+            }
+            if now.duration_since(last) >= RETRY && self.send_ud(p, CONNECT) {
+                self.peers[p as usize].state = State::Connecting { since, last: now };
+            }
+        }
+    }
+
+    /// An engine message in `srq_w` buffer `i`: copied into the worker's
+    /// next engine buffer (or kept until it posts one).
+    fn engine_message(&mut self, i: usize, len: usize) {
+        // SAFETY: the message was written there; the buffer is reposted after.
+        let m = unsafe { std::slice::from_raw_parts(self.w_bufs.ptr(i), len.min(ENGINE_MSG)) };
+        match self.engine_bufs.pop_front() {
+            Some((token, buf, cap)) => {
+                let n = m.len().min(cap);
+                // SAFETY: the worker's buffer has cap bytes and is ours until its completion.
+                unsafe { std::ptr::copy_nonoverlapping(m.as_ptr(), buf, n) };
+                self.ready.push_back(Completion::Recv { token, len: n, imm: None });
+            }
+            None => self.engine_early.push_back(m.to_vec()),
+        }
+    }
+
+    /// One work completion.
+    fn complete(&mut self, w: &ibv_wc, out: &mut Vec<Completion>) {
+        let (kind, i) = (w.wr_id & KIND, (w.wr_id & !KIND) as usize);
+        let ok = w.status == IBV_WC_SUCCESS;
+        match kind {
+            K_OP => {
+                let Some((token, peer, bytes)) = self.release(i as u32) else { return };
+                if ok {
+                    out.push(Completion::Done { token, peer, bytes });
+                } else {
+                    // The queue pair is in error now: the next work builds new ones.
+                    if let Some(p) = self.peers.get_mut(peer as usize) {
+                        p.state = State::Broken;
+                    }
+                    out.push(Completion::Failed { token, peer, error: failure(w.status) });
+                }
+            }
+            K_URECV => {
+                let Some((token, ..)) = self.release(i as u32) else { return };
+                match ok {
+                    true => out.push(Completion::Recv { token, len: w.byte_len as usize, imm: None }),
+                    false => out.push(Completion::Failed { token, peer: NO_PEER, error: failure(w.status) }),
+                }
+            }
+            K_WRECV => {
+                if ok && w.opcode == IBV_WC_RECV_RDMA_WITH_IMM {
+                    // SAFETY: a receive with an immediate carries it in this member.
+                    out.push(Completion::RemoteWrite { imm: u32::from_be(unsafe { w.__bindgen_anon_1.imm_data }) });
+                } else if ok {
+                    self.engine_message(i, w.byte_len as usize);
+                }
+                if let Err(e) = self.post_w_recv(i) {
+                    eprintln!("fabriclib: verbs: reposting a receive: {e}");
+                }
+            }
+            K_UDRECV => {
+                if ok {
+                    self.handshake(i, w.byte_len as usize);
+                }
+                if let Err(e) = self.post_ud_recv(i) {
+                    eprintln!("fabriclib: verbs: reposting a handshake receive: {e}");
+                }
+            }
+            K_UDSEND => self.ud_free.push(i as u32),
+            _ => {}
+        }
+    }
+}
+
+/// A refused post as an error.
+fn posting_error(what: &str, rc: i32) -> Error {
+    Error::new(Status::Provider, format!("verbs {what}: {}", std::io::Error::from_raw_os_error(rc)))
+}
+
+/// What a refused post means: a full send queue (ENOMEM) is "try again".
+fn refused(what: &str, rc: i32) -> Result<Post> {
+    const ENOMEM: i32 = 12;
+    if rc == ENOMEM { Ok(Post::Again) } else { Err(posting_error(what, rc)) }
+}
+
+impl Domain for VerbsDomain {
+    fn open(spec: &DomainSpec) -> Result<Self> {
+        let name = Self::device_for(spec)?;
+        let ctx = Context::open(&name)?;
+        let dev = device::describe(&ctx)?;
+        let port = dev
+            .ports
+            .iter()
+            .find(|p| p.active)
+            .ok_or_else(|| Error::new(Status::Unsupported, format!("verbs device {name} has no active port")))?;
+        let gid = match std::env::var("FABRICLIB_VERBS_GID_INDEX").ok().and_then(|v| v.parse::<i32>().ok()) {
+            Some(i) => port.gids.iter().find(|g| g.index == i).cloned(),
+            None => port.preferred_gid().cloned(),
+        }
+        .ok_or_else(|| {
+            Error::new(Status::Unsupported, format!("verbs device {name} port {}: no usable GID", port.num))
+        })?;
+        let attr = ctx.query_port(port.num)?;
+        let path = Path {
+            port: port.num,
+            gid_index: gid.index as u8,
+            mtu: attr.active_mtu,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+        };
+        let pd = ctx.alloc_pd()?;
+        let cq_depth = (DEPTH + W_RECVS + UD_RECVS + UD_SENDS).min(dev.max_cqe as usize) as i32;
+        let cq = ctx.create_cq(cq_depth)?;
+        let srq_w = pd.create_srq(W_RECVS as u32)?;
+        let srq_u = pd.create_srq(DEPTH as u32)?;
+        let ud = pd.create_qp(IBV_QPT_UD, &cq, &cq, UD_SENDS as u32, UD_RECVS as u32)?;
+        rc::ud_ready(&ud, port.num, QKEY)?;
+        let w_bufs = Buffers::new(&pd, W_RECVS, ENGINE_MSG)?;
+        let ud_bufs = Buffers::new(&pd, UD_RECVS + UD_SENDS, UD_BUF)?;
+        let nonce = crate::domain::random_u64();
+        let mut addr = gid.gid.to_vec();
+        addr.extend_from_slice(&ud.qpn().to_le_bytes());
+        addr.extend_from_slice(&nonce.to_le_bytes());
+        let max_msg = (attr.max_msg_sz as usize).clamp(1, 1 << 30);
+        let mut d = VerbsDomain {
+            peers: Vec::new(),
+            retired: Vec::new(),
+            ud,
+            srq_w,
+            srq_u,
+            w_bufs,
+            ud_bufs,
+            cq,
+            pd,
+            _ctx: ctx,
+            by_addr: HashMap::new(),
+            addr,
+            nonce,
+            path,
+            nic: Nic { name: name.clone(), pci: dev.pci.clone(), numa: dev.numa },
+            max_msg,
+            ops: Vec::with_capacity(DEPTH),
+            free_ops: Vec::new(),
+            busy: 0,
+            per_peer: Vec::new(),
+            window: spec.peer_window.clamp(1, 1 << 16) as u32,
+            engine_bufs: VecDeque::new(),
+            engine_early: VecDeque::new(),
+            ready: VecDeque::new(),
+            ud_free: (0..UD_SENDS as u32).collect(),
+            connecting: Vec::new(),
+            wc: vec![ibv_wc::default(); CQ_BATCH],
+        };
+        for i in 0..W_RECVS {
+            d.post_w_recv(i)?;
+        }
+        for i in 0..UD_RECVS {
+            d.post_ud_recv(i)?;
+        }
+        Ok(d)
+    }
+
+    fn provider(&self) -> &str {
+        "verbs"
+    }
+
+    fn nic(&self) -> Nic {
+        self.nic.clone()
+    }
+
+    fn address(&self) -> &[u8] {
+        &self.addr
+    }
+
+    fn max_msg_size(&self) -> usize {
+        self.max_msg
+    }
+
+    fn orders_sends_after_writes(&self) -> bool {
+        true // engine messages share the writes' queue pair (see the module doc)
+    }
+
+    fn register(&mut self, ptr: *mut u8, len: usize, mem: Memory) -> Result<LocalMr> {
+        if let Memory::Cuda { device, .. } = mem {
+            crate::bail!(
+                Unsupported,
+                "the verbs backend does not register GPU memory yet (CUDA device {device}); dma-buf registration comes with it"
+            );
+        }
+        let mr = self.pd.reg_mr(ptr, len, rc::REMOTE_WRITE)?;
+        let (lkey, rkey) = (mr.lkey(), mr.rkey());
+        Ok(LocalMr {
+            raw: Box::into_raw(Box::new(mr)).cast(),
+            desc: lkey as usize as *mut c_void,
+            remote: RemoteKey { remote_base: ptr as u64, key: rkey as u64 },
+        })
+    }
+
+    fn deregister(&mut self, mr: &LocalMr) {
+        if !mr.raw.is_null() {
+            // SAFETY: raw came from Box::into_raw in `register`, released once.
+            drop(unsafe { Box::from_raw(mr.raw.cast::<Mr>()) });
+        }
+    }
+
+    fn resolve(&mut self, addr: &[u8]) -> Result<PeerId> {
+        self.peer_at(addr)
+    }
+
+    fn post_write(&mut self, wr: &WriteWr, token: u64) -> Result<Post> {
+        let op = match self.take_op(token, wr.peer, wr.len as u64) {
+            Ok(op) => op,
+            Err(p) => return Ok(p),
+        };
+        match self.ready_to_post(wr.peer) {
+            Ok(true) => {}
+            Ok(false) => {
+                self.peers[wr.peer as usize].backlog.push_back(Queued::Write(*wr, op));
+                return Ok(Post::Posted);
+            }
+            Err(e) => {
+                self.release(op);
+                return Err(e);
+            }
+        }
+        match self.post_write_now(wr, op) {
+            Ok(()) => Ok(Post::Posted),
+            Err(rc) => {
+                self.release(op);
+                refused("RDMA write", rc)
+            }
+        }
+    }
+
+    fn post_send(
+        &mut self,
+        chan: Chan,
+        peer: PeerId,
+        buf: *const u8,
+        len: usize,
+        desc: *mut c_void,
+        token: u64,
+    ) -> Result<Post> {
+        let user = chan == Chan::User;
+        if !user && len > ENGINE_MSG {
+            crate::bail!(Provider, "an engine message of {len} bytes: the verbs backend takes {ENGINE_MSG} at most");
+        }
+        let op = match self.take_op(token, peer, len as u64) {
+            Ok(op) => op,
+            Err(p) => return Ok(p),
+        };
+        let lkey = desc as usize as u32;
+        match self.ready_to_post(peer) {
+            Ok(true) => {}
+            Ok(false) => {
+                self.peers[peer as usize].backlog.push_back(Queued::Send { user, buf, len, lkey, op });
+                return Ok(Post::Posted);
+            }
+            Err(e) => {
+                self.release(op);
+                return Err(e);
+            }
+        }
+        match self.post_send_now(peer, user, buf, len, lkey, op) {
+            Ok(()) => Ok(Post::Posted),
+            Err(rc) => {
+                self.release(op);
+                refused("send", rc)
+            }
+        }
+    }
+
+    fn post_recv(&mut self, chan: Chan, buf: *mut u8, len: usize, desc: *mut c_void, token: u64) -> Result<Post> {
+        if chan == Chan::Engine {
+            match self.engine_early.pop_front() {
+                Some(m) => {
+                    let n = m.len().min(len);
+                    // SAFETY: the worker's buffer has len bytes and is ours until its completion.
+                    unsafe { std::ptr::copy_nonoverlapping(m.as_ptr(), buf, n) };
+                    self.ready.push_back(Completion::Recv { token, len: n, imm: None });
+                }
+                None => self.engine_bufs.push_back((token, buf, len)),
+            }
+            return Ok(Post::Posted);
+        }
+        let op = match self.take_op(token, NO_PEER, 0) {
+            Ok(op) => op,
+            Err(p) => return Ok(p),
+        };
+        let mut sge = ibv_sge { addr: buf as u64, length: len as u32, lkey: desc as usize as u32 };
+        let mut wr = ibv_recv_wr { wr_id: K_URECV | op as u64, sg_list: &mut sge, num_sge: 1, ..Default::default() };
+        // SAFETY: the buffer is registered memory the worker keeps until the completion.
+        match unsafe { self.srq_u.post(&mut wr) } {
+            Ok(()) => Ok(Post::Posted),
+            Err(rc) => {
+                self.release(op);
+                Err(posting_error("receive", rc))
+            }
+        }
+    }
+
+    fn poll(&mut self, out: &mut Vec<Completion>) -> Result<usize> {
+        let before = out.len();
+        self.drive_handshakes();
+        out.extend(self.ready.drain(..));
+        let mut wc = std::mem::take(&mut self.wc);
+        let n = self.cq.poll(&mut wc)?;
+        for w in &wc[..n] {
+            self.complete(w, out);
+        }
+        self.wc = wc;
+        out.extend(self.ready.drain(..));
+        Ok((out.len() - before).max(n))
+    }
+
+    fn in_flight(&self) -> usize {
+        self.busy
+    }
+
+    fn abandon(&mut self, peer: PeerId, out: &mut Vec<u64>) {
+        // Work still waiting for the connection was never posted: freed now.
+        if let Some(p) = self.peers.get_mut(peer as usize) {
+            for q in std::mem::take(&mut p.backlog) {
+                let op = match q {
+                    Queued::Write(_, op) | Queued::Send { op, .. } => op,
+                };
+                if let Some((token, ..)) = self.release(op) {
+                    out.push(token);
+                }
+            }
+        }
+        // Work on the wire: its late completion is swallowed.
+        for i in 0..self.ops.len() {
+            let op = self.ops[i];
+            if op.state == OpState::Busy && op.peer == peer {
+                self.ops[i].state = OpState::Abandoned;
+                self.busy -= 1;
+                self.per_peer[peer as usize] -= 1;
+                out.push(op.token);
+            }
+        }
+    }
+}
