@@ -1,19 +1,35 @@
 #!/usr/bin/env bash
-# The verbs suite on real verbs: builds the verbs test binary (and
-# fabriclib-info) on the host, then runs them inside a VM with Soft-RoCE
-# (scripts/rxe-vm.sh: rdma_rxe on the guest's lo), where a missing device is
-# a failure (FABRICLIB_VERBS_REQUIRED=1). scripts/test.sh runs it.
+# The verbs suites on real verbs: builds the test binaries (and
+# fabriclib-info) on the host, then runs them in one VM with Soft-RoCE
+# (scripts/rxe-vm.sh) and two devices — rxe0 on the guest's lo, rxe1 on a
+# dummy interface — so that an engine of two NICs puts each on its own
+# device. In the VM a missing device is a failure (FABRICLIB_VERBS_REQUIRED=1).
+# Runs: tests/verbs.rs (one NIC), then the whole loopback suite
+# (tests/loopback) on the verbs backend with 2 NICs — one per device — and a
+# shorter soak (rxe under emulation moves tens of MB/s; the 1-NIC round adds
+# ~2 min: FABRICLIB_TEST_NICS=1,2 scripts/test-verbs.sh runs it too).
+# scripts/test.sh runs this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_BUILD_JOBS=${CARGO_BUILD_JOBS:-2}
 scripts/rxe-vm.sh --setup-only
-bin=$(cargo test --locked --test verbs --no-run --message-format=json 2>/dev/null |
-      sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
-[ -x "$bin" ] || { echo "test-verbs: no verbs test binary" >&2; exit 1; }
+binary() {
+  cargo test --locked --test "$1" --no-run --message-format=json 2>/dev/null |
+    sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1
+}
+verbs=$(binary verbs)
+loopback=$(binary loopback)
+for b in "$verbs" "$loopback"; do [ -x "$b" ] || { echo "test-verbs: a test binary is missing" >&2; exit 1; }; done
 cargo build --locked --release -p fabriclib-bench --bin fabriclib-info
 start=$(date +%s)
-FABRICLIB_VERBS_REQUIRED=1 scripts/rxe-vm.sh bash -c "
-  target/release/fabriclib-info --verbs-only &&
-  $bin --test-threads 1 2>&1
+FABRICLIB_VERBS_REQUIRED=1 FABRICLIB_TEST_PROVIDERS=verbs FABRICLIB_TEST_NICS=${FABRICLIB_TEST_NICS:-2} \
+FABRICLIB_SOAK_OPS=${FABRICLIB_VERBS_SOAK_OPS:-10000} \
+RXEVM_DEVICES=2 scripts/rxe-vm.sh bash -c "
+  set -e
+  target/release/fabriclib-info --verbs-only
+  echo '== tests/verbs.rs'
+  $verbs --test-threads 1 2>&1
+  echo '== tests/loopback on the verbs backend'
+  $loopback 2>&1
 "
-echo "verbs VM suite: $(( $(date +%s) - start )) s including the boot"
+echo "verbs VM suites: $(( $(date +%s) - start )) s including the boot"

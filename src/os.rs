@@ -56,6 +56,17 @@ pub fn eventfd_signal(fd: i32) {
     unsafe { libc::write(fd, one.as_ptr().cast(), 8) };
 }
 
+/// Makes `fd` non-blocking (a verbs completion channel's).
+pub fn set_nonblocking(fd: i32) -> std::io::Result<()> {
+    // SAFETY: fcntl on an fd the caller owns; no pointers.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    // SAFETY: as above.
+    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Drains eventfd `fd` (nonblocking).
 pub fn eventfd_drain(fd: i32) {
     let mut buf = [0u8; 8];

@@ -223,3 +223,41 @@ fn verbs_engine_pages_barrier_fence_and_messages() {
     drop((smr, dmr));
     drop((a, b));
 }
+
+/// The receives that immediates consume never run out for good: with only
+/// 8 of them at the target (`FABRICLIB_VERBS_IMM_RECVS`) and 256 writes
+/// in flight, senders that find none wait (RNR retries) and every one of
+/// 2000 immediates is counted exactly once.
+#[test]
+fn verbs_immediates_outnumber_the_receives() {
+    use fabriclib::{OnDone, Pages, Status};
+    if first_device().is_none() {
+        return;
+    }
+    const PAGES: usize = 2000;
+    const PAGE: usize = 4096;
+    // SAFETY: tests in this binary run one at a time (--test-threads 1 in the VM).
+    unsafe { std::env::set_var("FABRICLIB_VERBS_IMM_RECVS", "8") };
+    let (a, b) = (verbs_engine(), verbs_engine());
+    // SAFETY: as above.
+    unsafe { std::env::remove_var("FABRICLIB_VERBS_IMM_RECVS") };
+    let mut src: Vec<u8> = (0..PAGES * PAGE).map(|i| (i / 3) as u8).collect();
+    let mut dst = vec![0u8; PAGES * PAGE];
+    // SAFETY: both buffers outlive their handles and requests.
+    let smr = unsafe { a.register(src.as_mut_ptr(), src.len()) }.unwrap();
+    let dmr = unsafe { b.register(dst.as_mut_ptr(), dst.len()) }.unwrap();
+    let expect = flag();
+    b.expect_imm_count(0x99, PAGES as u32, OnDone::Flag(expect.clone())).unwrap();
+    let idx: Vec<u32> = (0..PAGES as u32).collect();
+    let p = Pages { indices: &idx, stride: PAGE as u64, offset: 0 };
+    let f = flag();
+    let t = Instant::now();
+    a.submit_paged_writes(PAGE as u64, Some(0x99), &smr, p, dmr.descriptor(), p, OnDone::Flag(f.clone())).unwrap();
+    assert_eq!(wait(&f), Some(Status::Ok));
+    assert_eq!(wait(&expect), Some(Status::Ok));
+    eprintln!("    {PAGES} immediates through 8 receives in {:?}", t.elapsed());
+    assert_eq!(b.imm_count(0x99, false).unwrap(), 0);
+    assert!(dst == src);
+    drop((smr, dmr));
+    drop((a, b));
+}

@@ -2,11 +2,13 @@
 //! peer processes (this same binary with `--peer`) that run the others, over
 //! real libfabric providers. Every test compares bytes (as region hashes) and
 //! counts immediates, on every provider of the matrix and with 1 and 2
-//! domains.
+//! NICs.
 //!
 //! Run: `cargo test --test loopback` (all), or with a filter:
 //! `cargo test --test loopback -- paged`. Providers: `FABRICLIB_TEST_PROVIDERS`
-//! (comma-separated; default `tcp;ofi_rxm,shm`).
+//! (comma-separated; default `tcp;ofi_rxm,shm`; `verbs` is the verbs backend,
+//! run in a Soft-RoCE VM by scripts/test-verbs.sh); NIC counts:
+//! `FABRICLIB_TEST_NICS` (default `1,2`).
 mod faults;
 mod groups;
 mod imm;
@@ -583,9 +585,15 @@ fn main() {
     unsafe { std::env::remove_var("FABRICLIB_PROVIDER") };
     let filters: Vec<&String> = args[1..].iter().filter(|a| !a.starts_with("--")).collect();
     let providers = std::env::var("FABRICLIB_TEST_PROVIDERS").unwrap_or_else(|_| "tcp;ofi_rxm,shm".into());
+    // NIC counts to run every test with (`FABRICLIB_TEST_NICS`, default 1,2).
+    let counts: Vec<usize> = std::env::var("FABRICLIB_TEST_NICS")
+        .unwrap_or_else(|_| "1,2".into())
+        .split(',')
+        .filter_map(|n| n.trim().parse().ok())
+        .collect();
     let (mut passed, mut failed) = (0, 0);
     for prov in providers.split(',') {
-        for domains in [1, 2] {
+        for &domains in &counts {
             for (name, test) in TESTS {
                 let full = format!("{name}[{prov},domains={domains}]");
                 if !filters.is_empty() && !filters.iter().any(|f| full.contains(f.as_str())) {

@@ -34,7 +34,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use super::device;
-use super::lib::{Ah, Context, Cq, Mr, Pd, Qp, Srq, Verbs};
+use super::lib::{Ah, Channel, Context, Cq, Mr, Pd, Qp, Srq, Verbs};
 use super::rc::{self, Endpoint, Path};
 use super::sys::*;
 use crate::domain::{Chan, Choice, Completion, Domain, DomainSpec, LocalMr, Memory, Nic, PeerId, Post, WriteWr};
@@ -49,6 +49,7 @@ use std::time::{Duration, Instant};
 const ENGINE_MSG: usize = 1024;
 /// `srq_w` buffers: receives for immediates and engine messages, reposted
 /// as consumed (a sender finding none waits: RNR retries, never an error).
+/// `FABRICLIB_VERBS_IMM_RECVS` sets another number (8..=65536).
 const W_RECVS: usize = 2048;
 /// Work requests (writes, sends, user receives) in flight per domain.
 const DEPTH: usize = 4096;
@@ -160,6 +161,8 @@ pub struct VerbsDomain {
     w_bufs: Buffers,
     ud_bufs: Buffers,
     cq: Cq,
+    /// The completion channel an idle worker sleeps on (`wait_fd`), when it may.
+    channel: Option<Channel>,
     pd: Pd,
     _ctx: Arc<Context>,
     by_addr: HashMap<Box<[u8]>, PeerId>,
@@ -215,7 +218,9 @@ impl VerbsDomain {
         }
         match &spec.nic {
             Choice::Named(n) if names.contains(n) => Ok(n.clone()),
-            Choice::Named(n) => crate::bail!(InvalidArgument, "no verbs device named {n:?} (there are {names:?})"),
+            Choice::Named(n) => {
+                crate::bail!(InvalidArgument, "no NIC named {n:?}; the provider has: {}", names.join(", "))
+            }
             Choice::First => Ok(names[0].clone()),
             Choice::Spread(i) => Ok(names[i % names.len()].clone()),
         }
@@ -637,13 +642,18 @@ impl Domain for VerbsDomain {
             rnr_retry: 7,
         };
         let pd = ctx.alloc_pd()?;
-        let cq_depth = (DEPTH + W_RECVS + UD_RECVS + UD_SENDS).min(dev.max_cqe as usize) as i32;
-        let cq = ctx.create_cq(cq_depth)?;
-        let srq_w = pd.create_srq(W_RECVS as u32)?;
+        let w_recvs = std::env::var("FABRICLIB_VERBS_IMM_RECVS")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .map_or(W_RECVS, |n| n.clamp(8, 1 << 16));
+        let cq_depth = (DEPTH + w_recvs + UD_RECVS + UD_SENDS).min(dev.max_cqe as usize) as i32;
+        let channel = if spec.wait { Some(ctx.create_channel()?) } else { None };
+        let cq = ctx.create_cq_on(cq_depth, channel.as_ref())?;
+        let srq_w = pd.create_srq(w_recvs as u32)?;
         let srq_u = pd.create_srq(DEPTH as u32)?;
         let ud = pd.create_qp(IBV_QPT_UD, &cq, &cq, UD_SENDS as u32, UD_RECVS as u32)?;
         rc::ud_ready(&ud, port.num, QKEY)?;
-        let w_bufs = Buffers::new(&pd, W_RECVS, ENGINE_MSG)?;
+        let w_bufs = Buffers::new(&pd, w_recvs, ENGINE_MSG)?;
         let ud_bufs = Buffers::new(&pd, UD_RECVS + UD_SENDS, UD_BUF)?;
         let nonce = crate::domain::random_u64();
         let mut addr = gid.gid.to_vec();
@@ -659,6 +669,7 @@ impl Domain for VerbsDomain {
             w_bufs,
             ud_bufs,
             cq,
+            channel,
             pd,
             _ctx: ctx,
             by_addr: HashMap::new(),
@@ -679,7 +690,7 @@ impl Domain for VerbsDomain {
             connecting: Vec::new(),
             wc: vec![ibv_wc::default(); CQ_BATCH],
         };
-        for i in 0..W_RECVS {
+        for i in 0..w_recvs {
             d.post_w_recv(i)?;
         }
         for i in 0..UD_RECVS {
@@ -702,6 +713,31 @@ impl Domain for VerbsDomain {
 
     fn max_msg_size(&self) -> usize {
         self.max_msg
+    }
+
+    fn wait_fd(&self) -> Option<i32> {
+        self.channel.as_ref().map(|c| c.fd())
+    }
+
+    fn try_wait(&mut self) -> bool {
+        let Some(ch) = &self.channel else { return false };
+        ch.drain();
+        // Handshakes still going are retried by polling (the worker's
+        // longest block, 10 ms, is well within the retry period).
+        if !self.ready.is_empty() || self.cq.arm().is_err() {
+            return false;
+        }
+        // A completion that came between the last poll and the arming
+        // raised no event: look once more, and keep what is there.
+        let mut wc = std::mem::take(&mut self.wc);
+        let n = self.cq.poll(&mut wc).unwrap_or(0);
+        let mut out = Vec::new();
+        for w in &wc[..n] {
+            self.complete(w, &mut out);
+        }
+        self.wc = wc;
+        self.ready.extend(out);
+        n == 0 && self.ready.is_empty()
     }
 
     fn orders_sends_after_writes(&self) -> bool {

@@ -42,6 +42,10 @@ pub struct Verbs {
     create_qp: unsafe extern "C" fn(*mut ibv_pd, *mut ibv_qp_init_attr) -> *mut ibv_qp,
     destroy_qp: unsafe extern "C" fn(*mut ibv_qp) -> c_int,
     modify_qp: unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int) -> c_int,
+    create_comp_channel: unsafe extern "C" fn(*mut ibv_context) -> *mut ibv_comp_channel,
+    destroy_comp_channel: unsafe extern "C" fn(*mut ibv_comp_channel) -> c_int,
+    get_cq_event: unsafe extern "C" fn(*mut ibv_comp_channel, *mut *mut ibv_cq, *mut *mut c_void) -> c_int,
+    ack_cq_events: unsafe extern "C" fn(*mut ibv_cq, u32),
     create_srq: unsafe extern "C" fn(*mut ibv_pd, *mut ibv_srq_init_attr) -> *mut ibv_srq,
     destroy_srq: unsafe extern "C" fn(*mut ibv_srq) -> c_int,
     create_ah: unsafe extern "C" fn(*mut ibv_pd, *mut ibv_ah_attr) -> *mut ibv_ah,
@@ -105,6 +109,10 @@ impl Verbs {
             create_qp: sym!(lib, "ibv_create_qp"),
             destroy_qp: sym!(lib, "ibv_destroy_qp"),
             modify_qp: sym!(lib, "ibv_modify_qp"),
+            create_comp_channel: sym!(lib, "ibv_create_comp_channel"),
+            destroy_comp_channel: sym!(lib, "ibv_destroy_comp_channel"),
+            get_cq_event: sym!(lib, "ibv_get_cq_event"),
+            ack_cq_events: sym!(lib, "ibv_ack_cq_events"),
             create_srq: sym!(lib, "ibv_create_srq"),
             destroy_srq: sym!(lib, "ibv_destroy_srq"),
             create_ah: sym!(lib, "ibv_create_ah"),
@@ -242,14 +250,74 @@ impl Context {
 
     /// A completion queue of `depth` entries (no completion channel).
     pub fn create_cq(self: &Arc<Context>, depth: i32) -> Result<Cq> {
-        // SAFETY: a valid context; no channel, vector 0.
-        let cq = unsafe { (self.verbs.create_cq)(self.ctx, depth, std::ptr::null_mut(), std::ptr::null_mut(), 0) };
+        self.create_cq_on(depth, None)
+    }
+
+    /// A completion queue of `depth` entries whose events go to `channel`.
+    pub fn create_cq_on(self: &Arc<Context>, depth: i32, channel: Option<&Channel>) -> Result<Cq> {
+        let ch = channel.map_or(std::ptr::null_mut(), |c| c.ch);
+        // SAFETY: a valid context (and channel); vector 0.
+        let cq = unsafe { (self.verbs.create_cq)(self.ctx, depth, std::ptr::null_mut(), ch, 0) };
         if cq.is_null() {
             return Err(os_error("ibv_create_cq"));
         }
         Ok(Cq { ctx: self.clone(), cq })
     }
+
+    /// A completion channel, its fd non-blocking: readable once an armed
+    /// completion queue on it has a new completion.
+    pub fn create_channel(self: &Arc<Context>) -> Result<Channel> {
+        // SAFETY: a valid context.
+        let ch = unsafe { (self.verbs.create_comp_channel)(self.ctx) };
+        if ch.is_null() {
+            return Err(os_error("ibv_create_comp_channel"));
+        }
+        let c = Channel { ctx: self.clone(), ch };
+        crate::os::set_nonblocking(c.fd())
+            .map_err(|e| Error::new(Status::Provider, format!("completion channel: {e}")))?;
+        Ok(c)
+    }
 }
+
+/// A completion channel (the fd an idle worker sleeps on).
+pub struct Channel {
+    ctx: Arc<Context>,
+    ch: *mut ibv_comp_channel,
+}
+
+// SAFETY: as Context.
+unsafe impl Send for Channel {}
+
+impl Channel {
+    pub fn fd(&self) -> i32 {
+        // SAFETY: a valid channel.
+        unsafe { (*self.ch).fd }
+    }
+
+    /// Takes (and acknowledges) the events waiting on the channel; how many.
+    pub fn drain(&self) -> u32 {
+        let mut n = 0;
+        loop {
+            let (mut cq, mut cq_ctx) = (std::ptr::null_mut(), std::ptr::null_mut());
+            // SAFETY: a valid channel; its fd is non-blocking, so this returns -1 when empty.
+            if unsafe { (self.ctx.verbs.get_cq_event)(self.ch, &mut cq, &mut cq_ctx) } != 0 {
+                return n;
+            }
+            // SAFETY: cq is the queue the event was for; one event acknowledged.
+            unsafe { (self.ctx.verbs.ack_cq_events)(cq, 1) };
+            n += 1;
+        }
+    }
+}
+
+impl Drop for Channel {
+    fn drop(&mut self) {
+        // SAFETY: the CQs on it are destroyed first (the owner's field order).
+        unsafe { (self.ctx.verbs.destroy_comp_channel)(self.ch) };
+    }
+}
+
+impl Context {}
 
 impl Drop for Context {
     fn drop(&mut self) {
@@ -472,6 +540,20 @@ impl Cq {
             return Err(rc_error("ibv_poll_cq", n));
         }
         Ok(n as usize)
+    }
+}
+
+impl Cq {
+    /// Arms the queue: its next completion raises an event on its channel
+    /// (`ibv_req_notify_cq`, through the ops table).
+    pub fn arm(&self) -> Result<()> {
+        // SAFETY: a valid CQ; req_notify_cq is set by every provider.
+        let arm = unsafe { (*(*self.cq).context).ops.req_notify_cq }.expect("a provider without req_notify_cq");
+        // SAFETY: as above; 0: any completion, not only solicited ones.
+        match unsafe { arm(self.cq, 0) } {
+            0 => Ok(()),
+            rc => Err(rc_error("ibv_req_notify_cq", rc)),
+        }
     }
 }
 
