@@ -4,7 +4,8 @@
 # (scripts/rxe-vm.sh) and two devices — rxe0 on the guest's lo, rxe1 on a
 # dummy interface — so that an engine of two NICs puts each on its own
 # device. In the VM a missing device is a failure (FABRICLIB_VERBS_REQUIRED=1).
-# Runs: tests/verbs.rs (one NIC), then the whole loopback suite
+# Runs: tests/verbs.rs (one NIC), the two-process C API test and the
+# KV-cache demo (c_examples/kv_transfer.c) on verbs, then the whole loopback suite
 # (tests/loopback) on the verbs backend with 2 NICs — one per device — and a
 # shorter soak (rxe under emulation moves tens of MB/s; the 1-NIC round adds
 # ~2 min: FABRICLIB_TEST_NICS=1,2 scripts/test-verbs.sh runs it too).
@@ -21,6 +22,8 @@ verbs=$(binary verbs)
 loopback=$(binary loopback)
 for b in "$verbs" "$loopback"; do [ -x "$b" ] || { echo "test-verbs: a test binary is missing" >&2; exit 1; }; done
 cargo build --locked --release -p fabriclib-bench --bin fabriclib-info
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j2 --target capi_two_process kv_transfer >/dev/null
 start=$(date +%s)
 FABRICLIB_VERBS_REQUIRED=1 FABRICLIB_TEST_PROVIDERS=verbs FABRICLIB_TEST_NICS=${FABRICLIB_TEST_NICS:-2} \
 FABRICLIB_SOAK_OPS=${FABRICLIB_VERBS_SOAK_OPS:-10000} \
@@ -28,7 +31,10 @@ RXEVM_DEVICES=2 scripts/rxe-vm.sh bash -c "
   set -e
   target/release/fabriclib-info --verbs-only
   echo '== tests/verbs.rs'
-  $verbs --test-threads 1 2>&1
+  $verbs --test-threads 1 --nocapture 2>&1
+  echo '== the C API between two processes, and the KV-cache demo, on verbs'
+  build/capi_two_process verbs
+  build/kv_transfer demo --provider verbs --layers 4 --pages 64
   echo '== tests/loopback on the verbs backend'
   $loopback 2>&1
 "
