@@ -4,8 +4,9 @@
 # (scripts/rxe-vm.sh) and two devices — rxe0 on the guest's lo, rxe1 on a
 # dummy interface — so that an engine of two NICs puts each on its own
 # device. In the VM a missing device is a failure (FABRICLIB_VERBS_REQUIRED=1).
-# Runs: tests/verbs.rs (one NIC), the two-process C API test and the
-# KV-cache demo (c_examples/kv_transfer.c) on verbs, then the whole loopback suite
+# Runs: tests/verbs.rs (one NIC), the two-process C API test, the KV-cache
+# demo (c_examples/kv_transfer.c) and fabriclib-bench's smoke suite (engine
+# against bare verbs) on verbs, then the whole loopback suite
 # (tests/loopback) on the verbs backend with 2 NICs — one per device — and a
 # shorter soak (rxe under emulation moves tens of MB/s; the 1-NIC round adds
 # ~2 min: FABRICLIB_TEST_NICS=1,2 scripts/test-verbs.sh runs it too).
@@ -21,7 +22,7 @@ binary() {
 verbs=$(binary verbs)
 loopback=$(binary loopback)
 for b in "$verbs" "$loopback"; do [ -x "$b" ] || { echo "test-verbs: a test binary is missing" >&2; exit 1; }; done
-cargo build --locked --release -p fabriclib-bench --bin fabriclib-info
+cargo build --locked --release -p fabriclib-bench
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j2 --target capi_two_process kv_transfer >/dev/null
 start=$(date +%s)
@@ -35,6 +36,8 @@ RXEVM_DEVICES=2 scripts/rxe-vm.sh bash -c "
   echo '== the C API between two processes, and the KV-cache demo, on verbs'
   build/capi_two_process verbs
   build/kv_transfer demo --provider verbs --layers 4 --pages 64
+  echo '== fabriclib-bench on verbs against bare verbs (smoke: every row runs, every byte verified)'
+  target/release/fabriclib-bench --suite smoke --provider verbs
   echo '== tests/loopback on the verbs backend'
   $loopback 2>&1
 "

@@ -314,8 +314,8 @@ impl Session {
         };
         let engine = TransferEngine::new(&cfg).map_err(|e| format!("{provider}: {e}"))?;
         let mut raw = RawEp::open(engine.provider(), bind)?;
-        if raw.fe.provider != engine.provider() {
-            return Err(format!("raw endpoint opened {} but the engine {}", raw.fe.provider, engine.provider()));
+        if raw.provider() != engine.provider() {
+            return Err(format!("raw endpoint opened {} but the engine {}", raw.provider(), engine.provider()));
         }
         let mut land = Region::new(&engine, &mut raw, 2 * MSG)?;
         raw.post_recv(land.mem.as_mut_ptr(), MSG, land.raw.desc)?;
@@ -339,7 +339,7 @@ impl Session {
             p.ctl.call(json!({
                 "op": "peer",
                 "desc": hex(&land.mr.descriptor().to_bytes()),
-                "raw": hex(&raw.fe.addr),
+                "raw": hex(raw.addr()),
                 "raw_base": land.raw.remote.remote_base,
                 "raw_key": land.raw.remote.key,
             }))?;

@@ -160,7 +160,7 @@ fn raw_shm(n: usize) -> R<Vec<f64>> {
     let (mut a, mut b) = (RawEp::open("shm", None)?, RawEp::open("shm", None)?);
     let (ma, mb) = (vec![7u8; WRITE], vec![0u8; WRITE]);
     let (ra, rb) = (a.register(ma.as_ptr() as *mut u8, WRITE)?, b.register(mb.as_ptr() as *mut u8, WRITE)?);
-    let (pa, pb) = (b.insert(&a.fe.addr)?, a.insert(&b.fe.addr)?);
+    let (pa, pb) = (b.insert(a.addr())?, a.insert(b.addr())?);
     let to_b = RawWrite {
         local: ma.as_ptr(),
         len: WRITE,

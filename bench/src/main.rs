@@ -1,6 +1,7 @@
 //! fabriclib-bench: bandwidth, latency and host cost of the TransferEngine,
 //! each measured against raw libfabric (same provider, same bindings, no
-//! engine) in the same run, interleaved repetition by repetition.
+//! engine) — or, on the verbs backend, bare verbs — in the same run,
+//! interleaved repetition by repetition.
 //!
 //! ```text
 //! fabriclib-bench --suite quick                      # the standard suite (< 5 min on 2 cores)
@@ -17,6 +18,7 @@ mod handoff;
 mod idle;
 mod mem;
 mod raw;
+mod raw_verbs;
 mod report;
 mod server;
 
@@ -54,7 +56,8 @@ usage: fabriclib-bench [options]                 run the client; spawns its serv
 options:
   --suite smoke|quick|full   a predefined plan (default: quick, unless --workload is given)
   --workload LIST            single,paged,imm,sendrecv,scatter,barrier,host (comma-separated)
-  --provider LIST            libfabric providers, comma-separated (default: tcp;ofi_rxm,shm)
+  --provider LIST            libfabric providers, comma-separated (default: tcp;ofi_rxm,shm);
+                             verbs: fabriclib's verbs backend, against bare verbs (bench/src/raw_verbs.rs)
   --domains N                domains (NICs) per engine (default 1)
   --sizes LIST               write / page / destination sizes, e.g. 1K,64K,32M
   --pages LIST               pages per paged request (default 100,10000)

@@ -1,6 +1,6 @@
 //! The raw baseline: the same libfabric provider, opened by the same code
 //! (`FabricEndpoint`: same `fi_info` hints, same objects) and driven through
-//! the same bindings, with no engine: one
+//! the same bindings, with no engine (on the verbs backend: raw_verbs.rs): one
 //! thread posts `fi_writedata`/`fi_send` straight from its loop (keeping a
 //! window of operations in flight, retrying on `-FI_EAGAIN`) and polls the
 //! completion queue itself; the receiver counts remote CQ data. Like the
@@ -40,7 +40,7 @@ pub struct RawWrite {
     pub imm: Option<u32>,
 }
 
-pub struct RawEp {
+pub struct FabricRaw {
     /// The endpoint (its `addr` and `provider` are what peers and reports need).
     pub fe: FabricEndpoint,
     ctx: Box<[fi_context2]>,
@@ -58,11 +58,11 @@ pub struct RawEp {
     recv_bufs: HashMap<usize, (*mut u8, usize, *mut c_void)>,
 }
 
-impl RawEp {
-    pub fn open(provider: &str, bind: Option<&str>) -> R<RawEp> {
+impl FabricRaw {
+    pub fn open(provider: &str, bind: Option<&str>) -> R<FabricRaw> {
         let fe = FabricEndpoint::open(provider, bind, 16384, false).map_err(|e| e.message)?;
         let n = fe.depth() + 1024;
-        Ok(RawEp {
+        Ok(FabricRaw {
             fe,
             ctx: vec![fi_context2::default(); n].into_boxed_slice(),
             free: (0..n).rev().collect(),
@@ -179,28 +179,6 @@ impl RawEp {
         })
     }
 
-    /// Posts every write of `ops` keeping at most `window` in flight, and
-    /// returns when all have completed locally.
-    pub fn write_all(&mut self, ops: impl Iterator<Item = RawWrite>, window: usize, deadline: Instant) -> R<()> {
-        for w in ops {
-            while self.outstanding >= window {
-                self.poll()?;
-                self.check(deadline)?;
-            }
-            self.post_write(&w, deadline)?;
-        }
-        self.drain(deadline)
-    }
-
-    /// Waits for the local completion of everything posted.
-    pub fn drain(&mut self, deadline: Instant) -> R<()> {
-        while self.outstanding > 0 {
-            self.poll()?;
-            self.check(deadline)?;
-        }
-        Ok(())
-    }
-
     fn check(&self, deadline: Instant) -> R<()> {
         if Instant::now() > deadline { Err("raw: timed out".into()) } else { Ok(()) }
     }
@@ -241,5 +219,116 @@ impl RawEp {
             self.poll()?;
             self.check(deadline)?;
         }
+    }
+}
+
+/// The raw baseline of a backend: libfabric's (above) or bare verbs (raw_verbs.rs).
+pub enum RawEp {
+    Fabric(FabricRaw),
+    Verbs(crate::raw_verbs::VerbsRaw),
+}
+
+/// Calls `$m` on whichever baseline `$s` is.
+macro_rules! each {
+    ($s:expr, $r:ident => $e:expr) => {
+        match $s {
+            RawEp::Fabric($r) => $e,
+            RawEp::Verbs($r) => $e,
+        }
+    };
+}
+
+impl RawEp {
+    /// The baseline for `provider` (the engine's: `verbs` is bare verbs).
+    pub fn open(provider: &str, bind: Option<&str>) -> R<RawEp> {
+        match provider {
+            "verbs" => crate::raw_verbs::VerbsRaw::open().map(RawEp::Verbs),
+            p => FabricRaw::open(p, bind).map(RawEp::Fabric),
+        }
+    }
+
+    pub fn provider(&self) -> &str {
+        match self {
+            RawEp::Fabric(f) => &f.fe.provider,
+            RawEp::Verbs(_) => "verbs",
+        }
+    }
+
+    /// What a peer's `insert` takes.
+    pub fn addr(&self) -> &[u8] {
+        match self {
+            RawEp::Fabric(f) => &f.fe.addr,
+            RawEp::Verbs(v) => v.addr(),
+        }
+    }
+
+    pub fn register(&mut self, ptr: *mut u8, len: usize) -> R<RawMr> {
+        each!(self, r => r.register(ptr, len))
+    }
+
+    pub fn deregister(&mut self, mr: RawMr) {
+        each!(self, r => r.deregister(mr))
+    }
+
+    pub fn insert(&mut self, addr: &[u8]) -> R<fi_addr_t> {
+        each!(self, r => r.insert(addr))
+    }
+
+    pub fn poll(&mut self) -> R<usize> {
+        each!(self, r => r.poll())
+    }
+
+    fn outstanding(&self) -> usize {
+        each!(self, r => r.outstanding)
+    }
+
+    pub fn post_write(&mut self, w: &RawWrite, deadline: Instant) -> R<()> {
+        each!(self, r => r.post_write(w, deadline))
+    }
+
+    pub fn wait_imm(&mut self, imm: u32, n: u64, deadline: Instant) -> R<()> {
+        each!(self, r => r.wait_imm(imm, n, deadline))
+    }
+
+    /// Posts a receive buffer (bare verbs keeps buffers of its own per peer).
+    pub fn post_recv(&mut self, buf: *mut u8, len: usize, desc: *mut c_void) -> R<()> {
+        match self {
+            RawEp::Fabric(f) => f.post_recv(buf, len, desc),
+            RawEp::Verbs(_) => Ok(()),
+        }
+    }
+
+    pub fn send(&mut self, peer: fi_addr_t, buf: *const u8, len: usize, desc: *mut c_void, deadline: Instant) -> R<()> {
+        each!(self, r => r.send(peer, buf, len, desc, deadline))
+    }
+
+    pub fn wait_recv(&mut self, deadline: Instant) -> R<usize> {
+        each!(self, r => r.wait_recv(deadline))
+    }
+
+    /// Posts every write of `ops` keeping at most `window` in flight, and
+    /// returns when all have completed locally.
+    pub fn write_all(&mut self, ops: impl Iterator<Item = RawWrite>, window: usize, deadline: Instant) -> R<()> {
+        for w in ops {
+            while self.outstanding() >= window {
+                self.poll()?;
+                if Instant::now() > deadline {
+                    return Err("raw: timed out".into());
+                }
+            }
+            self.post_write(&w, deadline)?;
+        }
+        self.drain(deadline)
+    }
+
+    /// Waits for the local completion of everything posted.
+    pub fn drain(&mut self, deadline: Instant) -> R<()> {
+        while self.outstanding() > 0 {
+            self.poll()?;
+            if Instant::now() > deadline {
+                return Err("raw: timed out".into());
+            }
+        }
+        Ok(())
     }
 }

@@ -284,7 +284,7 @@ pub fn serve(listen: &str, bind: Option<&str>) -> R<()> {
                     o.close();
                 }
                 Open::new(&cmd, bind).map(|o| {
-                    let v = json!({ "engine": hex(&o.engine.address().to_bytes()), "raw": hex(&o.raw.fe.addr), "provider": o.engine.provider() });
+                    let v = json!({ "engine": hex(&o.engine.address().to_bytes()), "raw": hex(o.raw.addr()), "provider": o.engine.provider() });
                     open = Some(o);
                     v
                 })
