@@ -740,18 +740,29 @@ impl Domain for VerbsDomain {
         n == 0 && self.ready.is_empty()
     }
 
+    fn device_memory(&self) -> bool {
+        // Through dma-buf (the device itself may still refuse: rxe does).
+        Verbs::get().is_ok_and(|v| v.reg_dmabuf_mr.is_some())
+    }
+
     fn orders_sends_after_writes(&self) -> bool {
         true // engine messages share the writes' queue pair (see the module doc)
     }
 
     fn register(&mut self, ptr: *mut u8, len: usize, mem: Memory) -> Result<LocalMr> {
-        if let Memory::Cuda { device, .. } = mem {
-            crate::bail!(
+        let mr = match mem {
+            Memory::Host => self.pd.reg_mr(ptr, len, rc::REMOTE_WRITE)?,
+            // Device memory goes through dma-buf: the NIC reads and writes
+            // the GPU's memory directly (GPUDirect RDMA).
+            Memory::Cuda { dmabuf: Some((fd, offset)), .. } => {
+                self.pd.reg_dmabuf_mr(fd, offset, len, ptr as u64, rc::REMOTE_WRITE)?
+            }
+            Memory::Cuda { device, dmabuf: None } => crate::bail!(
                 Unsupported,
-                "the verbs backend does not register GPU memory yet (CUDA device {device}); dma-buf registration comes with it"
-            );
-        }
-        let mr = self.pd.reg_mr(ptr, len, rc::REMOTE_WRITE)?;
+                "CUDA device {device}: the verbs backend registers device memory as dma-buf, and the driver did not \
+                 export this region as one (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, CUDA >= 11.7)"
+            ),
+        };
         let (lkey, rkey) = (mr.lkey(), mr.rkey());
         Ok(LocalMr {
             raw: Box::into_raw(Box::new(mr)).cast(),

@@ -355,6 +355,22 @@ impl Pd {
         Ok(Mr { verbs: self.ctx.verbs, mr })
     }
 
+    /// Registers `len` bytes of device memory exported as dma-buf `fd`
+    /// (the region starting `offset` bytes into it), mapped at `iova` in
+    /// this process (`ibv_reg_dmabuf_mr`, rdma-core >= 34).
+    pub fn reg_dmabuf_mr(&self, fd: i32, offset: u64, len: usize, iova: u64, access: u32) -> Result<Mr> {
+        let Some(reg) = self.ctx.verbs.reg_dmabuf_mr else {
+            crate::bail!(Unsupported, "this libibverbs has no ibv_reg_dmabuf_mr (rdma-core >= 34 has)");
+        };
+        // SAFETY: a valid PD; the caller's fd names the exported region.
+        let mr = unsafe { reg(self.pd, offset, len, iova, fd, access as c_int) };
+        if mr.is_null() {
+            let e = std::io::Error::last_os_error();
+            crate::bail!(Unsupported, "ibv_reg_dmabuf_mr ({len} bytes of device memory): {e}");
+        }
+        Ok(Mr { verbs: self.ctx.verbs, mr })
+    }
+
     /// A queue pair of `qp_type` (`IBV_QPT_RC`, `IBV_QPT_UD`) on `send_cq` /
     /// `recv_cq`, with room for `send` and `recv` work requests of one
     /// scatter-gather entry each.
