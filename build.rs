@@ -9,7 +9,7 @@ fn main() {
     let shim = out.join("fi_shim");
 
     let mut builder = bindgen::Builder::default()
-        .header("src/sys/wrapper.h")
+        .header("src/domain/fabric/sys/wrapper.h")
         .allowlist_function("fi_.*")
         .allowlist_type("fi_.*|fid.*")
         .allowlist_var("FI_.*")
@@ -41,7 +41,7 @@ fn main() {
         println!("cargo:rustc-link-search=native={dir}");
     }
     println!("cargo:rustc-link-lib=dylib=fabric");
-    println!("cargo:rerun-if-changed=src/sys/wrapper.h");
+    println!("cargo:rerun-if-changed=src/domain/fabric/sys/wrapper.h");
     println!("cargo:rerun-if-changed=build.rs");
     verbs_types(&out);
 

@@ -18,7 +18,6 @@ pub mod liveness;
 pub mod os;
 pub mod pin;
 pub mod status;
-pub mod sys;
 pub mod topo;
 pub mod watcher;
 pub mod wire;

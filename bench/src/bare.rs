@@ -10,7 +10,7 @@
 //! progress). Pinned as the bench pins its client and first server
 //! (`loopback_cpu`), or as `--cpus` says.
 use crate::ctl::fill;
-use fabriclib::sys::*;
+use fabriclib::domain::fabric::sys::*;
 use std::ffi::{CStr, CString, c_void};
 use std::io::{BufRead, Read, Write};
 use std::ptr::null_mut;

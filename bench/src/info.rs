@@ -143,7 +143,7 @@ fn main() {
         return;
     }
     // SAFETY: fi_version has no preconditions.
-    let v = unsafe { fabriclib::sys::fi_version() };
+    let v = unsafe { fabriclib::domain::fabric::sys::fi_version() };
     let sys = Topo::system();
     // What `groups_per_gpu` (fabriclib_config_set_groups_per_gpu) would open on this provider.
     let groups = |nics: &[Nic]| -> Value {

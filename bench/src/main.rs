@@ -503,7 +503,7 @@ fn machine() -> serde_json::Value {
         .trim()
         .to_string();
     // SAFETY: fi_version has no preconditions.
-    let fi_version = unsafe { fabriclib::sys::fi_version() };
+    let fi_version = unsafe { fabriclib::domain::fabric::sys::fi_version() };
     json!({
         "cpus": cpus(),
         "cpu": cpu,

@@ -8,7 +8,7 @@
 //! row of the benchmark is divided by the same row measured with this.
 use fabriclib::domain::LocalMr;
 use fabriclib::domain::fabric::FabricEndpoint;
-use fabriclib::sys::*;
+use fabriclib::domain::fabric::sys::*;
 use std::collections::HashMap;
 use std::ffi::{CStr, c_void};
 use std::ptr::null_mut;

@@ -3,8 +3,8 @@
 //! it back to the worker's token and peer, bounds the operations in flight
 //! (per endpoint and per peer), and lets a dead peer's operations be
 //! abandoned so that their late completions are swallowed.
+use super::sys::fi_context2;
 use crate::domain::{PeerId, Post};
-use crate::sys::fi_context2;
 use std::ffi::c_void;
 
 /// An op context as libfabric sees it: the provider may use `fi` while the

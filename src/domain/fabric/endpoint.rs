@@ -1,12 +1,12 @@
 //! `FabricEndpoint`: the libfabric objects of one endpoint, the `fi_info`
 //! fabriclib asks for, NIC choice, and memory registration.
 use super::super::{LocalMr, Memory};
+use super::sys::*;
 use super::{IP_FORMATS, check, fi_err};
 use crate::config::Bind;
 use crate::domain::Choice;
 use crate::domain::Nic;
 use crate::error::{Error, Result, Status};
-use crate::sys::*;
 use crate::wire::RemoteKey;
 use std::ffi::{CStr, CString, c_void};
 use std::ptr::null_mut;

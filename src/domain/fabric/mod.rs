@@ -16,15 +16,16 @@
 use super::{Chan, Choice, Completion, Domain, DomainSpec, LocalMr, Memory, Nic, PeerId, Post, WriteWr};
 use crate::config::Bind;
 use crate::error::{Error, Result, Status};
-use crate::sys::*;
 use ctx::{CtxPool, NO_PEER};
 use std::collections::HashMap;
 use std::ffi::{CStr, c_void};
 use std::ptr::null_mut;
+use sys::*;
 
 mod ctx;
 mod endpoint;
 pub mod nic;
+pub mod sys;
 pub use endpoint::FabricEndpoint;
 
 const CQ_BATCH: usize = 64;

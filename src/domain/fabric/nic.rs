@@ -3,8 +3,8 @@
 //! `domain_attr->name` (`rdmap16s27-rdm`, `eth0`, `shm`). Each engine
 //! domain opens on one of them (`Choice`, `choose`); `Nic` records which,
 //! with its PCI address and NUMA node where the system says.
+use super::sys::*;
 use crate::domain::{Choice, Nic};
-use crate::sys::*;
 use std::ffi::CStr;
 
 /// The name of `info`'s NIC.
