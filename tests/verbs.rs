@@ -62,14 +62,7 @@ fn connected_pair(ctx: &std::sync::Arc<Context>, pd: &fabriclib::domain::verbs::
     let port = &d.ports[0];
     let gid = port.preferred_gid().unwrap();
     let attr = ctx.query_port(port.num).unwrap();
-    let path = Path {
-        port: port.num,
-        gid_index: gid.index as u8,
-        mtu: attr.active_mtu,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
-    };
+    let path = Path::new(port.num, gid.index as u8, attr.active_mtu);
     let a = pd.create_qp(IBV_QPT_RC, cqs.0, cqs.0, 256, 256).unwrap();
     let b = pd.create_qp(IBV_QPT_RC, cqs.1, cqs.1, 256, 256).unwrap();
     let (pa, pb) = (0x1234, 0xabcd);

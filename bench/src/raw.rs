@@ -51,7 +51,7 @@ pub struct FabricRaw {
     /// Writes and sends posted whose local completion has not been read yet.
     pub outstanding: usize,
     /// Immediates seen and not yet consumed by `wait_imm`.
-    arrived: HashMap<u32, u64>,
+    pub arrived: HashMap<u32, u64>,
     /// Receives completed (context index, length), not yet consumed by `wait_recv`.
     received: Vec<(usize, usize)>,
     /// The buffer posted with each receive context.
@@ -183,19 +183,6 @@ impl FabricRaw {
         if Instant::now() > deadline { Err("raw: timed out".into()) } else { Ok(()) }
     }
 
-    /// Polls until `n` writes carrying `imm` have landed here (earlier arrivals count).
-    pub fn wait_imm(&mut self, imm: u32, n: u64, deadline: Instant) -> R<()> {
-        loop {
-            let have = self.arrived.get(&imm).copied().unwrap_or(0);
-            if have >= n {
-                self.arrived.insert(imm, have - n);
-                return Ok(());
-            }
-            self.poll()?;
-            self.check(deadline)?;
-        }
-    }
-
     /// Posts a receive buffer (kept in `recv_bufs`, reposted by `wait_recv`).
     pub fn post_recv(&mut self, buf: *mut u8, len: usize, desc: *mut c_void) -> R<()> {
         let i = self.free.pop().ok_or("raw: out of contexts")?;
@@ -286,8 +273,20 @@ impl RawEp {
         each!(self, r => r.post_write(w, deadline))
     }
 
+    /// Polls until `n` writes carrying `imm` have landed here (earlier arrivals count).
     pub fn wait_imm(&mut self, imm: u32, n: u64, deadline: Instant) -> R<()> {
-        each!(self, r => r.wait_imm(imm, n, deadline))
+        loop {
+            let arrived = each!(self, r => &mut r.arrived);
+            let have = arrived.get(&imm).copied().unwrap_or(0);
+            if have >= n {
+                arrived.insert(imm, have - n);
+                return Ok(());
+            }
+            self.poll()?;
+            if Instant::now() > deadline {
+                return Err("raw: timed out".into());
+            }
+        }
     }
 
     /// Posts a receive buffer (bare verbs keeps buffers of its own per peer).

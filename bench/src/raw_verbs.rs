@@ -67,7 +67,7 @@ pub struct VerbsRaw {
     wc: Vec<ibv_wc>,
     empty_polls: u32,
     pub outstanding: usize,
-    arrived: HashMap<u32, u64>,
+    pub arrived: HashMap<u32, u64>,
     /// Messages received (peer, buffer slot, length), not yet consumed.
     received: Vec<(usize, usize, usize)>,
 }
@@ -81,7 +81,7 @@ impl VerbsRaw {
         let port = dev.ports.iter().find(|p| p.active).ok_or("raw verbs: no active port")?;
         let gid = port.preferred_gid().ok_or("raw verbs: no GID")?.clone();
         let mtu = ctx.query_port(port.num).map_err(e)?.active_mtu;
-        let path = Path { port: port.num, gid_index: gid.index as u8, mtu, timeout: 14, retry_cnt: 7, rnr_retry: 7 };
+        let path = Path::new(port.num, gid.index as u8, mtu);
         let pd = ctx.alloc_pd().map_err(e)?;
         let cq = ctx.create_cq((2 * DEPTH as usize + IMM_RECVS).min(dev.max_cqe as usize) as i32).map_err(e)?;
         let srq = pd.create_srq(IMM_RECVS as u32).map_err(e)?;
@@ -265,20 +265,6 @@ impl VerbsRaw {
         }
         wr.wr.rdma = ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr: w.addr, rkey: w.key as u32 };
         self.post(w.peer as usize, false, wr, deadline)
-    }
-
-    pub fn wait_imm(&mut self, imm: u32, n: u64, deadline: Instant) -> R<()> {
-        loop {
-            let have = self.arrived.get(&imm).copied().unwrap_or(0);
-            if have >= n {
-                self.arrived.insert(imm, have - n);
-                return Ok(());
-            }
-            self.poll()?;
-            if Instant::now() > deadline {
-                return Err("raw: timed out".into());
-            }
-        }
     }
 
     pub fn send(&mut self, peer: u64, buf: *const u8, len: usize, desc: *mut c_void, deadline: Instant) -> R<()> {

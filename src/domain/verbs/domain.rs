@@ -633,14 +633,7 @@ impl Domain for VerbsDomain {
             Error::new(Status::Unsupported, format!("verbs device {name} port {}: no usable GID", port.num))
         })?;
         let attr = ctx.query_port(port.num)?;
-        let path = Path {
-            port: port.num,
-            gid_index: gid.index as u8,
-            mtu: attr.active_mtu,
-            timeout: 14,
-            retry_cnt: 7,
-            rnr_retry: 7,
-        };
+        let path = Path::new(port.num, gid.index as u8, attr.active_mtu);
         let pd = ctx.alloc_pd()?;
         let w_recvs = std::env::var("FABRICLIB_VERBS_IMM_RECVS")
             .ok()

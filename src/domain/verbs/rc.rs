@@ -33,6 +33,14 @@ pub struct Path {
     pub rnr_retry: u8,
 }
 
+impl Path {
+    /// Local `port` and `gid_index` at path MTU `mtu`, with fabriclib's retry
+    /// policy: ACK timeout 14 (≈ 67 ms), 7 retries, unlimited RNR retries.
+    pub fn new(port: u8, gid_index: u8, mtu: ibv_mtu) -> Path {
+        Path { port, gid_index, mtu, timeout: 14, retry_cnt: 7, rnr_retry: 7 }
+    }
+}
+
 /// What a peer may do to memory behind our QPs: write (with immediates).
 pub const REMOTE_WRITE: u32 = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
 
