@@ -293,3 +293,53 @@ fn verbs_two_nics_on_two_devices() {
     drop((smr, dmr));
     drop((a, b));
 }
+
+/// A write through a key the target never issued ends `RemoteAccess`; it
+/// puts its queue pair in error and the writes behind it are flushed
+/// (`Provider`, never `PeerDown`), yet the peer stays up: the next write
+/// rebuilds the connection and lands, counted.
+#[test]
+fn verbs_a_bad_key_fails_one_write_not_the_peer() {
+    use fabriclib::{OnDone, Status};
+    if first_device().is_none() {
+        return;
+    }
+    let (a, b) = (verbs_engine(), verbs_engine());
+    let mut src = vec![7u8; 1 << 16];
+    let mut dst = vec![0u8; 1 << 16];
+    // SAFETY: both buffers outlive their handles and requests.
+    let smr = unsafe { a.register(src.as_mut_ptr(), src.len()) }.unwrap();
+    let dmr = unsafe { b.register(dst.as_mut_ptr(), dst.len()) }.unwrap();
+    let good = dmr.descriptor().clone();
+    // A first write connects the two.
+    let f = flag();
+    a.submit_single_write(64, Some(1), &smr, 0, &good, 0, OnDone::Flag(f.clone())).unwrap();
+    assert_eq!(wait(&f), Some(Status::Ok));
+    let mut forged = (*good).clone();
+    forged.keys[0].key ^= 0x5a5a_0000;
+    let f = flag();
+    a.submit_single_write(64, None, &smr, 0, &std::sync::Arc::new(forged), 0, OnDone::Flag(f.clone())).unwrap();
+    // Writes behind it on the same queue pair are flushed when it fails:
+    // they fail too, but not as a dead peer's.
+    let behind: Vec<_> = (0..8).map(|_| flag()).collect();
+    for g in &behind {
+        a.submit_single_write(64, None, &smr, 0, &good, 0, OnDone::Flag(g.clone())).unwrap();
+    }
+    assert_eq!(wait(&f), Some(Status::RemoteAccess), "a forged key");
+    for g in &behind {
+        let st = wait(g);
+        assert!(matches!(st, Some(Status::Ok | Status::Provider)), "a write behind the bad one ended {st:?}");
+    }
+    let f = flag();
+    a.submit_single_write(4096, Some(2), &smr, 0, &good, 4096, OnDone::Flag(f.clone())).unwrap();
+    assert_eq!(wait(&f), Some(Status::Ok), "the peer is still up");
+    let t = Instant::now();
+    while b.imm_count(2, false).unwrap() < 1 {
+        assert!(t.elapsed() < Duration::from_secs(30), "the write after the bad one was not counted");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(dst[4096..8192].iter().all(|&x| x == 7));
+    assert_eq!(a.peer_state(b.address()).unwrap(), Some(fabriclib::PeerState::Up));
+    drop((smr, dmr));
+    drop((a, b));
+}

@@ -114,6 +114,8 @@ struct Op {
     peer: PeerId,
     bytes: u64,
     state: OpState,
+    /// Its peer's queue pair generation when it was posted.
+    era: u32,
 }
 
 /// Work to a peer whose queue pairs are not connected yet (its op taken).
@@ -145,6 +147,12 @@ struct Peer {
     psn_u: u32,
     /// The peer's (qp_w, qp_u) numbers our queue pairs are connected to.
     remote: Option<(u32, u32)>,
+    /// The status that put its queue pairs in error, until rebuilt; and the
+    /// one that broke the queue pairs before them (their late flushes).
+    broke: Option<u32>,
+    old_broke: Option<u32>,
+    /// Which queue pairs (bumped by each rebuild) an op was posted on.
+    era: u32,
     state: State,
     backlog: VecDeque<Queued>,
 }
@@ -190,13 +198,29 @@ pub struct VerbsDomain {
 // SAFETY: the domain's objects are used by one thread at a time (the worker's).
 unsafe impl Send for VerbsDomain {}
 
+/// Whether a work completion status means the peer is gone (its queue pair
+/// stopped answering).
+fn peer_gone(status: u32) -> bool {
+    matches!(status, IBV_WC_RETRY_EXC_ERR | IBV_WC_RNR_RETRY_EXC_ERR | IBV_WC_RESP_TIMEOUT_ERR)
+}
+
 /// A failed work completion as a status: the peer is gone (retries
-/// exhausted, flushed by a queue pair in error), it refused the access, or
-/// ours was wrong.
-fn failure(status: u32) -> Error {
+/// exhausted), it refused the access, or ours was wrong. A flushed one (its
+/// queue pair went to error for another work request) takes the class of
+/// what broke the queue pair, `broke`: `PeerDown` only if the peer is gone —
+/// one write through a bad key must not take a live peer down.
+fn failure(status: u32, broke: Option<u32>) -> Error {
     let class = match status {
-        IBV_WC_RETRY_EXC_ERR | IBV_WC_RNR_RETRY_EXC_ERR | IBV_WC_WR_FLUSH_ERR | IBV_WC_RESP_TIMEOUT_ERR => {
-            Status::PeerDown
+        s if peer_gone(s) => Status::PeerDown,
+        IBV_WC_WR_FLUSH_ERR if broke.is_some_and(peer_gone) => Status::PeerDown,
+        IBV_WC_WR_FLUSH_ERR => {
+            let why = broke.map_or("the queue pair went to error".to_string(), |b| format!("status {b}"));
+            return Error::new(
+                Status::Provider,
+                format!(
+                    "verbs: flushed after another work request to this peer failed ({why}); its queue pairs are rebuilt"
+                ),
+            );
         }
         IBV_WC_REM_ACCESS_ERR | IBV_WC_REM_INV_REQ_ERR | IBV_WC_REM_OP_ERR => Status::RemoteAccess,
         IBV_WC_LOC_LEN_ERR | IBV_WC_LOC_PROT_ERR | IBV_WC_LOC_QP_OP_ERR | IBV_WC_MW_BIND_ERR => Status::LocalAccess,
@@ -238,11 +262,11 @@ impl VerbsDomain {
             self.per_peer[p] += 1;
         }
         let i = self.free_ops.pop().unwrap_or_else(|| {
-            self.ops.push(Op { token: 0, peer: NO_PEER, bytes: 0, state: OpState::Free });
+            self.ops.push(Op { token: 0, peer: NO_PEER, bytes: 0, state: OpState::Free, era: 0 });
             (self.ops.len() - 1) as u32
         });
         self.busy += 1;
-        self.ops[i as usize] = Op { token, peer, bytes, state: OpState::Busy };
+        self.ops[i as usize] = Op { token, peer, bytes, state: OpState::Busy, era: 0 };
         Ok(i)
     }
 
@@ -309,6 +333,9 @@ impl VerbsDomain {
             psn_w: psn(),
             psn_u: psn(),
             remote: None,
+            broke: None,
+            old_broke: None,
+            era: 0,
             state: State::Connecting { since: now, last: now - RETRY },
             backlog: VecDeque::new(),
         });
@@ -446,6 +473,7 @@ impl VerbsDomain {
         let old_w = std::mem::replace(&mut peer.qp_w, w);
         let old_u = std::mem::replace(&mut peer.qp_u, u);
         (peer.psn_w, peer.psn_u, peer.remote) = (psn(), psn(), None);
+        (peer.old_broke, peer.broke, peer.era) = (peer.broke.or(peer.old_broke), None, peer.era.wrapping_add(1));
         peer.state = State::Connecting { since: now, last: now - RETRY };
         let _ = rc::fail(&old_w);
         let _ = rc::fail(&old_u);
@@ -468,6 +496,7 @@ impl VerbsDomain {
     /// Posts a write on its peer's `qp_w`; the errno if refused.
     fn post_write_now(&mut self, wr: &WriteWr, op: u32) -> std::result::Result<(), i32> {
         let peer = &self.peers[wr.peer as usize];
+        self.ops[op as usize].era = peer.era;
         let mut sge = ibv_sge { addr: wr.local as u64, length: wr.len as u32, lkey: wr.desc as usize as u32 };
         let mut w = ibv_send_wr {
             wr_id: K_OP | op as u64,
@@ -496,6 +525,7 @@ impl VerbsDomain {
         op: u32,
     ) -> std::result::Result<(), i32> {
         let peer = &self.peers[p as usize];
+        self.ops[op as usize].era = peer.era;
         let mut sge = ibv_sge { addr: buf as u64, length: len as u32, lkey };
         let mut w = ibv_send_wr {
             wr_id: K_OP | op as u64,
@@ -565,18 +595,24 @@ impl VerbsDomain {
                 if ok {
                     out.push(Completion::Done { token, peer, bytes });
                 } else {
-                    // The queue pair is in error now: the next work builds new ones.
-                    if let Some(p) = self.peers.get_mut(peer as usize) {
+                    let era = self.ops[i].era;
+                    let broke = self.peers.get_mut(peer as usize).map(|p| {
+                        if era != p.era {
+                            // A queue pair already replaced: what broke it.
+                            return p.old_broke;
+                        }
+                        // The queue pair is in error now: the next work builds new ones.
                         p.state = State::Broken;
-                    }
-                    out.push(Completion::Failed { token, peer, error: failure(w.status) });
+                        Some(*p.broke.get_or_insert(w.status))
+                    });
+                    out.push(Completion::Failed { token, peer, error: failure(w.status, broke.flatten()) });
                 }
             }
             K_URECV => {
                 let Some((token, ..)) = self.release(i as u32) else { return };
                 match ok {
                     true => out.push(Completion::Recv { token, len: w.byte_len as usize, imm: None }),
-                    false => out.push(Completion::Failed { token, peer: NO_PEER, error: failure(w.status) }),
+                    false => out.push(Completion::Failed { token, peer: NO_PEER, error: failure(w.status, None) }),
                 }
             }
             K_WRECV => {
