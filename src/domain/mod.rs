@@ -127,6 +127,17 @@ pub struct WriteWr {
     pub imm: Option<u32>,
 }
 
+/// One send work request: `len` bytes at `buf` (registered: `desc`) to `peer`
+/// on channel `chan`.
+#[derive(Clone, Copy, Debug)]
+pub struct SendWr {
+    pub chan: Chan,
+    pub peer: PeerId,
+    pub buf: *const u8,
+    pub len: usize,
+    pub desc: *mut c_void,
+}
+
 /// Which of the two message channels a send or receive uses: the
 /// application's (`submit_send`, receive pools) or the engine's own
 /// (handshake, keepalive, goodbye). They never see each other's messages
@@ -208,15 +219,7 @@ pub trait Domain: Sized + Send + 'static {
     /// would otherwise never map). Default: nothing to forget.
     fn forget(&mut self, _peer: PeerId) {}
     fn post_write(&mut self, wr: &WriteWr, token: u64) -> Result<Post>;
-    fn post_send(
-        &mut self,
-        chan: Chan,
-        peer: PeerId,
-        buf: *const u8,
-        len: usize,
-        desc: *mut c_void,
-        token: u64,
-    ) -> Result<Post>;
+    fn post_send(&mut self, wr: &SendWr, token: u64) -> Result<Post>;
     fn post_recv(&mut self, chan: Chan, buf: *mut u8, len: usize, desc: *mut c_void, token: u64) -> Result<Post>;
     /// Reads up to a batch of completions into `out`; returns how many.
     fn poll(&mut self, out: &mut Vec<Completion>) -> Result<usize>;

@@ -7,7 +7,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use super::DomainSpec;
-use super::{Chan, Completion, Domain, LocalMr, PeerId, Post, WriteWr};
+use super::{Chan, Completion, Domain, LocalMr, PeerId, Post, SendWr, WriteWr};
 use crate::error::Result;
 use crate::wire::RemoteKey;
 use std::collections::{HashMap, VecDeque};
@@ -72,16 +72,8 @@ impl Domain for NullDomain {
     fn post_write(&mut self, wr: &WriteWr, token: u64) -> Result<Post> {
         self.post(token, wr.peer, wr.len)
     }
-    fn post_send(
-        &mut self,
-        _chan: Chan,
-        peer: PeerId,
-        _buf: *const u8,
-        len: usize,
-        _desc: *mut c_void,
-        token: u64,
-    ) -> Result<Post> {
-        self.post(token, peer, len)
+    fn post_send(&mut self, wr: &SendWr, token: u64) -> Result<Post> {
+        self.post(token, wr.peer, wr.len)
     }
     /// Receives never complete (nothing arrives on the null provider).
     fn post_recv(&mut self, _chan: Chan, _buf: *mut u8, _len: usize, _desc: *mut c_void, _token: u64) -> Result<Post> {

@@ -13,7 +13,7 @@
 //! go domain d to domain d: 0 for the protocol, every domain for fences.
 use super::recv::OwnedMem;
 use super::token::Token;
-use crate::domain::{Chan, Domain, LocalMr, Memory, PeerId, Post};
+use crate::domain::{Chan, Domain, LocalMr, Memory, PeerId, Post, SendWr};
 use crate::error::Result;
 use crate::wire::NetAddr;
 use std::sync::Arc;
@@ -134,7 +134,8 @@ impl Mailbox {
             b
         };
         let token = Token::EngineSend { peer: p, slot: slot as u16 }.encode();
-        match domain.post_send(Chan::Engine, id, buf, len, self.send_mr[d].desc, token) {
+        let wr = SendWr { chan: Chan::Engine, peer: id, buf, len, desc: self.send_mr[d].desc };
+        match domain.post_send(&wr, token) {
             Ok(Post::Posted) => true,
             _ => {
                 self.send_free.push(slot);

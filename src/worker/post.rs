@@ -5,7 +5,7 @@
 use super::request::Shape;
 use super::token::Token;
 use super::{POST_BURST, Worker};
-use crate::domain::{Chan, Domain, Post};
+use crate::domain::{Chan, Domain, Post, SendWr};
 
 impl<D: Domain> Worker<D> {
     pub(super) fn post_all(&mut self) -> bool {
@@ -52,10 +52,8 @@ impl<D: Domain> Worker<D> {
                     a.stage = Some(s);
                 }
                 let buf = self.requests.stage.buf(a.stage.unwrap());
-                (
-                    self.domains[d].post_send(Chan::User, peer, buf, msg.len(), self.requests.stage.desc(), tok),
-                    msg.len(),
-                )
+                let wr = SendWr { chan: Chan::User, peer, buf, len: msg.len(), desc: self.requests.stage.desc() };
+                (self.domains[d].post_send(&wr, tok), msg.len())
             } else {
                 let src = a.req.region.map(|i| &self.requests.regions.locals(i)[d]);
                 let wr = a.req.write_wr(k, d, peer, src, scratch, &self.requests.dsts);

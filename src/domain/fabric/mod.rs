@@ -13,7 +13,7 @@
 // (the Domain contract), so these methods stay safe to call from it.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
-use super::{Chan, Choice, Completion, Domain, DomainSpec, LocalMr, Memory, Nic, PeerId, Post, WriteWr};
+use super::{Chan, Choice, Completion, Domain, DomainSpec, LocalMr, Memory, Nic, PeerId, Post, SendWr, WriteWr};
 use crate::config::Bind;
 use crate::error::{Error, Result, Status};
 use ctx::{CtxPool, NO_PEER};
@@ -229,15 +229,8 @@ impl Domain for FabricDomain {
         self.post_result("fi_write", ret, ctx)
     }
 
-    fn post_send(
-        &mut self,
-        chan: Chan,
-        peer: PeerId,
-        buf: *const u8,
-        len: usize,
-        desc: *mut c_void,
-        token: u64,
-    ) -> Result<Post> {
+    fn post_send(&mut self, wr: &SendWr, token: u64) -> Result<Post> {
+        let SendWr { chan, peer, buf, len, desc } = *wr;
         let ctx = match self.ctx.take(token, peer, len as u64) {
             Ok(c) => c,
             Err(p) => return Ok(p),

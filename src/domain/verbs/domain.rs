@@ -37,7 +37,9 @@ use super::device;
 use super::lib::{Ah, Channel, Context, Cq, Mr, Pd, Qp, Srq, Verbs};
 use super::rc::{self, Endpoint, Path};
 use super::sys::*;
-use crate::domain::{Chan, Choice, Completion, Domain, DomainSpec, LocalMr, Memory, Nic, PeerId, Post, WriteWr};
+use crate::domain::{
+    Chan, Choice, Completion, Domain, DomainSpec, LocalMr, Memory, Nic, PeerId, Post, SendWr, WriteWr,
+};
 use crate::error::{Error, Result, Status};
 use crate::wire::RemoteKey;
 use std::collections::{HashMap, VecDeque};
@@ -118,10 +120,22 @@ struct Op {
     era: u32,
 }
 
-/// Work to a peer whose queue pairs are not connected yet (its op taken).
-enum Queued {
-    Write(WriteWr, u32),
-    Send { user: bool, buf: *const u8, len: usize, lkey: u32, op: u32 },
+/// A write or a send (to a peer whose queue pairs are not connected yet it
+/// waits in its backlog, its op taken).
+#[derive(Clone, Copy)]
+enum Work {
+    Write(WriteWr),
+    Send(SendWr),
+}
+
+impl Work {
+    /// Its peer and bytes.
+    fn target(&self) -> (PeerId, usize) {
+        match self {
+            Work::Write(w) => (w.peer, w.len),
+            Work::Send(s) => (s.peer, s.len),
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -154,7 +168,7 @@ struct Peer {
     /// Which queue pairs (bumped by each rebuild) an op was posted on.
     era: u32,
     state: State,
-    backlog: VecDeque<Queued>,
+    backlog: VecDeque<(Work, u32)>,
 }
 
 pub struct VerbsDomain {
@@ -450,12 +464,8 @@ impl VerbsDomain {
         peer.state = State::Up;
         self.connecting.retain(|&q| q != p);
         let backlog = std::mem::take(&mut self.peers[p as usize].backlog);
-        for q in backlog {
-            let (res, op) = match q {
-                Queued::Write(wr, op) => (self.post_write_now(&wr, op), op),
-                Queued::Send { user, buf, len, lkey, op } => (self.post_send_now(p, user, buf, len, lkey, op), op),
-            };
-            if let Err(rc) = res {
+        for (work, op) in backlog {
+            if let Err(rc) = self.post_now(&work, op) {
                 if let Some((token, peer, _)) = self.release(op) {
                     let error = posting_error("post", rc);
                     self.ready.push_back(Completion::Failed { token, peer, error });
@@ -493,50 +503,64 @@ impl VerbsDomain {
         }
     }
 
-    /// Posts a write on its peer's `qp_w`; the errno if refused.
-    fn post_write_now(&mut self, wr: &WriteWr, op: u32) -> std::result::Result<(), i32> {
-        let peer = &self.peers[wr.peer as usize];
-        self.ops[op as usize].era = peer.era;
-        let mut sge = ibv_sge { addr: wr.local as u64, length: wr.len as u32, lkey: wr.desc as usize as u32 };
-        let mut w = ibv_send_wr {
-            wr_id: K_OP | op as u64,
-            sg_list: &mut sge,
-            num_sge: (wr.len > 0) as i32,
-            opcode: if wr.imm.is_some() { IBV_WR_RDMA_WRITE_WITH_IMM } else { IBV_WR_RDMA_WRITE },
-            send_flags: IBV_SEND_SIGNALED,
-            ..Default::default()
+    /// Takes an op for `work` and posts it, or queues it while its peer
+    /// connects.
+    fn post_work(&mut self, work: Work, token: u64) -> Result<Post> {
+        let (peer, len) = work.target();
+        let op = match self.take_op(token, peer, len as u64) {
+            Ok(op) => op,
+            Err(p) => return Ok(p),
         };
-        if let Some(imm) = wr.imm {
-            w.__bindgen_anon_1.imm_data = imm.to_be();
+        match self.ready_to_post(peer) {
+            Ok(true) => {}
+            Ok(false) => {
+                self.peers[peer as usize].backlog.push_back((work, op));
+                return Ok(Post::Posted);
+            }
+            Err(e) => {
+                self.release(op);
+                return Err(e);
+            }
         }
-        w.wr.rdma = ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr: wr.remote_addr, rkey: wr.key as u32 };
-        // SAFETY: the source is registered memory the worker keeps until the completion.
-        unsafe { peer.qp_w.post_send(&mut w) }.map_err(|(rc, _)| rc)
+        match self.post_now(&work, op) {
+            Ok(()) => Ok(Post::Posted),
+            Err(rc) => {
+                self.release(op);
+                refused(rc)
+            }
+        }
     }
 
-    /// Posts a send on peer `p`'s `qp_u` (`user`) or `qp_w`; the errno if refused.
-    fn post_send_now(
-        &mut self,
-        p: PeerId,
-        user: bool,
-        buf: *const u8,
-        len: usize,
-        lkey: u32,
-        op: u32,
-    ) -> std::result::Result<(), i32> {
-        let peer = &self.peers[p as usize];
+    /// Posts `work` with op `op` on its connected peer's queue pair — a
+    /// write or an engine message on `qp_w`, an application's send on
+    /// `qp_u` — its source registered memory the worker keeps until the
+    /// completion; the errno if refused.
+    fn post_now(&mut self, work: &Work, op: u32) -> std::result::Result<(), i32> {
+        let (peer, len) = work.target();
+        let peer = &self.peers[peer as usize];
         self.ops[op as usize].era = peer.era;
-        let mut sge = ibv_sge { addr: buf as u64, length: len as u32, lkey };
+        let (local, desc, opcode, qp) = match work {
+            Work::Write(w) if w.imm.is_some() => (w.local, w.desc, IBV_WR_RDMA_WRITE_WITH_IMM, &peer.qp_w),
+            Work::Write(w) => (w.local, w.desc, IBV_WR_RDMA_WRITE, &peer.qp_w),
+            Work::Send(s) if s.chan == Chan::User => (s.buf, s.desc, IBV_WR_SEND, &peer.qp_u),
+            Work::Send(s) => (s.buf, s.desc, IBV_WR_SEND, &peer.qp_w),
+        };
+        let mut sge = ibv_sge { addr: local as u64, length: len as u32, lkey: desc as usize as u32 };
         let mut w = ibv_send_wr {
             wr_id: K_OP | op as u64,
             sg_list: &mut sge,
             num_sge: (len > 0) as i32,
-            opcode: IBV_WR_SEND,
+            opcode,
             send_flags: IBV_SEND_SIGNALED,
             ..Default::default()
         };
-        let qp = if user { &peer.qp_u } else { &peer.qp_w };
-        // SAFETY: the message is registered memory the worker keeps until the completion.
+        if let Work::Write(wr) = work {
+            if let Some(imm) = wr.imm {
+                w.__bindgen_anon_1.imm_data = imm.to_be();
+            }
+            w.wr.rdma = ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr: wr.remote_addr, rkey: wr.key as u32 };
+        }
+        // SAFETY: see above.
         unsafe { qp.post_send(&mut w) }.map_err(|(rc, _)| rc)
     }
 
@@ -551,10 +575,7 @@ impl VerbsDomain {
                     Status::PeerDown,
                     format!("the verbs peer did not answer the connection handshake within {CONNECT_TIMEOUT:?}"),
                 );
-                for q in std::mem::take(&mut self.peers[p as usize].backlog) {
-                    let op = match q {
-                        Queued::Write(_, op) | Queued::Send { op, .. } => op,
-                    };
+                for (_, op) in std::mem::take(&mut self.peers[p as usize].backlog) {
                     if let Some((token, peer, _)) = self.release(op) {
                         self.ready.push_back(Completion::Failed { token, peer, error: err.clone() });
                     }
@@ -646,9 +667,9 @@ fn posting_error(what: &str, rc: i32) -> Error {
 }
 
 /// What a refused post means: a full send queue (ENOMEM) is "try again".
-fn refused(what: &str, rc: i32) -> Result<Post> {
+fn refused(rc: i32) -> Result<Post> {
     const ENOMEM: i32 = 12;
-    if rc == ENOMEM { Ok(Post::Again) } else { Err(posting_error(what, rc)) }
+    if rc == ENOMEM { Ok(Post::Again) } else { Err(posting_error("post", rc)) }
 }
 
 impl Domain for VerbsDomain {
@@ -812,66 +833,15 @@ impl Domain for VerbsDomain {
     }
 
     fn post_write(&mut self, wr: &WriteWr, token: u64) -> Result<Post> {
-        let op = match self.take_op(token, wr.peer, wr.len as u64) {
-            Ok(op) => op,
-            Err(p) => return Ok(p),
-        };
-        match self.ready_to_post(wr.peer) {
-            Ok(true) => {}
-            Ok(false) => {
-                self.peers[wr.peer as usize].backlog.push_back(Queued::Write(*wr, op));
-                return Ok(Post::Posted);
-            }
-            Err(e) => {
-                self.release(op);
-                return Err(e);
-            }
-        }
-        match self.post_write_now(wr, op) {
-            Ok(()) => Ok(Post::Posted),
-            Err(rc) => {
-                self.release(op);
-                refused("RDMA write", rc)
-            }
-        }
+        self.post_work(Work::Write(*wr), token)
     }
 
-    fn post_send(
-        &mut self,
-        chan: Chan,
-        peer: PeerId,
-        buf: *const u8,
-        len: usize,
-        desc: *mut c_void,
-        token: u64,
-    ) -> Result<Post> {
-        let user = chan == Chan::User;
-        if !user && len > ENGINE_MSG {
+    fn post_send(&mut self, wr: &SendWr, token: u64) -> Result<Post> {
+        if wr.chan == Chan::Engine && wr.len > ENGINE_MSG {
+            let len = wr.len;
             crate::bail!(Provider, "an engine message of {len} bytes: the verbs backend takes {ENGINE_MSG} at most");
         }
-        let op = match self.take_op(token, peer, len as u64) {
-            Ok(op) => op,
-            Err(p) => return Ok(p),
-        };
-        let lkey = desc as usize as u32;
-        match self.ready_to_post(peer) {
-            Ok(true) => {}
-            Ok(false) => {
-                self.peers[peer as usize].backlog.push_back(Queued::Send { user, buf, len, lkey, op });
-                return Ok(Post::Posted);
-            }
-            Err(e) => {
-                self.release(op);
-                return Err(e);
-            }
-        }
-        match self.post_send_now(peer, user, buf, len, lkey, op) {
-            Ok(()) => Ok(Post::Posted),
-            Err(rc) => {
-                self.release(op);
-                refused("send", rc)
-            }
-        }
+        self.post_work(Work::Send(*wr), token)
     }
 
     fn post_recv(&mut self, chan: Chan, buf: *mut u8, len: usize, desc: *mut c_void, token: u64) -> Result<Post> {
@@ -924,10 +894,7 @@ impl Domain for VerbsDomain {
     fn abandon(&mut self, peer: PeerId, out: &mut Vec<u64>) {
         // Work still waiting for the connection was never posted: freed now.
         if let Some(p) = self.peers.get_mut(peer as usize) {
-            for q in std::mem::take(&mut p.backlog) {
-                let op = match q {
-                    Queued::Write(_, op) | Queued::Send { op, .. } => op,
-                };
+            for (_, op) in std::mem::take(&mut p.backlog) {
                 if let Some((token, ..)) = self.release(op) {
                     out.push(token);
                 }
