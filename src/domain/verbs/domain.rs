@@ -29,6 +29,10 @@
 //! with `PeerDown`; the next work to that peer builds fresh queue pairs and
 //! connects again. A restarted peer has a new incarnation in its address:
 //! another peer entry, never the old queue pairs or keys.
+//!
+//! Posting: the work a pass of the worker posts waits in `doorbell` and is
+//! rung before the next poll, each run to one queue pair as one chain (one
+//! `ibv_post_send`, up to `CHAIN`). Every work request is signaled.
 // Buffers passed to the post_* methods are registered memory owned by the worker
 // (the Domain contract), so these methods stay safe to call from it.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
@@ -65,6 +69,8 @@ const QKEY: u32 = 0x0fab_1ee5;
 const RETRY: Duration = Duration::from_millis(50);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const CQ_BATCH: usize = 64;
+/// Work requests rung with one doorbell at most.
+const CHAIN: usize = 32;
 /// A domain address: GID, UD QP number, incarnation.
 const ADDR_LEN: usize = 28;
 const MAGIC: &[u8; 4] = b"FLV1";
@@ -202,6 +208,8 @@ pub struct VerbsDomain {
     engine_bufs: VecDeque<(u64, *mut u8, usize)>,
     /// Engine messages that came before a buffer to copy them into.
     engine_early: VecDeque<Vec<u8>>,
+    /// Work posted and not yet rung (`ring`).
+    doorbell: Vec<(Work, u32)>,
     /// Completions made without the CQ (copies, failed backlogs).
     ready: VecDeque<Completion>,
     ud_free: Vec<u32>,
@@ -465,12 +473,7 @@ impl VerbsDomain {
         self.connecting.retain(|&q| q != p);
         let backlog = std::mem::take(&mut self.peers[p as usize].backlog);
         for (work, op) in backlog {
-            if let Err(rc) = self.post_now(&work, op) {
-                if let Some((token, peer, _)) = self.release(op) {
-                    let error = posting_error("post", rc);
-                    self.ready.push_back(Completion::Failed { token, peer, error });
-                }
-            }
+            self.post_now(&work, op);
         }
     }
 
@@ -522,46 +525,92 @@ impl VerbsDomain {
                 return Err(e);
             }
         }
-        match self.post_now(&work, op) {
-            Ok(()) => Ok(Post::Posted),
-            Err(rc) => {
-                self.release(op);
-                refused(rc)
-            }
+        self.post_now(&work, op);
+        Ok(Post::Posted)
+    }
+
+    /// Queues `work` (op `op`, its peer connected) for the next doorbell
+    /// (`ring`: at the start and end of every poll, or once `CHAIN` wait).
+    fn post_now(&mut self, work: &Work, op: u32) {
+        self.doorbell.push((*work, op));
+        if self.doorbell.len() >= CHAIN {
+            self.ring();
         }
     }
 
-    /// Posts `work` with op `op` on its connected peer's queue pair — a
-    /// write or an engine message on `qp_w`, an application's send on
-    /// `qp_u` — its source registered memory the worker keeps until the
-    /// completion; the errno if refused.
-    fn post_now(&mut self, work: &Work, op: u32) -> std::result::Result<(), i32> {
-        let (peer, len) = work.target();
-        let peer = &self.peers[peer as usize];
-        self.ops[op as usize].era = peer.era;
-        let (local, desc, opcode, qp) = match work {
-            Work::Write(w) if w.imm.is_some() => (w.local, w.desc, IBV_WR_RDMA_WRITE_WITH_IMM, &peer.qp_w),
-            Work::Write(w) => (w.local, w.desc, IBV_WR_RDMA_WRITE, &peer.qp_w),
-            Work::Send(s) if s.chan == Chan::User => (s.buf, s.desc, IBV_WR_SEND, &peer.qp_u),
-            Work::Send(s) => (s.buf, s.desc, IBV_WR_SEND, &peer.qp_w),
-        };
-        let mut sge = ibv_sge { addr: local as u64, length: len as u32, lkey: desc as usize as u32 };
-        let mut w = ibv_send_wr {
-            wr_id: K_OP | op as u64,
-            sg_list: &mut sge,
-            num_sge: (len > 0) as i32,
-            opcode,
-            send_flags: IBV_SEND_SIGNALED,
-            ..Default::default()
-        };
-        if let Work::Write(wr) = work {
-            if let Some(imm) = wr.imm {
-                w.__bindgen_anon_1.imm_data = imm.to_be();
-            }
-            w.wr.rdma = ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr: wr.remote_addr, rkey: wr.key as u32 };
+    /// Posts the work waiting for a doorbell: each run of consecutive work
+    /// to one queue pair as one chain, one `ibv_post_send` — a write or an
+    /// engine message on its peer's `qp_w`, an application's send on
+    /// `qp_u`; every source is registered memory the worker keeps until
+    /// the completion. A chain refused from some work request on fails that
+    /// one and those after it. True if anything was posted.
+    fn ring(&mut self) -> bool {
+        if self.doorbell.is_empty() {
+            return false;
         }
-        // SAFETY: see above.
-        unsafe { qp.post_send(&mut w) }.map_err(|(rc, _)| rc)
+        let batch = std::mem::take(&mut self.doorbell);
+        let key = |w: &Work| match w {
+            Work::Write(x) => (x.peer, false),
+            Work::Send(x) => (x.peer, x.chan == Chan::User),
+        };
+        let mut start = 0;
+        while start < batch.len() {
+            let k = key(&batch[start].0);
+            let end = start + batch[start..].iter().take_while(|(w, _)| key(w) == k).count();
+            self.post_chain(k, &batch[start..end]);
+            start = end;
+        }
+        true
+    }
+
+    /// Posts `run`, all to peer `p`'s `qp_u` (`user`) or `qp_w`, as one chain.
+    fn post_chain(&mut self, (p, user): (PeerId, bool), run: &[(Work, u32)]) {
+        let peer = &self.peers[p as usize];
+        let mut sges = Vec::with_capacity(run.len());
+        let mut wrs: Vec<ibv_send_wr> = Vec::with_capacity(run.len());
+        for (work, op) in run {
+            self.ops[*op as usize].era = peer.era;
+            let (local, desc, len, opcode) = match work {
+                Work::Write(w) if w.imm.is_some() => (w.local, w.desc, w.len, IBV_WR_RDMA_WRITE_WITH_IMM),
+                Work::Write(w) => (w.local, w.desc, w.len, IBV_WR_RDMA_WRITE),
+                Work::Send(s) => (s.buf, s.desc, s.len, IBV_WR_SEND),
+            };
+            sges.push(ibv_sge { addr: local as u64, length: len as u32, lkey: desc as usize as u32 });
+            let mut w = ibv_send_wr {
+                wr_id: K_OP | *op as u64,
+                num_sge: (len > 0) as i32,
+                opcode,
+                send_flags: IBV_SEND_SIGNALED,
+                ..Default::default()
+            };
+            if let Work::Write(wr) = work {
+                if let Some(imm) = wr.imm {
+                    w.__bindgen_anon_1.imm_data = imm.to_be();
+                }
+                w.wr.rdma =
+                    ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr: wr.remote_addr, rkey: wr.key as u32 };
+            }
+            wrs.push(w);
+        }
+        // Linked once both vectors are complete (no reallocation after).
+        let (base, sge) = (wrs.as_mut_ptr(), sges.as_mut_ptr());
+        for k in 0..run.len() {
+            // SAFETY: k and k + 1 are within the vectors (the last links nothing).
+            unsafe {
+                (*base.add(k)).sg_list = sge.add(k);
+                (*base.add(k)).next = if k + 1 < run.len() { base.add(k + 1) } else { std::ptr::null_mut() };
+            }
+        }
+        let qp = if user { &peer.qp_u } else { &peer.qp_w };
+        // SAFETY: the chain lives until the call returns; see above for the sources.
+        if let Err((rc, bad)) = unsafe { qp.post_send(base) } {
+            let first = (bad as usize).saturating_sub(base as usize) / size_of::<ibv_send_wr>();
+            for (_, op) in &run[first.min(run.len())..] {
+                if let Some((token, peer, _)) = self.release(*op) {
+                    self.ready.push_back(Completion::Failed { token, peer, error: posting_error("post", rc) });
+                }
+            }
+        }
     }
 
     /// Sends CONNECT again to peers that have not answered; fails the work
@@ -666,12 +715,6 @@ fn posting_error(what: &str, rc: i32) -> Error {
     Error::new(Status::Provider, format!("verbs {what}: {}", std::io::Error::from_raw_os_error(rc)))
 }
 
-/// What a refused post means: a full send queue (ENOMEM) is "try again".
-fn refused(rc: i32) -> Result<Post> {
-    const ENOMEM: i32 = 12;
-    if rc == ENOMEM { Ok(Post::Again) } else { Err(posting_error("post", rc)) }
-}
-
 impl Domain for VerbsDomain {
     fn open(spec: &DomainSpec) -> Result<Self> {
         let name = Self::device_for(spec)?;
@@ -736,6 +779,7 @@ impl Domain for VerbsDomain {
             engine_bufs: VecDeque::new(),
             engine_early: VecDeque::new(),
             ready: VecDeque::new(),
+            doorbell: Vec::with_capacity(CHAIN),
             ud_free: (0..UD_SENDS as u32).collect(),
             connecting: Vec::new(),
             wc: vec![ibv_wc::default(); CQ_BATCH],
@@ -770,6 +814,9 @@ impl Domain for VerbsDomain {
     }
 
     fn try_wait(&mut self) -> bool {
+        if self.channel.is_none() || self.ring() {
+            return false;
+        }
         let Some(ch) = &self.channel else { return false };
         ch.drain();
         // Handshakes still going are retried by polling (the worker's
@@ -875,6 +922,7 @@ impl Domain for VerbsDomain {
 
     fn poll(&mut self, out: &mut Vec<Completion>) -> Result<usize> {
         let before = out.len();
+        self.ring();
         self.drive_handshakes();
         out.extend(self.ready.drain(..));
         let mut wc = std::mem::take(&mut self.wc);
@@ -883,6 +931,8 @@ impl Domain for VerbsDomain {
             self.complete(w, out);
         }
         self.wc = wc;
+        // Work queued while polling (a connection's backlog) goes out now.
+        self.ring();
         out.extend(self.ready.drain(..));
         Ok((out.len() - before).max(n))
     }
@@ -892,7 +942,15 @@ impl Domain for VerbsDomain {
     }
 
     fn abandon(&mut self, peer: PeerId, out: &mut Vec<u64>) {
-        // Work still waiting for the connection was never posted: freed now.
+        // Work still waiting for the connection or the doorbell was never posted: freed now.
+        let (mine, rest): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.doorbell).into_iter().partition(|(w, _)| w.target().0 == peer);
+        self.doorbell = rest;
+        for (_, op) in mine {
+            if let Some((token, ..)) = self.release(op) {
+                out.push(token);
+            }
+        }
         if let Some(p) = self.peers.get_mut(peer as usize) {
             for (_, op) in std::mem::take(&mut p.backlog) {
                 if let Some((token, ..)) = self.release(op) {
