@@ -345,10 +345,20 @@ impl Pd {
     }
 
     /// Registers `len` bytes at `ptr` with `access` (`IBV_ACCESS_*`).
+    ///
+    /// With `ibv_reg_mr_iova2` (rdma-core >= 29) the region also allows
+    /// relaxed ordering (`IBV_ACCESS_RELAXED_ORDERING`, an optional flag: a
+    /// device without it ignores it) — PCIe writes to it may be reordered,
+    /// which ConnectX NICs need for full bandwidth on some hosts; fabriclib
+    /// never relies on the order of bytes within a write.
     pub fn reg_mr(&self, ptr: *mut u8, len: usize, access: u32) -> Result<Mr> {
-        // SAFETY: a valid PD; the caller keeps the memory registered-able
-        // (mapped) for the region's life.
-        let mr = unsafe { (self.ctx.verbs.reg_mr)(self.pd, ptr.cast(), len, access as c_int) };
+        let mr = match self.ctx.verbs.reg_mr_iova2 {
+            // SAFETY: a valid PD; the caller keeps the memory mapped for the
+            // region's life; iova = its address, as `ibv_reg_mr` does.
+            Some(reg) => unsafe { reg(self.pd, ptr.cast(), len, ptr as u64, access | IBV_ACCESS_RELAXED_ORDERING) },
+            // SAFETY: as above.
+            None => unsafe { (self.ctx.verbs.reg_mr)(self.pd, ptr.cast(), len, access as c_int) },
+        };
         if mr.is_null() {
             return Err(os_error(&format!("ibv_reg_mr({len} bytes)")));
         }
