@@ -66,7 +66,7 @@ fn verbs_types(out: &std::path::Path) {
     println!("cargo:rerun-if-changed=src/domain/verbs/wrapper.h");
     bindgen::Builder::default()
         .header("src/domain/verbs/wrapper.h")
-        .allowlist_type("ibv_.*")
+        .allowlist_type("ibv_.*|verbs_context")
         .allowlist_var("IBV_.*")
         .prepend_enum_name(false)
         .rust_edition(bindgen::RustEdition::Edition2024)

@@ -37,6 +37,11 @@ fn verbs_devices_ports_gids_and_limits() {
         assert_eq!(d.pci, None);
         assert!(gid.roce_v2(), "{gid:?}");
         assert_eq!(gid.ipv4(), Some(std::net::Ipv4Addr::LOCALHOST), "{gid}");
+        // rxe's extended context has no thread-domain ops: its queue pairs are plain.
+        assert!(!d.thread_domains);
+    }
+    if d.name.starts_with("mlx5") {
+        assert!(d.thread_domains, "mlx5 has thread domains");
     }
 }
 

@@ -280,6 +280,7 @@ fn verbs() -> Value {
                 "name": d.name, "pci": d.pci, "numa": d.numa,
                 "max_qp": d.max_qp, "max_qp_wr": d.max_qp_wr, "max_sge": d.max_sge, "max_cqe": d.max_cqe,
                 "max_mr_size": d.max_mr_size, "max_srq": d.max_srq, "max_srq_wr": d.max_srq_wr,
+                "thread_domains": d.thread_domains,
                 "ports": d.ports.iter().map(|p| json!({
                     "port": p.num, "active": p.active, "mtu": p.mtu, "link_layer": p.link_layer,
                     "preferred_gid": p.preferred_gid().map(|g| g.index),
@@ -307,8 +308,15 @@ fn print_verbs(v: &Value) {
         let numa = d["numa"].as_u64().map_or("-".to_string(), |x| x.to_string());
         println!("  {} PCI {} NUMA {numa}", s(&d["name"]), s(&d["pci"]));
         println!(
-            "    max QPs {} (x {} WRs, {} SGEs), CQEs {}, MR {} bytes, SRQs {} (x {} WRs)",
-            d["max_qp"], d["max_qp_wr"], d["max_sge"], d["max_cqe"], d["max_mr_size"], d["max_srq"], d["max_srq_wr"]
+            "    max QPs {} (x {} WRs, {} SGEs), CQEs {}, MR {} bytes, SRQs {} (x {} WRs), thread domains: {}",
+            d["max_qp"],
+            d["max_qp_wr"],
+            d["max_sge"],
+            d["max_cqe"],
+            d["max_mr_size"],
+            d["max_srq"],
+            d["max_srq_wr"],
+            if d["thread_domains"] == true { "yes" } else { "no" }
         );
         for p in d["ports"].as_array().into_iter().flatten() {
             let state = if p["active"] == true { "active" } else { "down" };

@@ -56,8 +56,10 @@ usage: fabriclib-bench [options]                 run the client; spawns its serv
 options:
   --suite smoke|quick|full   a predefined plan (default: quick, unless --workload is given)
   --workload LIST            single,paged,imm,sendrecv,scatter,barrier,host (comma-separated)
-  --provider LIST            libfabric providers, comma-separated (default: tcp;ofi_rxm,shm);
-                             verbs: fabriclib's verbs backend, against bare verbs (bench/src/raw_verbs.rs)
+  --provider LIST            libfabric providers, comma-separated (default: tcp;ofi_rxm,shm, and verbs
+                             where the machine has a verbs device); verbs: fabriclib's verbs backend,
+                             against bare verbs (bench/src/raw_verbs.rs)
+  --backend libfabric|verbs  the default libfabric providers only, or the verbs backend only (--provider verbs)
   --domains N                domains (NICs) per engine (default 1)
   --sizes LIST               write / page / destination sizes, e.g. 1K,64K,32M
   --pages LIST               pages per paged request (default 100,10000)
@@ -126,10 +128,17 @@ fn parse(args: &[String]) -> R<Opts> {
         pin: true,
     };
     let mut it = args.iter();
+    let mut chosen = false;
     while let Some(a) = it.next() {
         let mut val = || it.next().cloned().ok_or_else(|| format!("{a} needs a value"));
+        chosen |= a == "--provider" || a == "--backend";
         match a.as_str() {
             "--suite" => o.suite = Some(val()?),
+            "--backend" => match val()?.as_str() {
+                "libfabric" => {}
+                "verbs" => o.providers = vec!["verbs".into()],
+                b => return Err(format!("--backend {b}: libfabric or verbs")),
+            },
             "--workload" => o.workloads = Some(list(&val()?, |s| Ok(s.to_string()))?),
             "--provider" => o.providers = list(&val()?, |s| Ok(s.to_string()))?,
             "--domains" => o.domains = num(&val()?)?,
@@ -176,6 +185,10 @@ fn parse(args: &[String]) -> R<Opts> {
     }
     if let Some(p) = o.peers.iter().flatten().find(|&&p| p == 0 || p > 8) {
         return Err(format!("--peers: {p} is not in 1..=8"));
+    }
+    // Verbs rows by default where there is a device to run them on.
+    if !chosen && o.connect.is_empty() && fabriclib::domain::verbs::device::list().is_ok_and(|d| !d.is_empty()) {
+        o.providers.push("verbs".into());
     }
     Ok(o)
 }

@@ -74,6 +74,9 @@ pub struct Device {
     pub max_mr_size: u64,
     pub max_srq: u32,
     pub max_srq_wr: u32,
+    /// Thread and parent domains (`ibv_alloc_td`): the RC queue pairs go
+    /// on one where there are (mlx5), plain where not (rxe).
+    pub thread_domains: bool,
 }
 
 /// Every verbs device of the machine (none: an empty list); `Unsupported`
@@ -131,6 +134,7 @@ pub fn describe(ctx: &Context) -> Result<Device> {
         max_mr_size: a.max_mr_size,
         max_srq: a.max_srq as u32,
         max_srq_wr: a.max_srq_wr as u32,
+        thread_domains: ctx.has_thread_domains(),
     })
 }
 

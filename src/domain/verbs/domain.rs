@@ -32,14 +32,18 @@
 //!
 //! Posting: the work a pass of the worker posts waits in `doorbell` and is
 //! rung before the next poll, each run to one queue pair as one chain (one
-//! `ibv_post_send`, up to `CHAIN`). Every work request is signaled.
+//! `ibv_post_send`, up to `CHAIN`), built on templates (domain/chain.rs);
+//! only the last request of a chain is signaled, and the op table's lanes
+//! (domain/ops.rs) complete the ones before it.
 // Buffers passed to the post_* methods are registered memory owned by the worker
 // (the Domain contract), so these methods stay safe to call from it.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use super::device;
 
+mod chain;
 mod connect;
+mod ops;
 use super::lib::{Ah, Channel, Context, Cq, Mr, Pd, Qp, Srq, Verbs};
 use super::rc::{self, Endpoint, Path};
 use super::sys::*;
@@ -48,6 +52,8 @@ use crate::domain::{
 };
 use crate::error::{Error, Result, Status};
 use crate::wire::RemoteKey;
+use chain::{CHAIN, Chain, Wr};
+use ops::{NO_PEER, Ops};
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -71,8 +77,6 @@ const QKEY: u32 = 0x0fab_1ee5;
 const RETRY: Duration = Duration::from_millis(50);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const CQ_BATCH: usize = 64;
-/// Work requests rung with one doorbell at most.
-const CHAIN: usize = 32;
 /// A domain address: GID, UD QP number, incarnation.
 const ADDR_LEN: usize = 28;
 const MAGIC: &[u8; 4] = b"FLV1";
@@ -84,9 +88,9 @@ const K_URECV: u64 = 2 << 56;
 const K_WRECV: u64 = 3 << 56;
 const K_UDRECV: u64 = 4 << 56;
 const K_UDSEND: u64 = 5 << 56;
+/// A cover (domain/ops.rs); the rest is its lane.
+const K_COVER: u64 = 6 << 56;
 const KIND: u64 = 0xff << 56;
-/// The peer of a receive.
-const NO_PEER: PeerId = u64::MAX;
 
 /// Memory the domain allocates and registers itself.
 struct Buffers {
@@ -107,25 +111,6 @@ impl Buffers {
     fn sge(&self, i: usize, len: usize) -> ibv_sge {
         ibv_sge { addr: self.ptr(i) as u64, length: len as u32, lkey: self.mr.lkey() }
     }
-}
-
-/// A work request in flight: whose, to whom, how many bytes.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum OpState {
-    Free,
-    Busy,
-    /// Its peer was given up: a late completion is swallowed.
-    Abandoned,
-}
-
-#[derive(Clone, Copy)]
-struct Op {
-    token: u64,
-    peer: PeerId,
-    bytes: u64,
-    state: OpState,
-    /// Its peer's queue pair generation when it was posted.
-    era: u32,
 }
 
 /// A write or a send (to a peer whose queue pairs are not connected yet it
@@ -165,6 +150,9 @@ struct Peer {
     ah: Option<Ah>,
     qp_w: Qp,
     qp_u: Qp,
+    /// Their lanes in the op table.
+    lane_w: u32,
+    lane_u: u32,
     psn_w: u32,
     psn_u: u32,
     /// The peer's (qp_w, qp_u) numbers our queue pairs are connected to.
@@ -193,6 +181,9 @@ pub struct VerbsDomain {
     cq: Cq,
     /// The completion channel an idle worker sleeps on (`wait_fd`), when it may.
     channel: Option<Channel>,
+    /// A parent domain with a thread domain, for the RC queue pairs, where
+    /// the device has them (ConnectX; not rxe: plain queue pairs there).
+    td_pd: Option<Pd>,
     pd: Pd,
     _ctx: Arc<Context>,
     by_addr: HashMap<Box<[u8]>, PeerId>,
@@ -201,11 +192,7 @@ pub struct VerbsDomain {
     path: Path,
     nic: Nic,
     max_msg: usize,
-    ops: Vec<Op>,
-    free_ops: Vec<u32>,
-    busy: usize,
-    per_peer: Vec<u32>,
-    window: u32,
+    ops: Ops,
     /// The worker's `Chan::Engine` receive buffers, (token, buffer, length).
     engine_bufs: VecDeque<(u64, *mut u8, usize)>,
     /// Engine messages that came before a buffer to copy them into.
@@ -213,8 +200,7 @@ pub struct VerbsDomain {
     /// Work posted and not yet rung (`ring`), and the chain it is rung as
     /// (kept between rings, so that posting allocates nothing).
     doorbell: Vec<(Work, u32)>,
-    chain_wrs: Vec<ibv_send_wr>,
-    chain_sges: Vec<ibv_sge>,
+    chain: Chain,
     /// Completions made without the CQ (copies, failed backlogs).
     ready: VecDeque<Completion>,
     ud_free: Vec<u32>,
@@ -277,42 +263,8 @@ impl VerbsDomain {
         }
     }
 
-    fn take_op(&mut self, token: u64, peer: PeerId, bytes: u64) -> std::result::Result<u32, Post> {
-        if self.busy >= DEPTH {
-            return Err(Post::Again);
-        }
-        if peer != NO_PEER {
-            let p = peer as usize;
-            if self.per_peer[p] >= self.window {
-                return Err(Post::Busy);
-            }
-            self.per_peer[p] += 1;
-        }
-        let i = self.free_ops.pop().unwrap_or_else(|| {
-            self.ops.push(Op { token: 0, peer: NO_PEER, bytes: 0, state: OpState::Free, era: 0 });
-            (self.ops.len() - 1) as u32
-        });
-        self.busy += 1;
-        self.ops[i as usize] = Op { token, peer, bytes, state: OpState::Busy, era: 0 };
-        Ok(i)
-    }
-
-    /// Frees op `i`; its token, peer and bytes unless it was abandoned.
-    fn release(&mut self, i: u32) -> Option<(u64, PeerId, u64)> {
-        let op = *self.ops.get(i as usize)?;
-        if op.state == OpState::Free {
-            return None;
-        }
-        self.ops[i as usize].state = OpState::Free;
-        self.free_ops.push(i);
-        if op.state == OpState::Abandoned {
-            return None;
-        }
-        self.busy -= 1;
-        if op.peer != NO_PEER {
-            self.per_peer[op.peer as usize] -= 1;
-        }
-        Some((op.token, op.peer, op.bytes))
+    fn release(&mut self, i: u32) -> Option<ops::Taken> {
+        self.ops.release(i)
     }
 
     fn post_w_recv(&mut self, i: usize) -> Result<()> {
@@ -331,12 +283,14 @@ impl VerbsDomain {
             .map_err(|(rc, _)| Error::new(Status::Provider, format!("ibv_post_recv (UD): {rc}")))
     }
 
-    /// Fresh queue pairs for a peer.
-    fn new_qps(&self) -> Result<(Qp, Qp)> {
-        let depth = self.window + 64;
-        let w = self.pd.create_qp_on(IBV_QPT_RC, &self.cq, &self.cq, Some(&self.srq_w), depth, 0)?;
-        let u = self.pd.create_qp_on(IBV_QPT_RC, &self.cq, &self.cq, Some(&self.srq_u), depth, 0)?;
-        Ok((w, u))
+    /// Fresh queue pairs for a peer, and their lanes.
+    fn new_qps(&mut self) -> Result<((Qp, u32), (Qp, u32))> {
+        let depth = self.ops.window() + 64;
+        // The worker is the only thread on them: a thread domain's lock-free doorbells.
+        let pd = self.td_pd.as_ref().unwrap_or(&self.pd);
+        let w = pd.create_qp_on(IBV_QPT_RC, &self.cq, &self.cq, Some(&self.srq_w), depth, 0)?;
+        let u = pd.create_qp_on(IBV_QPT_RC, &self.cq, &self.cq, Some(&self.srq_u), depth, 0)?;
+        Ok(((w, self.ops.new_lane()), (u, self.ops.new_lane())))
     }
 
     /// Whether work to peer `p` goes out now (else it waits in its backlog).
@@ -352,7 +306,7 @@ impl VerbsDomain {
     /// connects.
     fn post_work(&mut self, work: Work, token: u64) -> Result<Post> {
         let (peer, len) = work.target();
-        let op = match self.take_op(token, peer, len as u64) {
+        let op = match self.ops.take(token, peer, len as u64) {
             Ok(op) => op,
             Err(p) => return Ok(p),
         };
@@ -411,54 +365,80 @@ impl VerbsDomain {
     /// Posts `run`, all to peer `p`'s `qp_u` (`user`) or `qp_w`, as one chain.
     fn post_chain(&mut self, (p, user): (PeerId, bool), run: &[(Work, u32)]) {
         let peer = &self.peers[p as usize];
-        // Reused from chain to chain: nothing is allocated per post.
-        let (mut wrs, mut sges) = (std::mem::take(&mut self.chain_wrs), std::mem::take(&mut self.chain_sges));
-        wrs.clear();
-        sges.clear();
+        let lane = if user { peer.lane_u } else { peer.lane_w };
         for (work, op) in run {
-            self.ops[*op as usize].era = peer.era;
-            let (local, desc, len, opcode) = match work {
-                Work::Write(w) if w.imm.is_some() => (w.local, w.desc, w.len, IBV_WR_RDMA_WRITE_WITH_IMM),
-                Work::Write(w) => (w.local, w.desc, w.len, IBV_WR_RDMA_WRITE),
-                Work::Send(s) => (s.buf, s.desc, s.len, IBV_WR_SEND),
-            };
-            sges.push(ibv_sge { addr: local as u64, length: len as u32, lkey: desc as usize as u32 });
-            let mut w = ibv_send_wr {
-                wr_id: K_OP | *op as u64,
-                num_sge: (len > 0) as i32,
-                opcode,
-                send_flags: IBV_SEND_SIGNALED,
-                ..Default::default()
-            };
-            if let Work::Write(wr) = work {
-                if let Some(imm) = wr.imm {
-                    w.__bindgen_anon_1.imm_data = imm.to_be();
-                }
-                w.wr.rdma =
-                    ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr: wr.remote_addr, rkey: wr.key as u32 };
-            }
-            wrs.push(w);
-        }
-        // Linked once both vectors are complete (no reallocation after).
-        let (base, sge) = (wrs.as_mut_ptr(), sges.as_mut_ptr());
-        for k in 0..run.len() {
-            // SAFETY: k and k + 1 are within the vectors (the last links nothing).
-            unsafe {
-                (*base.add(k)).sg_list = sge.add(k);
-                (*base.add(k)).next = if k + 1 < run.len() { base.add(k + 1) } else { std::ptr::null_mut() };
-            }
+            self.ops.posted(*op, lane, peer.era);
+            self.chain.push(&match work {
+                Work::Write(w) => Wr {
+                    wr_id: K_OP | *op as u64,
+                    opcode: if w.imm.is_some() { IBV_WR_RDMA_WRITE_WITH_IMM } else { IBV_WR_RDMA_WRITE },
+                    local: (w.local as u64, w.len as u32, w.desc as usize as u32),
+                    remote: (w.remote_addr, w.key as u32),
+                    imm_be: w.imm.unwrap_or(0).to_be(),
+                },
+                Work::Send(s) => Wr {
+                    wr_id: K_OP | *op as u64,
+                    opcode: IBV_WR_SEND,
+                    local: (s.buf as u64, s.len as u32, s.desc as usize as u32),
+                    remote: (0, 0),
+                    imm_be: 0,
+                },
+            });
         }
         let qp = if user { &peer.qp_u } else { &peer.qp_w };
-        // SAFETY: the chain lives until the call returns; see above for the sources.
-        if let Err((rc, bad)) = unsafe { qp.post_send(base) } {
-            let first = (bad as usize).saturating_sub(base as usize) / size_of::<ibv_send_wr>();
-            for (_, op) in &run[first.min(run.len())..] {
-                if let Some((token, peer, _)) = self.release(*op) {
-                    self.ready.push_back(Completion::Failed { token, peer, error: posting_error("post", rc) });
-                }
+        let head = self.chain.finish();
+        // SAFETY: the chain lives until the call returns; every source is
+        // registered memory the worker keeps until the completion.
+        let refused = unsafe { qp.post_send(head) }.err();
+        let first = refused.map_or(run.len(), |(_, bad)| self.chain.index_of(bad));
+        self.chain.clear();
+        if let Some((rc, _)) = refused {
+            self.refused(lane, run, first, rc);
+        }
+    }
+
+    /// A chain refused from `run[first]` on: that and what follows failed,
+    /// not posted; what went before it ends unsignaled, so a cover (a
+    /// signaled zero-byte write) follows it — or, if even that is refused,
+    /// it is reported failed now.
+    #[cold]
+    fn refused(&mut self, lane: u32, run: &[(Work, u32)], first: usize, rc: i32) {
+        for (_, op) in run[first..].iter().rev() {
+            self.ops.unposted(*op);
+            if let Some((token, peer, _)) = self.release(*op) {
+                self.ready.push_back(Completion::Failed { token, peer, error: posting_error("post", rc) });
             }
         }
-        (self.chain_wrs, self.chain_sges) = (wrs, sges);
+        if first == 0 {
+            return;
+        }
+        let (p, user) = match run[0].0 {
+            Work::Write(w) => (w.peer, false),
+            Work::Send(s) => (s.peer, s.chan == Chan::User),
+        };
+        let peer = &self.peers[p as usize];
+        let qp = if user { &peer.qp_u } else { &peer.qp_w };
+        self.chain.push(&Wr {
+            wr_id: K_COVER | lane as u64,
+            opcode: IBV_WR_RDMA_WRITE,
+            local: (0, 0, 0),
+            remote: (0, 0),
+            imm_be: 0,
+        });
+        let head = self.chain.finish();
+        // SAFETY: a zero-byte write names no memory.
+        let covered = unsafe { qp.post_send(head) }.is_ok();
+        self.chain.clear();
+        if covered {
+            self.ops.cover(lane);
+            return;
+        }
+        for (_, op) in &run[..first] {
+            if let Some((token, peer, _)) = self.ops.give_up(*op) {
+                let error = posting_error("post (what was posted before a refused work request)", rc);
+                self.ready.push_back(Completion::Failed { token, peer, error });
+            }
+        }
     }
 
     /// An engine message in `srq_w` buffer `i`: copied into the worker's
@@ -483,11 +463,13 @@ impl VerbsDomain {
         let ok = w.status == IBV_WC_SUCCESS;
         match kind {
             K_OP => {
+                // Those posted before it, unsignaled, completed first.
+                self.ops.retire(i as u32, |(token, peer, bytes)| out.push(Completion::Done { token, peer, bytes }));
+                let era = self.ops.era(i as u32);
                 let Some((token, peer, bytes)) = self.release(i as u32) else { return };
                 if ok {
                     out.push(Completion::Done { token, peer, bytes });
                 } else {
-                    let era = self.ops[i].era;
                     let broke = self.peers.get_mut(peer as usize).map(|p| {
                         if era != p.era {
                             // A queue pair already replaced: what broke it.
@@ -527,6 +509,9 @@ impl VerbsDomain {
                 }
             }
             K_UDSEND => self.ud_free.push(i as u32),
+            K_COVER => self
+                .ops
+                .retire_cover(i as u32, |(token, peer, bytes)| out.push(Completion::Done { token, peer, bytes })),
             _ => {}
         }
     }
@@ -557,6 +542,8 @@ impl Domain for VerbsDomain {
         let attr = ctx.query_port(port.num)?;
         let path = Path::new(port.num, gid.index as u8, attr.active_mtu);
         let pd = ctx.alloc_pd()?;
+        // Where the device has thread domains but refuses one: plain queue pairs.
+        let td_pd = ctx.thread_domain(&pd).ok().flatten();
         let w_recvs = std::env::var("FABRICLIB_VERBS_IMM_RECVS")
             .ok()
             .and_then(|v| v.parse::<usize>().ok())
@@ -585,6 +572,7 @@ impl Domain for VerbsDomain {
             ud_bufs,
             cq,
             channel,
+            td_pd,
             pd,
             _ctx: ctx,
             by_addr: HashMap::new(),
@@ -593,17 +581,12 @@ impl Domain for VerbsDomain {
             path,
             nic: Nic { name: name.clone(), pci: dev.pci.clone(), numa: dev.numa },
             max_msg,
-            ops: Vec::with_capacity(DEPTH),
-            free_ops: Vec::new(),
-            busy: 0,
-            per_peer: Vec::new(),
-            window: spec.peer_window.clamp(1, 1 << 16) as u32,
+            ops: Ops::new(DEPTH, spec.peer_window.clamp(1, 1 << 16) as u32),
             engine_bufs: VecDeque::new(),
             engine_early: VecDeque::new(),
             ready: VecDeque::new(),
             doorbell: Vec::with_capacity(CHAIN),
-            chain_wrs: Vec::with_capacity(CHAIN),
-            chain_sges: Vec::with_capacity(CHAIN),
+            chain: Chain::new(),
             ud_free: (0..UD_SENDS as u32).collect(),
             connecting: Vec::new(),
             wc: vec![ibv_wc::default(); CQ_BATCH],
@@ -728,7 +711,7 @@ impl Domain for VerbsDomain {
             }
             return Ok(Post::Posted);
         }
-        let op = match self.take_op(token, NO_PEER, 0) {
+        let op = match self.ops.take(token, NO_PEER, 0) {
             Ok(op) => op,
             Err(p) => return Ok(p),
         };
@@ -762,7 +745,7 @@ impl Domain for VerbsDomain {
     }
 
     fn in_flight(&self) -> usize {
-        self.busy
+        self.ops.busy()
     }
 
     fn abandon(&mut self, peer: PeerId, out: &mut Vec<u64>) {
@@ -783,14 +766,6 @@ impl Domain for VerbsDomain {
             }
         }
         // Work on the wire: its late completion is swallowed.
-        for i in 0..self.ops.len() {
-            let op = self.ops[i];
-            if op.state == OpState::Busy && op.peer == peer {
-                self.ops[i].state = OpState::Abandoned;
-                self.busy -= 1;
-                self.per_peer[peer as usize] -= 1;
-                out.push(op.token);
-            }
-        }
+        self.ops.abandon(peer, out);
     }
 }

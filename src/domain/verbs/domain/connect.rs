@@ -13,7 +13,7 @@ impl VerbsDomain {
         if addr.len() != ADDR_LEN {
             crate::bail!(Malformed, "a verbs address is {ADDR_LEN} bytes, got {}", addr.len());
         }
-        let (qp_w, qp_u) = self.new_qps()?;
+        let ((qp_w, lane_w), (qp_u, lane_u)) = self.new_qps()?;
         let now = Instant::now();
         let p = self.peers.len() as PeerId;
         self.peers.push(Peer {
@@ -23,6 +23,8 @@ impl VerbsDomain {
             ah: None,
             qp_w,
             qp_u,
+            lane_w,
+            lane_u,
             psn_w: psn(),
             psn_u: psn(),
             remote: None,
@@ -32,7 +34,7 @@ impl VerbsDomain {
             state: State::Connecting { since: now, last: now - RETRY },
             backlog: VecDeque::new(),
         });
-        self.per_peer.push(0);
+        self.ops.add_peer();
         self.by_addr.insert(addr.into(), p);
         self.connecting.push(p);
         Ok(p)
@@ -151,9 +153,10 @@ impl VerbsDomain {
     /// New queue pairs for peer `p` (its old ones to error, kept until the
     /// domain closes so their flushed work requests complete).
     pub(super) fn rebuild(&mut self, p: PeerId) -> Result<()> {
-        let (w, u) = self.new_qps()?;
+        let ((w, lane_w), (u, lane_u)) = self.new_qps()?;
         let now = Instant::now();
         let peer = &mut self.peers[p as usize];
+        (peer.lane_w, peer.lane_u) = (lane_w, lane_u);
         let old_w = std::mem::replace(&mut peer.qp_w, w);
         let old_u = std::mem::replace(&mut peer.qp_u, u);
         (peer.psn_w, peer.psn_u, peer.remote) = (psn(), psn(), None);
