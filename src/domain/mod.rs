@@ -136,6 +136,12 @@ pub struct SendWr {
     pub buf: *const u8,
     pub len: usize,
     pub desc: *mut c_void,
+    /// An engine message that must reach the peer after the writes posted
+    /// to it before it through this domain (a delivery FENCE: see
+    /// `orders_sends_after_writes`). Other messages may overtake writes —
+    /// on verbs they take a queue pair of their own, so that a keepalive
+    /// never waits behind a long transfer.
+    pub ordered: bool,
 }
 
 /// Which of the two message channels a send or receive uses: the
@@ -266,9 +272,10 @@ pub trait Domain: Sized + Send + 'static {
     }
     /// Whether a message to a peer is delivered after every write posted to
     /// it before the message on this domain, and the target takes them from
-    /// its completion queue in that order: then an answered engine message
-    /// proves the writes before it delivered (delivery fences,
-    /// worker/fence.rs). Without it, `RequestOpts::delivered` is refused.
+    /// its completion queue in that order — every message, or at least one
+    /// posted `SendWr::ordered`: then an answered engine message proves the
+    /// writes before it delivered (delivery fences, worker/fence.rs).
+    /// Without it, `RequestOpts::delivered` is refused.
     fn orders_sends_after_writes(&self) -> bool {
         false
     }

@@ -122,6 +122,8 @@ impl Mailbox {
         };
         let head = 4 + tag.map_or(0, |_| 8);
         let len = head + self.me.len();
+        // A FENCE must arrive after the writes before it; nothing else waits for them.
+        let ordered = kind == super::peers::FENCE;
         let kind = kind | if self.with_main { WITH_MAIN } else { 0 } | if tag.is_some() { WITH_TAG } else { 0 };
         // SAFETY: slot `slot` of the send buffer is ours until its completion; len <= MSG.
         let buf = unsafe {
@@ -134,7 +136,7 @@ impl Mailbox {
             b
         };
         let token = Token::EngineSend { peer: p, slot: slot as u16 }.encode();
-        let wr = SendWr { chan: Chan::Engine, peer: id, buf, len, desc: self.send_mr[d].desc };
+        let wr = SendWr { chan: Chan::Engine, peer: id, buf, len, desc: self.send_mr[d].desc, ordered };
         match domain.post_send(&wr, token) {
             Ok(Post::Posted) => true,
             _ => {

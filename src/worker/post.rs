@@ -52,7 +52,14 @@ impl<D: Domain> Worker<D> {
                     a.stage = Some(s);
                 }
                 let buf = self.requests.stage.buf(a.stage.unwrap());
-                let wr = SendWr { chan: Chan::User, peer, buf, len: msg.len(), desc: self.requests.stage.desc() };
+                let wr = SendWr {
+                    chan: Chan::User,
+                    peer,
+                    buf,
+                    len: msg.len(),
+                    desc: self.requests.stage.desc(),
+                    ordered: false,
+                };
                 (self.domains[d].post_send(&wr, tok), msg.len())
             } else {
                 let src = a.req.region.map(|i| &self.requests.regions.locals(i)[d]);

@@ -3,23 +3,26 @@
 //!
 //! Per domain: a protection domain, one completion queue for everything,
 //! a UD queue pair for the handshake, and two shared receive queues. Per
-//! peer, two RC queue pairs:
-//! - `qp_w` carries writes (with and without immediates) and the engine's
-//!   own messages. Both consume a receive at the target in posting order,
-//!   so its shared receive queue (`srq_w`) holds the domain's own buffers,
-//!   all of one size (`ENGINE_MSG`): a write with an immediate consumes one
-//!   untouched, an engine message is copied from it into a buffer the
-//!   worker posted on `Chan::Engine`. The engine's messages share this
-//!   queue pair with the writes on purpose: RC delivers in order on one
-//!   queue pair, so a delivery fence (worker/fence.rs) answered by the
-//!   target proves the writes before it delivered
-//!   (`orders_sends_after_writes`).
-//! - `qp_u` carries the application's sends; its shared receive queue
+//! peer, three RC queue pairs (`Q`):
+//! - `W` carries writes (with and without immediates) and the engine's
+//!   delivery fences (`SendWr::ordered`). Both consume a receive at the
+//!   target in posting order, so its shared receive queue (`srq_w`) holds
+//!   the domain's own buffers, all of one size (`ENGINE_MSG`): a write with
+//!   an immediate consumes one untouched, an engine message is copied from
+//!   it into a buffer the worker posted on `Chan::Engine`. Fences share
+//!   this queue pair with the writes on purpose: RC delivers in order on
+//!   one queue pair, so a fence answered by the target proves the writes
+//!   before it delivered (`orders_sends_after_writes`).
+//! - `C` carries the engine's other messages (handshake, keepalives,
+//!   goodbye, fence answers) over the same `srq_w`: they must not wait
+//!   behind a long transfer on `W` — a keepalive queued behind gigabytes
+//!   of writes would take a live peer down.
+//! - `U` carries the application's sends; its shared receive queue
 //!   (`srq_u`) holds the worker's own receive buffers, so no send ever
 //!   lands in an immediate's receive, nor the other way round.
 //!
 //! The handshake: `resolve` creates the peer's queue pairs and sends CONNECT
-//! (our GID, UD QP number and incarnation, both RC QP numbers and first
+//! (our GID, UD QP number and incarnation, the three RC QP numbers and first
 //! PSNs) over UD, again every `RETRY` until answered; the peer connects its
 //! own queue pairs to ours and answers ACCEPT with theirs (a CONNECT from an
 //! engine not yet resolved creates its entry). Work posted meanwhile waits in
@@ -79,7 +82,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const CQ_BATCH: usize = 64;
 /// A domain address: GID, UD QP number, incarnation.
 const ADDR_LEN: usize = 28;
-const MAGIC: &[u8; 4] = b"FLV1";
+const MAGIC: &[u8; 4] = b"FLV2";
 const CONNECT: u8 = 1;
 const ACCEPT: u8 = 2;
 /// The kind of a work request id (its top byte); the rest is an index.
@@ -129,6 +132,16 @@ impl Work {
             Work::Send(s) => (s.peer, s.len),
         }
     }
+
+    /// Its peer and the queue pair it goes on.
+    fn route(&self) -> (PeerId, Q) {
+        match self {
+            Work::Write(w) => (w.peer, Q::W),
+            Work::Send(s) if s.chan == Chan::User => (s.peer, Q::U),
+            Work::Send(s) if s.ordered => (s.peer, Q::W),
+            Work::Send(s) => (s.peer, Q::C),
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -143,20 +156,33 @@ enum State {
     Broken,
 }
 
+/// A peer's RC queue pairs, by what they carry (the module doc).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Q {
+    /// Writes and delivery fences.
+    W = 0,
+    /// The application's sends.
+    U = 1,
+    /// The engine's other messages.
+    C = 2,
+}
+
+/// One RC queue pair of a peer: its lane in the op table, its first PSN.
+struct Rc {
+    qp: Qp,
+    lane: u32,
+    psn: u32,
+}
+
 struct Peer {
     gid: [u8; 16],
     ud_qpn: u32,
     nonce: u64,
     ah: Option<Ah>,
-    qp_w: Qp,
-    qp_u: Qp,
-    /// Their lanes in the op table.
-    lane_w: u32,
-    lane_u: u32,
-    psn_w: u32,
-    psn_u: u32,
-    /// The peer's (qp_w, qp_u) numbers our queue pairs are connected to.
-    remote: Option<(u32, u32)>,
+    /// Indexed by `Q`.
+    qps: [Rc; 3],
+    /// The peer's queue pair numbers ours are connected to, by `Q`.
+    remote: Option<[u32; 3]>,
     /// The status that put its queue pairs in error, until rebuilt; and the
     /// one that broke the queue pairs before them (their late flushes).
     broke: Option<u32>,
@@ -283,14 +309,16 @@ impl VerbsDomain {
             .map_err(|(rc, _)| Error::new(Status::Provider, format!("ibv_post_recv (UD): {rc}")))
     }
 
-    /// Fresh queue pairs for a peer, and their lanes.
-    fn new_qps(&mut self) -> Result<((Qp, u32), (Qp, u32))> {
+    /// Fresh queue pairs for a peer (by `Q`), with their lanes and first PSNs.
+    fn new_qps(&mut self) -> Result<[Rc; 3]> {
         let depth = self.ops.window() + 64;
         // The worker is the only thread on them: a thread domain's lock-free doorbells.
         let pd = self.td_pd.as_ref().unwrap_or(&self.pd);
-        let w = pd.create_qp_on(IBV_QPT_RC, &self.cq, &self.cq, Some(&self.srq_w), depth, 0)?;
-        let u = pd.create_qp_on(IBV_QPT_RC, &self.cq, &self.cq, Some(&self.srq_u), depth, 0)?;
-        Ok(((w, self.ops.new_lane()), (u, self.ops.new_lane())))
+        let mut rc = |srq: &Srq| -> Result<Rc> {
+            let qp = pd.create_qp_on(IBV_QPT_RC, &self.cq, &self.cq, Some(srq), depth, 0)?;
+            Ok(Rc { qp, lane: self.ops.new_lane(), psn: psn() })
+        };
+        Ok([rc(&self.srq_w)?, rc(&self.srq_u)?, rc(&self.srq_w)?])
     }
 
     /// Whether work to peer `p` goes out now (else it waits in its backlog).
@@ -335,9 +363,8 @@ impl VerbsDomain {
     }
 
     /// Posts the work waiting for a doorbell: each run of consecutive work
-    /// to one queue pair as one chain, one `ibv_post_send` — a write or an
-    /// engine message on its peer's `qp_w`, an application's send on
-    /// `qp_u`; every source is registered memory the worker keeps until
+    /// to one queue pair (`Work::route`) as one chain, one `ibv_post_send`;
+    /// every source is registered memory the worker keeps until
     /// the completion. A chain refused from some work request on fails that
     /// one and those after it. True if anything was posted.
     fn ring(&mut self) -> bool {
@@ -345,14 +372,10 @@ impl VerbsDomain {
             return false;
         }
         let mut batch = std::mem::take(&mut self.doorbell);
-        let key = |w: &Work| match w {
-            Work::Write(x) => (x.peer, false),
-            Work::Send(x) => (x.peer, x.chan == Chan::User),
-        };
         let mut start = 0;
         while start < batch.len() {
-            let k = key(&batch[start].0);
-            let end = start + batch[start..].iter().take_while(|(w, _)| key(w) == k).count();
+            let k = batch[start].0.route();
+            let end = start + batch[start..].iter().take_while(|(w, _)| w.route() == k).count();
             self.post_chain(k, &batch[start..end]);
             start = end;
         }
@@ -362,10 +385,10 @@ impl VerbsDomain {
         true
     }
 
-    /// Posts `run`, all to peer `p`'s `qp_u` (`user`) or `qp_w`, as one chain.
-    fn post_chain(&mut self, (p, user): (PeerId, bool), run: &[(Work, u32)]) {
+    /// Posts `run`, all to peer `p`'s queue pair `q`, as one chain.
+    fn post_chain(&mut self, (p, q): (PeerId, Q), run: &[(Work, u32)]) {
         let peer = &self.peers[p as usize];
-        let lane = if user { peer.lane_u } else { peer.lane_w };
+        let lane = peer.qps[q as usize].lane;
         for (work, op) in run {
             self.ops.posted(*op, lane, peer.era);
             self.chain.push(&match work {
@@ -385,7 +408,7 @@ impl VerbsDomain {
                 },
             });
         }
-        let qp = if user { &peer.qp_u } else { &peer.qp_w };
+        let qp = &peer.qps[q as usize].qp;
         let head = self.chain.finish();
         // SAFETY: the chain lives until the call returns; every source is
         // registered memory the worker keeps until the completion.
@@ -412,12 +435,8 @@ impl VerbsDomain {
         if first == 0 {
             return;
         }
-        let (p, user) = match run[0].0 {
-            Work::Write(w) => (w.peer, false),
-            Work::Send(s) => (s.peer, s.chan == Chan::User),
-        };
-        let peer = &self.peers[p as usize];
-        let qp = if user { &peer.qp_u } else { &peer.qp_w };
+        let (p, q) = run[0].0.route();
+        let qp = &self.peers[p as usize].qps[q as usize].qp;
         self.chain.push(&Wr {
             wr_id: K_COVER | lane as u64,
             opcode: IBV_WR_RDMA_WRITE,

@@ -13,7 +13,7 @@ impl VerbsDomain {
         if addr.len() != ADDR_LEN {
             crate::bail!(Malformed, "a verbs address is {ADDR_LEN} bytes, got {}", addr.len());
         }
-        let ((qp_w, lane_w), (qp_u, lane_u)) = self.new_qps()?;
+        let qps = self.new_qps()?;
         let now = Instant::now();
         let p = self.peers.len() as PeerId;
         self.peers.push(Peer {
@@ -21,12 +21,7 @@ impl VerbsDomain {
             ud_qpn: u32::from_le_bytes(addr[16..20].try_into().unwrap()),
             nonce: u64::from_le_bytes(addr[20..28].try_into().unwrap()),
             ah: None,
-            qp_w,
-            qp_u,
-            lane_w,
-            lane_u,
-            psn_w: psn(),
-            psn_u: psn(),
+            qps,
             remote: None,
             broke: None,
             old_broke: None,
@@ -61,8 +56,9 @@ impl VerbsDomain {
         m.push(kind);
         m.extend_from_slice(&self.addr);
         m.extend_from_slice(&peer.nonce.to_le_bytes());
-        for v in [peer.qp_w.qpn(), peer.psn_w, peer.qp_u.qpn(), peer.psn_u] {
-            m.extend_from_slice(&v.to_le_bytes());
+        for rc in &peer.qps {
+            m.extend_from_slice(&rc.qp.qpn().to_le_bytes());
+            m.extend_from_slice(&rc.psn.to_le_bytes());
         }
         let i = UD_RECVS + slot as usize;
         // SAFETY: the slot is ours until its completion.
@@ -93,7 +89,7 @@ impl VerbsDomain {
     pub(super) fn handshake(&mut self, i: usize, len: usize) {
         // SAFETY: the datagram was written there (GRH first); we repost after reading.
         let m = unsafe { std::slice::from_raw_parts(self.ud_bufs.ptr(i).add(40), len.saturating_sub(40)) };
-        if m.len() < 4 + 1 + ADDR_LEN + 8 + 16 || &m[..4] != MAGIC {
+        if m.len() < 4 + 1 + ADDR_LEN + 8 + 24 || &m[..4] != MAGIC {
             return;
         }
         let kind = m[4];
@@ -102,7 +98,9 @@ impl VerbsDomain {
         let to_nonce = u64::from_le_bytes(m[at..at + 8].try_into().unwrap());
         at += 8;
         let word = |k: usize| u32::from_le_bytes(m[at + 4 * k..at + 4 * k + 4].try_into().unwrap());
-        let (qw, pw, qu, pu) = (word(0), word(1), word(2), word(3));
+        // Its queue pairs by `Q`: (QP number, first PSN) each.
+        let theirs: [(u32, u32); 3] = std::array::from_fn(|q| (word(2 * q), word(2 * q + 1)));
+        let qpns = theirs.map(|(qpn, _)| qpn);
         // Meant for an earlier incarnation at our GID and QP number.
         if to_nonce != self.nonce {
             return;
@@ -111,37 +109,39 @@ impl VerbsDomain {
         let Ok(p) = self.peer_at(&from) else { return };
         let peer = &self.peers[p as usize];
         match peer.remote {
-            Some(r) if r == (qw, qu) => {}
+            Some(r) if r == qpns => {}
             Some(_) => {
                 // The peer built new queue pairs (ours or its own went to
                 // error): so do we, and connect them to its new ones.
                 if self.rebuild(p).is_err() {
                     return;
                 }
-                self.connect(p, (qw, pw), (qu, pu));
+                self.connect(p, theirs);
             }
-            None => self.connect(p, (qw, pw), (qu, pu)),
+            None => self.connect(p, theirs),
         }
         if kind == CONNECT {
             self.send_ud(p, ACCEPT);
         }
     }
 
-    /// Connects peer `p`'s queue pairs to its `(qpn, psn)` pairs, and sends
-    /// what waited for it.
-    pub(super) fn connect(&mut self, p: PeerId, w: (u32, u32), u: (u32, u32)) {
+    /// Connects peer `p`'s queue pairs to its `(qpn, psn)` pairs (by `Q`),
+    /// and sends what waited for it.
+    pub(super) fn connect(&mut self, p: PeerId, theirs: [(u32, u32); 3]) {
         let path = self.path;
         let peer = &mut self.peers[p as usize];
-        let ew = Endpoint { gid: peer.gid, qpn: w.0, psn: w.1 };
-        let eu = Endpoint { gid: peer.gid, qpn: u.0, psn: u.1 };
-        if let Err(e) = rc::connect(&peer.qp_w, &path, peer.psn_w, &ew)
-            .and_then(|_| rc::connect(&peer.qp_u, &path, peer.psn_u, &eu))
+        let gid = peer.gid;
+        if let Err(e) = peer
+            .qps
+            .iter()
+            .zip(theirs)
+            .try_for_each(|(rc, (qpn, psn))| rc::connect(&rc.qp, &path, rc.psn, &Endpoint { gid, qpn, psn }))
         {
             eprintln!("fabriclib: verbs: connecting to a peer: {e}");
             peer.state = State::Broken;
             return;
         }
-        peer.remote = Some((w.0, u.0));
+        peer.remote = Some(theirs.map(|(qpn, _)| qpn));
         peer.state = State::Up;
         self.connecting.retain(|&q| q != p);
         let backlog = std::mem::take(&mut self.peers[p as usize].backlog);
@@ -153,18 +153,17 @@ impl VerbsDomain {
     /// New queue pairs for peer `p` (its old ones to error, kept until the
     /// domain closes so their flushed work requests complete).
     pub(super) fn rebuild(&mut self, p: PeerId) -> Result<()> {
-        let ((w, lane_w), (u, lane_u)) = self.new_qps()?;
+        let fresh = self.new_qps()?;
         let now = Instant::now();
         let peer = &mut self.peers[p as usize];
-        (peer.lane_w, peer.lane_u) = (lane_w, lane_u);
-        let old_w = std::mem::replace(&mut peer.qp_w, w);
-        let old_u = std::mem::replace(&mut peer.qp_u, u);
-        (peer.psn_w, peer.psn_u, peer.remote) = (psn(), psn(), None);
+        let old = std::mem::replace(&mut peer.qps, fresh);
+        peer.remote = None;
         (peer.old_broke, peer.broke, peer.era) = (peer.broke.or(peer.old_broke), None, peer.era.wrapping_add(1));
         peer.state = State::Connecting { since: now, last: now - RETRY };
-        let _ = rc::fail(&old_w);
-        let _ = rc::fail(&old_u);
-        self.retired.extend([old_w, old_u]);
+        for rc in old {
+            let _ = rc::fail(&rc.qp);
+            self.retired.push(rc.qp);
+        }
         if !self.connecting.contains(&p) {
             self.connecting.push(p);
         }
