@@ -270,7 +270,7 @@ static int prefill(void) {
     uo.struct_size = sizeof uo;
     uo.flag = &up;
     CHECK(fabriclib_peer_add(px.e, blob, n, &uo, NULL));
-    CHECK(fabriclib_flag_wait(&up, 10 * 1000 * 1000, NULL));
+    CHECK(fabriclib_flag_await(&up, 10 * 1000 * 1000, NULL));
     CHECK((fabriclib_status)(up & FABRICLIB_FLAG_STATUS_MASK));
     n = oob_get_blob(fd, blob, sizeof blob);
     CHECK(fabriclib_remote_mr_parse(blob, n, &px.dst));

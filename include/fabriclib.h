@@ -134,7 +134,7 @@ typedef struct fabriclib_remote_mr *const *fabriclib_remote_mr_list;
 
 // Set in a completion flag word once its request has ended; the low 16 bits
 // then hold the request's `fabriclib_status`. Test this bit only: bit 31
-// may be set while a thread sleeps in `fabriclib_flag_wait`.
+// may be set while a thread sleeps in `fabriclib_flag_await`.
 #define FABRICLIB_FLAG_DONE 65536
 
 // Mask for the status in a completion flag word.
@@ -310,7 +310,8 @@ enum fabriclib_status
   FABRICLIB_STATUS_TRUNCATED = 12,
   // The request was canceled (`fabriclib_cancel`, `fabriclib_cancel_peer`); its buffers are free again.
   FABRICLIB_STATUS_CANCELED = 13,
-  // The request's deadline passed before it completed; its buffers are free again.
+  // The request's deadline passed before it completed (its buffers are
+  // free again), or a wait's timeout passed first (`fabriclib_flag_await`).
   FABRICLIB_STATUS_TIMED_OUT = 14,
   // The peer is dead or unreachable (provider error, missed keepalives, or it shut down).
   FABRICLIB_STATUS_PEER_DOWN = 15,
@@ -629,7 +630,7 @@ fabriclib_status fabriclib_config_set_idle(struct fabriclib_config *config,
 
 // Manual progress (`manual` true): the engine gets no worker thread and
 // no callback thread; the application drives it with
-// `fabriclib_engine_progress` (or `fabriclib_engine_flag_wait`), from any
+// `fabriclib_engine_progress` (or `fabriclib_engine_flag_await`), from any
 // thread, one at a time doing the work. A request then goes from the
 // submitting thread to the NIC with no hand-off between threads (the lowest
 // latency on a small host); nothing happens between progress calls.
@@ -753,13 +754,16 @@ void fabriclib_engine_destroy(struct fabriclib_engine *engine);
 fabriclib_status fabriclib_engine_progress(const struct fabriclib_engine *engine, bool *progressed);
 
 // Waits until `*flag` has `FABRICLIB_FLAG_DONE` or `timeout_us` passed
-// (`FABRICLIB_STATUS_AGAIN`), writing the flag's value to `*value` (unless
-// NULL): in manual-progress mode by progressing `engine` on this thread
-// (`fabriclib_engine_progress`), else as `fabriclib_flag_wait` (sleeping).
-fabriclib_status fabriclib_engine_flag_wait(const struct fabriclib_engine *engine,
-                                            const uint32_t *flag,
-                                            uint64_t timeout_us,
-                                            uint32_t *value);
+// (`FABRICLIB_NO_TIMEOUT`: for ever), writing the flag's value to `*value`
+// (unless NULL): in manual-progress mode by progressing `engine` on this
+// thread (`fabriclib_engine_progress`), else as `fabriclib_flag_await`
+// (sleeping). Returns `FABRICLIB_STATUS_OK` once done,
+// `FABRICLIB_STATUS_TIMED_OUT` if the timeout passed first. (Was
+// `fabriclib_engine_flag_await` before 0.4, which returned `AGAIN` then.)
+fabriclib_status fabriclib_engine_flag_await(const struct fabriclib_engine *engine,
+                                             const uint32_t *flag,
+                                             uint64_t timeout_us,
+                                             uint32_t *value);
 
 // Copies the engine's address (a versioned binary blob to hand to peers out
 // of band) into `buf` of `cap` bytes and its length into `*len`. If `cap` is
@@ -896,7 +900,8 @@ fabriclib_status fabriclib_peer_add_engine(const struct fabriclib_engine *engine
 // counts, `FABRICLIB_PEER_DOWN` if any is down, else
 // `FABRICLIB_PEER_CONNECTING` if any has not answered yet, else
 // `FABRICLIB_PEER_UP`. `FABRICLIB_STATUS_NOT_FOUND` if this engine has
-// never been in contact with it. Any thread; not from a fabriclib callback.
+// never been in contact with it. Any thread, fabriclib callbacks included
+// (it waits for the worker's answer).
 fabriclib_status fabriclib_peer_state(const struct fabriclib_engine *engine,
                                       const uint8_t *addr,
                                       size_t addr_len,
@@ -1012,7 +1017,8 @@ fabriclib_status fabriclib_submit_recvs(const struct fabriclib_engine *engine,
 // caller may reuse or free its buffers. Some, all or none of its bytes (and
 // immediates) may have landed. Returns `FABRICLIB_STATUS_NOT_FOUND` if the
 // request has already ended (it then reports its own outcome, if it has not
-// yet). Any thread; not from a fabriclib callback (it waits for the worker).
+// yet). Any thread, fabriclib callbacks included (it waits for the
+// worker's answer).
 fabriclib_status fabriclib_cancel(const struct fabriclib_engine *engine, uint64_t request_id);
 
 // Cancels every pending request to the engine named by `addr` (`addr_len`
@@ -1020,7 +1026,8 @@ fabriclib_status fabriclib_cancel(const struct fabriclib_engine *engine, uint64_
 // from `fabriclib_engine_groups_address`), from every group of this engine,
 // including scatters and barriers with a destination there; writes how
 // many to `*canceled` unless it is NULL. Each ends as for
-// `fabriclib_cancel`. Any thread; not from a fabriclib callback.
+// `fabriclib_cancel`. Any thread, fabriclib callbacks included (it waits
+// for the worker's answer).
 fabriclib_status fabriclib_cancel_peer(const struct fabriclib_engine *engine,
                                        const uint8_t *addr,
                                        size_t addr_len,
@@ -1030,11 +1037,12 @@ fabriclib_status fabriclib_cancel_peer(const struct fabriclib_engine *engine,
 // `fabriclib_submit_opts.flag`) holds `FABRICLIB_FLAG_DONE`, sleeping (a
 // futex) rather than spinning after the first 20 µs, and writes the word
 // to `*value` (unless NULL): `FABRICLIB_FLAG_DONE | status`. Returns
-// `FABRICLIB_STATUS_OK` once done; `FABRICLIB_STATUS_AGAIN` if
+// `FABRICLIB_STATUS_OK` once done; `FABRICLIB_STATUS_TIMED_OUT` if
 // `timeout_us` passed first (0: only look; `FABRICLIB_NO_TIMEOUT`: wait
 // for ever). Any thread, several at once; the flag may be a `uint32_t`, a
-// C11 `_Atomic uint32_t` or a C++ `std::atomic<uint32_t>`.
-fabriclib_status fabriclib_flag_wait(const uint32_t *flag, uint64_t timeout_us, uint32_t *value);
+// C11 `_Atomic uint32_t` or a C++ `std::atomic<uint32_t>`. (Was
+// `fabriclib_flag_await` before 0.4, which returned `AGAIN` on a timeout.)
+fabriclib_status fabriclib_flag_await(const uint32_t *flag, uint64_t timeout_us, uint32_t *value);
 
 // Why request `request_id` (a submit's or an expectation's id) failed, for
 // callers that watch a flag rather than take a callback: writes its status

@@ -54,7 +54,7 @@ impl Status {
             Status::Stale => "stale: the peer engine restarted since this descriptor was made",
             Status::RemoteAccess => "remote access error",
             Status::LocalAccess => "local access error",
-            Status::NotFound => "no such request (or it has already ended)",
+            Status::NotFound => "not found: no such request (or it has ended), or a peer never in contact",
         }
     }
 

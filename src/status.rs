@@ -37,7 +37,8 @@ pub enum Status {
     Truncated = 12,
     /// The request was canceled (`fabriclib_cancel`, `fabriclib_cancel_peer`); its buffers are free again.
     Canceled = 13,
-    /// The request's deadline passed before it completed; its buffers are free again.
+    /// The request's deadline passed before it completed (its buffers are
+    /// free again), or a wait's timeout passed first (`fabriclib_flag_await`).
     TimedOut = 14,
     /// The peer is dead or unreachable (provider error, missed keepalives, or it shut down).
     PeerDown = 15,

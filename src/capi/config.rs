@@ -337,7 +337,7 @@ fn set_idle(
 
 /// Manual progress (`manual` true): the engine gets no worker thread and
 /// no callback thread; the application drives it with
-/// `fabriclib_engine_progress` (or `fabriclib_engine_flag_wait`), from any
+/// `fabriclib_engine_progress` (or `fabriclib_engine_flag_await`), from any
 /// thread, one at a time doing the work. A request then goes from the
 /// submitting thread to the NIC with no hand-off between threads (the lowest
 /// latency on a small host); nothing happens between progress calls.

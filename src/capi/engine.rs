@@ -2,7 +2,7 @@
 use super::{fabriclib_config, fabriclib_status, ffi, give, handle, put, release, write_blob};
 use crate::config::EngineConfig;
 use crate::engine::TransferEngine;
-use crate::error::{Error, Status};
+
 use std::ffi::{CString, c_char};
 use std::sync::atomic::AtomicU64;
 
@@ -129,11 +129,14 @@ pub extern "C" fn fabriclib_engine_progress(
 }
 
 /// Waits until `*flag` has `FABRICLIB_FLAG_DONE` or `timeout_us` passed
-/// (`FABRICLIB_STATUS_AGAIN`), writing the flag's value to `*value` (unless
-/// NULL): in manual-progress mode by progressing `engine` on this thread
-/// (`fabriclib_engine_progress`), else as `fabriclib_flag_wait` (sleeping).
+/// (`FABRICLIB_NO_TIMEOUT`: for ever), writing the flag's value to `*value`
+/// (unless NULL): in manual-progress mode by progressing `engine` on this
+/// thread (`fabriclib_engine_progress`), else as `fabriclib_flag_await`
+/// (sleeping). Returns `FABRICLIB_STATUS_OK` once done,
+/// `FABRICLIB_STATUS_TIMED_OUT` if the timeout passed first. (Was
+/// `fabriclib_engine_flag_await` before 0.4, which returned `AGAIN` then.)
 #[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_engine_flag_wait(
+pub extern "C" fn fabriclib_engine_flag_await(
     engine: *const fabriclib_engine,
     flag: *const u32,
     timeout_us: u64,
@@ -141,13 +144,9 @@ pub extern "C" fn fabriclib_engine_flag_wait(
 ) -> fabriclib_status {
     ffi(|| {
         let e = handle(engine)?;
-        super::non_null(flag, "flag")?;
-        if flag as usize % 4 != 0 {
-            return Err(Error::new(Status::InvalidArgument, "fabriclib_engine_flag_wait: flag is not 4-byte aligned"));
-        }
-        // SAFETY: non-null, aligned, and the caller's live flag word (API contract).
-        let f = unsafe { &*(flag as *const std::sync::atomic::AtomicU32) };
-        let v = progressing(engine, || e.engine.wait_flag(f, std::time::Duration::from_micros(timeout_us)))?;
+        let f = super::submit::flag_word(flag, "fabriclib_engine_flag_await")?;
+        let timeout = super::submit::timeout(timeout_us);
+        let v = progressing(engine, || e.engine.await_flag(f, timeout))?;
         if !value.is_null() {
             put(value, v)?;
         }

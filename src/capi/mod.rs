@@ -26,7 +26,7 @@ pub type fabriclib_status = i32;
 
 /// Set in a completion flag word once its request has ended; the low 16 bits
 /// then hold the request's `fabriclib_status`. Test this bit only: bit 31
-/// may be set while a thread sleeps in `fabriclib_flag_wait`.
+/// may be set while a thread sleeps in `fabriclib_flag_await`.
 pub const FABRICLIB_FLAG_DONE: u32 = 0x1_0000;
 /// Mask for the status in a completion flag word.
 pub const FABRICLIB_FLAG_STATUS_MASK: u32 = 0xffff;

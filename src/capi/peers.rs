@@ -66,7 +66,8 @@ pub extern "C" fn fabriclib_peer_add_engine(
 /// counts, `FABRICLIB_PEER_DOWN` if any is down, else
 /// `FABRICLIB_PEER_CONNECTING` if any has not answered yet, else
 /// `FABRICLIB_PEER_UP`. `FABRICLIB_STATUS_NOT_FOUND` if this engine has
-/// never been in contact with it. Any thread; not from a fabriclib callback.
+/// never been in contact with it. Any thread, fabriclib callbacks included
+/// (it waits for the worker's answer).
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_peer_state(
     engine: *const fabriclib_engine,

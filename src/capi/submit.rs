@@ -461,7 +461,8 @@ pub extern "C" fn fabriclib_submit_recvs(
 /// caller may reuse or free its buffers. Some, all or none of its bytes (and
 /// immediates) may have landed. Returns `FABRICLIB_STATUS_NOT_FOUND` if the
 /// request has already ended (it then reports its own outcome, if it has not
-/// yet). Any thread; not from a fabriclib callback (it waits for the worker).
+/// yet). Any thread, fabriclib callbacks included (it waits for the
+/// worker's answer).
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_cancel(engine: *const fabriclib_engine, request_id: u64) -> fabriclib_status {
     ffi(|| handle(engine)?.engine.cancel(RequestId(request_id)))
@@ -472,7 +473,8 @@ pub extern "C" fn fabriclib_cancel(engine: *const fabriclib_engine, request_id: 
 /// from `fabriclib_engine_groups_address`), from every group of this engine,
 /// including scatters and barriers with a destination there; writes how
 /// many to `*canceled` unless it is NULL. Each ends as for
-/// `fabriclib_cancel`. Any thread; not from a fabriclib callback.
+/// `fabriclib_cancel`. Any thread, fabriclib callbacks included (it waits
+/// for the worker's answer).
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_cancel_peer(
     engine: *const fabriclib_engine,
@@ -494,31 +496,41 @@ pub extern "C" fn fabriclib_cancel_peer(
 /// `fabriclib_submit_opts.flag`) holds `FABRICLIB_FLAG_DONE`, sleeping (a
 /// futex) rather than spinning after the first 20 µs, and writes the word
 /// to `*value` (unless NULL): `FABRICLIB_FLAG_DONE | status`. Returns
-/// `FABRICLIB_STATUS_OK` once done; `FABRICLIB_STATUS_AGAIN` if
+/// `FABRICLIB_STATUS_OK` once done; `FABRICLIB_STATUS_TIMED_OUT` if
 /// `timeout_us` passed first (0: only look; `FABRICLIB_NO_TIMEOUT`: wait
 /// for ever). Any thread, several at once; the flag may be a `uint32_t`, a
-/// C11 `_Atomic uint32_t` or a C++ `std::atomic<uint32_t>`.
+/// C11 `_Atomic uint32_t` or a C++ `std::atomic<uint32_t>`. (Was
+/// `fabriclib_flag_await` before 0.4, which returned `AGAIN` on a timeout.)
 #[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_flag_wait(flag: *const u32, timeout_us: u64, value: *mut u32) -> fabriclib_status {
+pub extern "C" fn fabriclib_flag_await(flag: *const u32, timeout_us: u64, value: *mut u32) -> fabriclib_status {
     ffi(|| {
-        non_null(flag, "flag")?;
-        if flag as usize % 4 != 0 {
-            return Err(Error::new(Status::InvalidArgument, "fabriclib_flag_wait: flag is not 4-byte aligned"));
-        }
-        // SAFETY: non-null, aligned; the caller keeps it valid during the call
-        // and only the worker's atomic store writes it meanwhile.
-        let f = unsafe { &*(flag as *const std::sync::atomic::AtomicU32) };
-        let timeout = (timeout_us != FABRICLIB_NO_TIMEOUT).then(|| std::time::Duration::from_micros(timeout_us));
-        match crate::completion::flag::wait(f, timeout) {
+        let f = flag_word(flag, "fabriclib_flag_await")?;
+        match crate::completion::flag::wait(f, timeout(timeout_us)) {
             Some(v) => {
                 if !value.is_null() {
                     put(value, v)?;
                 }
                 Ok(())
             }
-            None => Err(Error::new(Status::Again, "fabriclib_flag_wait: the request has not ended yet")),
+            None => Err(Error::new(Status::TimedOut, "fabriclib_flag_await: the request did not end in time")),
         }
     })
+}
+
+/// A caller's completion flag word: non-null and 4-byte aligned.
+pub(super) fn flag_word<'a>(flag: *const u32, what: &str) -> Result<&'a std::sync::atomic::AtomicU32> {
+    non_null(flag, "flag")?;
+    if flag as usize % 4 != 0 {
+        crate::bail!(InvalidArgument, "{what}: flag is not 4-byte aligned");
+    }
+    // SAFETY: non-null, aligned; the caller keeps it valid during the call
+    // and only the worker's atomic store writes it meanwhile (API contract).
+    Ok(unsafe { &*(flag as *const std::sync::atomic::AtomicU32) })
+}
+
+/// A timeout in microseconds; `FABRICLIB_NO_TIMEOUT`: none.
+pub(super) fn timeout(us: u64) -> Option<std::time::Duration> {
+    (us != FABRICLIB_NO_TIMEOUT).then(|| std::time::Duration::from_micros(us))
 }
 
 /// Why request `request_id` (a submit's or an expectation's id) failed, for

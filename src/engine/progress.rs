@@ -1,7 +1,6 @@
 //! Manual progress (the application's threads drive the engine) and
 //! watchers (words a kernel bumps).
 use super::TransferEngine;
-use crate::bail;
 use crate::completion::notify;
 use crate::error::{Error, Result, Status};
 use std::sync::atomic::Ordering;
@@ -64,29 +63,31 @@ impl TransferEngine {
         self.groups[0].manual.is_some()
     }
 
-    /// Waits until `flag` has `FLAG_DONE`, or `timeout`: in manual-progress
-    /// mode by progressing the engine on this thread, else by sleeping on
-    /// the flag (`wait_flag`). Returns the flag's value.
-    pub fn wait_flag(&self, flag: &std::sync::atomic::AtomicU32, timeout: std::time::Duration) -> Result<u32> {
+    /// Waits until `flag` has `FLAG_DONE`, or `timeout` passed (`None`: for
+    /// ever): in manual-progress mode by progressing the engine on this
+    /// thread, else by sleeping on the flag (`wait_flag`). Returns the
+    /// flag's value; `TimedOut` if the timeout passed first. (Renamed from
+    /// `wait_flag` in 0.4, which said `Again` then.)
+    pub fn await_flag(&self, flag: &std::sync::atomic::AtomicU32, timeout: Option<std::time::Duration>) -> Result<u32> {
+        let late = || Error::new(Status::TimedOut, format!("the flag was not done within {timeout:?}"));
         if !self.is_manual() {
-            return crate::completion::flag::wait(flag, Some(timeout))
-                .ok_or_else(|| Error::new(Status::Again, format!("the flag was not done within {timeout:?}")));
+            return crate::completion::flag::wait(flag, timeout).ok_or_else(late);
         }
-        let deadline = std::time::Instant::now() + timeout;
-        let mut idle = 0u32;
+        let deadline = timeout.and_then(|t| std::time::Instant::now().checked_add(t));
+        let mut round = 0u32;
         loop {
             let v = flag.load(Ordering::Acquire);
             if v & crate::FLAG_DONE != 0 {
                 return Ok(v);
             }
-            if self.progress() {
-                idle = 0;
-            } else {
-                idle = idle.wrapping_add(1);
-                if idle % 64 == 0 {
-                    if std::time::Instant::now() >= deadline {
-                        bail!(Again, "the flag was not done within {timeout:?}");
-                    }
+            let busy = self.progress();
+            round = round.wrapping_add(1);
+            // Looked at every 64 rounds, busy or not: traffic never stretches a timeout.
+            if round % 64 == 0 {
+                if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                    return Err(late());
+                }
+                if !busy {
                     std::thread::yield_now();
                 }
             }

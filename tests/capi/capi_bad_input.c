@@ -423,12 +423,21 @@ int main(void) {
     EXPECT(fabriclib_expect_imm_count(e, 3, 1, NULL, &id), FABRICLIB_STATUS_OK);
     EXPECT(fabriclib_cancel(e, id), FABRICLIB_STATUS_OK);
     EXPECT(fabriclib_cancel(e, id), FABRICLIB_STATUS_NOT_FOUND); /* already ended */
-    /* Flag waits: bad pointers; a flag nobody completes times out with AGAIN. */
+    /* Flag waits: bad pointers; a flag nobody completes times out with
+     * TIMED_OUT, which reads as a timeout (not "queue full"). */
     uint32_t never = 0, v = 0;
-    EXPECT(fabriclib_flag_wait(NULL, 0, &v), FABRICLIB_STATUS_INVALID_ARGUMENT);
-    EXPECT(fabriclib_flag_wait((const uint32_t *)((const char *)&never + 1), 0, &v), FABRICLIB_STATUS_INVALID_ARGUMENT);
-    EXPECT(fabriclib_flag_wait(&never, 0, &v), FABRICLIB_STATUS_AGAIN);
-    EXPECT(fabriclib_flag_wait(&never, 2000, NULL), FABRICLIB_STATUS_AGAIN);
+    EXPECT(fabriclib_flag_await(NULL, 0, &v), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_flag_await((const uint32_t *)((const char *)&never + 1), 0, &v), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_flag_await(&never, 0, &v), FABRICLIB_STATUS_TIMED_OUT);
+    EXPECT(fabriclib_flag_await(&never, 2000, NULL), FABRICLIB_STATUS_TIMED_OUT);
+    EXPECT(fabriclib_engine_flag_await(e, &never, 2000, NULL), FABRICLIB_STATUS_TIMED_OUT);
+    checks++;
+    if (strcmp(fabriclib_status_str(FABRICLIB_STATUS_TIMED_OUT), "timed out") != 0 ||
+        strstr(fabriclib_last_error_message(), "queue") != NULL) {
+        fprintf(stderr, "FAIL: a flag wait's timeout reads \"%s\" / \"%s\"\n",
+                fabriclib_status_str(FABRICLIB_STATUS_TIMED_OUT), fabriclib_last_error_message());
+        failures++;
+    }
     /* Error details: the canceled expectation above has them, an unknown id none. */
     fabriclib_status why = 0;
     char msg[64];

@@ -46,9 +46,9 @@ static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
  * the header allows), then checks it succeeded. */
 static void wait_flag(_Atomic uint32_t *f, const char *what) {
     uint32_t v = 0;
-    fabriclib_status s = fabriclib_flag_wait((const uint32_t *)f, 30 * 1000000, &v);
-    if (s == FABRICLIB_STATUS_AGAIN) DIE("%s: timed out", what);
-    if (s) DIE("%s: fabriclib_flag_wait -> %s", what, fabriclib_status_str(s));
+    fabriclib_status s = fabriclib_flag_await((const uint32_t *)f, 30 * 1000000, &v);
+    if (s == FABRICLIB_STATUS_TIMED_OUT) DIE("%s: timed out", what);
+    if (s) DIE("%s: fabriclib_flag_await -> %s", what, fabriclib_status_str(s));
     if (!(v & FABRICLIB_FLAG_DONE) || v != atomic_load_explicit(f, memory_order_acquire)) DIE("%s: flag word %#x", what, v);
     uint32_t st = v & FABRICLIB_FLAG_STATUS_MASK;
     if (st) DIE("%s: ended with %s", what, fabriclib_status_str((fabriclib_status)st));
@@ -184,7 +184,7 @@ static int initiator(const char *prov, int fd) {
     fabriclib_submit_opts flag_1ms = {.struct_size = sizeof(fabriclib_submit_opts), .flag = (uint32_t *)&late_flag, .timeout_us = 1000};
     CHECK(fabriclib_expect_imm_count(e, 902, 1, &flag_1ms, &id));
     uint32_t word = 0;
-    CHECK(fabriclib_flag_wait((const uint32_t *)&late_flag, 10 * 1000000, &word));
+    CHECK(fabriclib_flag_await((const uint32_t *)&late_flag, 10 * 1000000, &word));
     fabriclib_status why = 0;
     char msg[256];
     size_t msg_len = 0;

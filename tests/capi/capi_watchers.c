@@ -194,10 +194,10 @@ int main(void) {
     struct timespec pause = {0, 100000000};
     nanosleep(&pause, NULL);
     CHECK(flag == 0, "a deadline fired without progress");
-    CHECK(fabriclib_engine_flag_wait(me, &flag, 5000000, &value) == FABRICLIB_STATUS_OK, "flag wait progresses");
+    CHECK(fabriclib_engine_flag_await(me, &flag, 5000000, &value) == FABRICLIB_STATUS_OK, "flag wait progresses");
     CHECK((value & FABRICLIB_FLAG_DONE) && (value & FABRICLIB_FLAG_STATUS_MASK) == FABRICLIB_STATUS_TIMED_OUT,
           "the expectation timed out once progressed: %#x", value);
-    CHECK(fabriclib_engine_flag_wait(me, NULL, 1, NULL) == FABRICLIB_STATUS_INVALID_ARGUMENT, "NULL flag");
+    CHECK(fabriclib_engine_flag_await(me, NULL, 1, NULL) == FABRICLIB_STATUS_INVALID_ARGUMENT, "NULL flag");
     fabriclib_engine_destroy(me);
     if (failures) {
         fprintf(stderr, "%d failures\n", failures);

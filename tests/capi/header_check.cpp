@@ -26,7 +26,7 @@ fabriclib_status opts_from_cpp(const fabriclib_engine *e, std::atomic<uint32_t> 
     o.struct_size = sizeof o;
     o.callback = on_end;
     fabriclib_status s = fabriclib_expect_imm_count(e, 1, 1, &o, nullptr);
-    if (s == FABRICLIB_STATUS_OK) s = fabriclib_flag_wait(reinterpret_cast<const uint32_t *>(&flag), 0, nullptr);
+    if (s == FABRICLIB_STATUS_OK) s = fabriclib_flag_await(reinterpret_cast<const uint32_t *>(&flag), 0, nullptr);
     return s;
 }
 

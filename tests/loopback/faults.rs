@@ -677,9 +677,14 @@ pub fn calls_from_callbacks(prov: &str, domains: usize) -> TestResult {
     let e = engine.lock().unwrap().clone().unwrap();
     let (ends, seen) = (Ends::new(3), Arc::new(Mutex::new(Vec::<String>::new())));
     let (e2, d2, ends2, seen2, mr2) = (e.clone(), d.clone(), ends.clone(), seen.clone(), mr.clone());
+    let peer2 = addr(&p);
     let reenter = OnDone::callback(move |r| {
         let mut s = seen2.lock().unwrap();
         s.push(format!("first {:?}", r.map_err(|e| e.status)));
+        // The peer calls that wait for the worker's answer work here too
+        // (nothing is pending to the peer yet: none to cancel).
+        s.push(format!("peer-state {:?}", e2.peer_state(&peer2).map_err(|e| e.status)));
+        s.push(format!("cancel-peer {:?}", e2.cancel_peer(&peer2).map_err(|e| e.status)));
         s.push(format!("submit {:?}", e2.submit_single_write(64, None, &mr2, 0, &d2, 64, ends2.on(0)).map(drop)));
         s.push(format!("cancel-unknown {:?}", e2.cancel(RequestId(u64::MAX)).map_err(|e| e.status)));
         match e2.expect_imm_count(0x77, 1, ends2.on(1)) {
@@ -693,7 +698,14 @@ pub fn calls_from_callbacks(prov: &str, domains: usize) -> TestResult {
     while ends.reported() < 2 && t.elapsed() < WAIT {
         std::thread::sleep(Duration::from_millis(1));
     }
-    let want = ["first Ok(())", "submit Ok(())", "cancel-unknown Err(NotFound)", "cancel-armed Ok(())"];
+    let want = [
+        "first Ok(())",
+        "peer-state Ok(Some(Up))",
+        "cancel-peer Ok(0)",
+        "submit Ok(())",
+        "cancel-unknown Err(NotFound)",
+        "cancel-armed Ok(())",
+    ];
     if *seen.lock().unwrap() != want {
         return Err(format!("inside a callback: {:?}, expected {want:?}", seen.lock().unwrap()));
     }
