@@ -676,16 +676,16 @@ fabriclib_status fabriclib_config_set_request_timeout(struct fabriclib_config *c
 // is pinged before the next request to it is posted (a restarted peer's
 // old descriptors then end with `FABRICLIB_STATUS_STALE`).
 // `interval_us` must be at least 1000 (1 ms) and below `peer_timeout_us`.
-fabriclib_status fabriclib_config_set_keepalive(struct fabriclib_config *config,
-                                                uint64_t interval_us,
-                                                uint64_t peer_timeout_us);
+fabriclib_status fabriclib_config_set_keepalive_us(struct fabriclib_config *config,
+                                                   uint64_t interval_us,
+                                                   uint64_t peer_timeout_us);
 
 // Sets how long (microseconds, default 1000000) a canceled, timed-out or
 // peer-down request waits for the provider to give back its work requests
 // already on the wire before it is reported anyway. Only providers that
 // never complete operations to a dead peer (libfabric 1.17's shm) need it.
-fabriclib_status fabriclib_config_set_drain_timeout(struct fabriclib_config *config,
-                                                    uint64_t drain_us);
+fabriclib_status fabriclib_config_set_drain_timeout_us(struct fabriclib_config *config,
+                                                       uint64_t drain_us);
 
 // Sets how many requests may be in flight at once (default 65536): submitted
 // and not yet reported (a callback counts until it has returned; a flag

@@ -132,7 +132,7 @@ pub struct EngineConfig {
     pub request_timeout: Option<Duration>,
     /// How often the worker sends a keepalive to each known peer (on IP
     /// providers, peers in use are also re-checked every 50 ms: see
-    /// `fabriclib_config_set_keepalive`).
+    /// `fabriclib_config_set_keepalive_us`).
     pub keepalive_interval: Duration,
     /// A peer not heard from (keepalive answers, handshake) for this long is
     /// declared down: its pending requests end with `PeerDown`.

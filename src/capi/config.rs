@@ -416,7 +416,7 @@ pub extern "C" fn fabriclib_config_set_request_timeout(
 /// old descriptors then end with `FABRICLIB_STATUS_STALE`).
 /// `interval_us` must be at least 1000 (1 ms) and below `peer_timeout_us`.
 #[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_config_set_keepalive(
+pub extern "C" fn fabriclib_config_set_keepalive_us(
     config: *mut fabriclib_config,
     interval_us: u64,
     peer_timeout_us: u64,
@@ -437,7 +437,10 @@ pub extern "C" fn fabriclib_config_set_keepalive(
 /// already on the wire before it is reported anyway. Only providers that
 /// never complete operations to a dead peer (libfabric 1.17's shm) need it.
 #[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_config_set_drain_timeout(config: *mut fabriclib_config, drain_us: u64) -> fabriclib_status {
+pub extern "C" fn fabriclib_config_set_drain_timeout_us(
+    config: *mut fabriclib_config,
+    drain_us: u64,
+) -> fabriclib_status {
     ffi(|| {
         let c = config_mut(config)?;
         c.cfg.drain_timeout = Duration::from_micros(drain_us);

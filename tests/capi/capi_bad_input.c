@@ -95,11 +95,11 @@ int main(void) {
     EXPECT(fabriclib_config_set_idle(cfg, 0, 1), FABRICLIB_STATUS_OK);
     EXPECT(fabriclib_config_set_request_timeout(NULL, 1), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_config_set_request_timeout(cfg, 0), FABRICLIB_STATUS_OK);
-    EXPECT(fabriclib_config_set_keepalive(cfg, 0, 3000000), FABRICLIB_STATUS_INVALID_ARGUMENT);
-    EXPECT(fabriclib_config_set_keepalive(cfg, 999, 3000000), FABRICLIB_STATUS_INVALID_ARGUMENT);
-    EXPECT(fabriclib_config_set_keepalive(cfg, 3000000, 3000000), FABRICLIB_STATUS_INVALID_ARGUMENT);
-    EXPECT(fabriclib_config_set_keepalive(cfg, 100000, 3000000), FABRICLIB_STATUS_OK);
-    EXPECT(fabriclib_config_set_drain_timeout(NULL, 10), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_config_set_keepalive_us(cfg, 0, 3000000), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_config_set_keepalive_us(cfg, 999, 3000000), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_config_set_keepalive_us(cfg, 3000000, 3000000), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_config_set_keepalive_us(cfg, 100000, 3000000), FABRICLIB_STATUS_OK);
+    EXPECT(fabriclib_config_set_drain_timeout_us(NULL, 10), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_config_set_max_inflight(cfg, 0), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_config_set_peer_window(cfg, 0), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_config_set_peer_window(cfg, 64), FABRICLIB_STATUS_OK);

@@ -69,7 +69,7 @@ static fabriclib_engine *engine(const char *prov) {
     CHECK(fabriclib_config_set_bind_address(c, "127.0.0.1"));
     CHECK(fabriclib_config_set_peer_callback(c, on_peer, NULL));
     /* Under valgrind both processes crawl: allow a peer a minute between keepalive answers. */
-    if (getenv("FABRICLIB_TEST_SLOW")) CHECK(fabriclib_config_set_keepalive(c, 1000000, 60000000));
+    if (getenv("FABRICLIB_TEST_SLOW")) CHECK(fabriclib_config_set_keepalive_us(c, 1000000, 60000000));
     CHECK(fabriclib_engine_create(c, &e));
     const char *name;
     CHECK(fabriclib_engine_provider(e, &name));
