@@ -31,3 +31,14 @@ pub use engine::{MrHandle, Pages, PeerSet, ScatterDst, TransferEngine};
 pub use error::{Error, Result, Status};
 pub use wire::{EngineAddress, MrDesc, NetAddr};
 pub use worker::counters::{Count, Counters, NicCount};
+
+/// Run when the library loads (after the libraries it depends on, libfabric's
+/// among them, have run their own): gives back the crash and termination
+/// signals that libinfinipath takes over (`os::undo_infinipath_handlers`).
+extern "C" fn on_load() {
+    os::undo_infinipath_handlers();
+}
+
+#[used]
+#[unsafe(link_section = ".init_array")]
+static ON_LOAD: extern "C" fn() = on_load;

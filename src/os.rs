@@ -3,7 +3,7 @@
 //! no syscall numbers typed by hand per architecture, no hand-packed kernel
 //! structs. Each function says what it needs; the rest of the crate calls
 //! these.
-use std::ffi::{CStr, c_char};
+use std::ffi::{CStr, c_char, c_void};
 use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
@@ -281,4 +281,48 @@ pub unsafe fn mutex_lock(m: *mut SharedMutex) -> i32 {
 pub unsafe fn mutex_unlock(m: *mut SharedMutex) -> i32 {
     // SAFETY: the caller's.
     unsafe { libc::pthread_mutex_unlock(m) }
+}
+
+/// The signals libinfinipath takes over when it loads.
+const INFINIPATH_SIGNALS: [i32; 6] =
+    [libc::SIGINT, libc::SIGILL, libc::SIGABRT, libc::SIGBUS, libc::SIGSEGV, libc::SIGTERM];
+
+/// Gives back the signals libinfinipath took. Debian's libfabric pulls it in
+/// (through its psm provider), and when it loads it installs handlers for
+/// SIGINT, SIGILL, SIGABRT, SIGBUS, SIGSEGV and SIGTERM that print a
+/// backtrace and `exit(1)`: a crash leaves no core, and a killed process
+/// reports exit status 1 rather than its signal. Each handler whose code
+/// lives in libinfinipath goes back to the default; a handler of anyone
+/// else (the application's) is left alone. Returns how many were reset.
+/// Runs when libfabriclib.so loads (lib.rs) and at each engine's creation.
+pub fn undo_infinipath_handlers() -> usize {
+    let mut reset = 0;
+    for sig in INFINIPATH_SIGNALS {
+        // SAFETY: sigaction with a null new action only reads the current one.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        if unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) } != 0 {
+            continue;
+        }
+        let h = old.sa_sigaction;
+        if h == libc::SIG_DFL || h == libc::SIG_IGN {
+            continue;
+        }
+        // SAFETY: dladdr only reads the loader's tables; info is an out-parameter.
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        if unsafe { libc::dladdr(h as *const c_void, &mut info) } == 0 || info.dli_fname.is_null() {
+            continue;
+        }
+        // SAFETY: the loader's NUL-terminated name of the object.
+        let lib = unsafe { CStr::from_ptr(info.dli_fname) };
+        if !lib.to_bytes().windows(13).any(|w| w == b"libinfinipath") {
+            continue;
+        }
+        // SAFETY: restoring the default disposition of a signal.
+        let mut dfl: libc::sigaction = unsafe { std::mem::zeroed() };
+        dfl.sa_sigaction = libc::SIG_DFL;
+        if unsafe { libc::sigaction(sig, &dfl, std::ptr::null_mut()) } == 0 {
+            reset += 1;
+        }
+    }
+    reset
 }

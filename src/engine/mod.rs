@@ -98,6 +98,8 @@ impl TransferEngine {
     /// Opens `cfg.nic_count` NICs of the configured provider (per group,
     /// with `cfg.groups`) and starts the worker(s) and the callback thread.
     pub fn new(cfg: &EngineConfig) -> Result<TransferEngine> {
+        // Where fabriclib is linked statically (no load-time hook): here.
+        crate::os::undo_infinipath_handlers();
         // The environment is read here, once: every group's ports follow from it.
         let cfg = &cfg.with_env();
         let resolved = nics::near_gpu(cfg)?;
