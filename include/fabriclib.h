@@ -8,6 +8,11 @@
  *    the details of the calling thread's last failure.
  *  - Out-pointers are written only on success (size out-pointers also with
  *    FABRICLIB_STATUS_BUFFER_TOO_SMALL).
+ *  - Each function's comment ends with its contract. "Returns:" lists every
+ *    status it can return, by the end of its name (`OK` for
+ *    FABRICLIB_STATUS_OK), and when; FABRICLIB_STATUS_PANIC (a bug, caught at the boundary) can come
+ *    from any of them and is not repeated. "Blocks:" says whether the call
+ *    can wait (for the worker, the network, a timeout) and for how long.
  *  - Handles are opaque. *_create / *_new / *_register / *_parse make one;
  *    *_destroy / *_free / *_deregister (NULL-safe) release it. A destroyed,
  *    foreign or non-fabriclib handle gives FABRICLIB_STATUS_BAD_HANDLE where
@@ -27,6 +32,11 @@
  *    callback aborts the process. Declare C++ callbacks FABRICLIB_NOEXCEPT
  *    (noexcept in C++, nothing in C) so the compiler enforces it.
  *  - Keep them short: one thread runs every callback of an engine in turn.
+ *  - Order: reports run one at a time, in the order their requests ended
+ *    (not the order they were submitted: a small write submitted after a
+ *    large one may end first). A report may run, and a flag turn done,
+ *    before the submit call that made the request has returned to its
+ *    caller: set up what the callback needs before submitting.
  *  - From inside a callback, every fabriclib call is allowed and behaves as
  *    from any other thread: submits (FABRICLIB_STATUS_AGAIN when full, as
  *    anywhere), fabriclib_cancel, fabriclib_expect_imm_count, peer calls.
@@ -513,14 +523,24 @@ extern "C" {
 // Creates a config with the defaults: provider from `FABRICLIB_PROVIDER`,
 // else `efa`, else `tcp;ofi_rxm`; 1 NIC; no bind address. `*out` receives
 // a config the caller frees with `fabriclib_config_free`.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (`out` NULL).
+// Blocks: no.
 fabriclib_status fabriclib_config_new(struct fabriclib_config **out);
 
 // Frees a config (NULL is a no-op). Engines created from it are unaffected.
+//
+// Returns: nothing (NULL, or a config already freed, is ignored).
+// Blocks: no.
 void fabriclib_config_free(struct fabriclib_config *config);
 
 // Sets the libfabric provider (`"efa"`, `"tcp;ofi_rxm"`, `"shm"`, ...); NULL
 // restores the default. The string is copied. `FABRICLIB_PROVIDER` in the
 // environment overrides it.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+// Blocks: no.
 fabriclib_status fabriclib_config_set_provider(struct fabriclib_config *config,
                                                const char *provider);
 
@@ -529,6 +549,10 @@ fabriclib_status fabriclib_config_set_provider(struct fabriclib_config *config,
 // port + i);
 // NULL lets the provider choose. Ignored by `shm` and `efa`. The string is
 // copied. `FABRICLIB_BIND_ADDR` overrides it.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+// Blocks: no.
 fabriclib_status fabriclib_config_set_bind_address(struct fabriclib_config *config,
                                                    const char *addr);
 
@@ -541,6 +565,10 @@ fabriclib_status fabriclib_config_set_bind_address(struct fabriclib_config *conf
 // loopback last. Named NICs override the bind address. Creating the engine
 // fails with `INVALID_ARGUMENT` if the provider has no NIC of a name, or if
 // the NIC count was set to another number afterwards. The string is copied.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+// Blocks: no.
 fabriclib_status fabriclib_config_set_nics(struct fabriclib_config *config, const char *nics);
 
 // Gives the engine the `n` NICs nearest CUDA device `gpu` (1..=8; by
@@ -549,6 +577,10 @@ fabriclib_status fabriclib_config_set_nics(struct fabriclib_config *config, cons
 // engine fails with `INVALID_ARGUMENT` if the machine has no such GPU,
 // fewer than `n` NICs, or no provider offers them. NICs named with
 // `fabriclib_config_set_nics` override it.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+// Blocks: no.
 fabriclib_status fabriclib_config_set_nics_near_gpu(struct fabriclib_config *config,
                                                     uint32_t gpu,
                                                     uint32_t n);
@@ -560,6 +592,10 @@ fabriclib_status fabriclib_config_set_nics_near_gpu(struct fabriclib_config *con
 // it opens its NICs, so their memory comes from its NUMA node. Creating
 // the engine fails with `INVALID_ARGUMENT` for a CPU that is not online.
 // The string is copied.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+// Blocks: no.
 fabriclib_status fabriclib_config_set_thread_cpus(struct fabriclib_config *config,
                                                   fabriclib_thread thread,
                                                   const char *cpus);
@@ -586,6 +622,10 @@ fabriclib_status fabriclib_config_set_thread_cpus(struct fabriclib_config *confi
 // `INVALID_ARGUMENT`). `INVALID_ARGUMENT` here for a bad list, more than
 // 8 NICs or `FABRICLIB_MAX_GROUPS` groups; creating the engine fails for two groups on one GPU
 // or NUMA node, and for CPUs or NICs that do not exist. Strings are copied.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+// Blocks: no.
 fabriclib_status fabriclib_config_add_group(struct fabriclib_config *config,
                                             int32_t gpu,
                                             int32_t numa,
@@ -604,15 +644,27 @@ fabriclib_status fabriclib_config_add_group(struct fabriclib_config *config,
 // `fabriclib_config_set_thread_cpus` override the plan's. Creating the
 // engine fails with `INVALID_ARGUMENT` on a machine without GPUs, or when
 // no provider offers the NICs.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+// Blocks: no.
 fabriclib_status fabriclib_config_set_groups_per_gpu(struct fabriclib_config *config, uint32_t n);
 
 // Sets how many NICs the engine drives (each group, without
 // `fabriclib_config_add_group`'s own count), 1..=8 (default 1). Every peer
 // must use the same number. (Before 0.4: `fabriclib_config_set_domains`.)
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+// Blocks: no.
 fabriclib_status fabriclib_config_set_nic_count(struct fabriclib_config *config, uint32_t n);
 
 // Sets the submission queue's capacity (default 4096 requests); when it is
 // full, submits return `FABRICLIB_STATUS_AGAIN`.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+// Blocks: no.
 fabriclib_status fabriclib_config_set_submit_queue(struct fabriclib_config *config,
                                                    size_t requests);
 
@@ -624,6 +676,10 @@ fabriclib_status fabriclib_config_set_submit_queue(struct fabriclib_config *conf
 // `spin_us` lowers the latency of sporadic traffic and costs CPU; `spin_us`
 // should stay above `nap_us` so that two engines exchanging requests keep
 // each other awake. `nap_us` must be at least 1.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+// Blocks: no.
 fabriclib_status fabriclib_config_set_idle(struct fabriclib_config *config,
                                            uint64_t spin_us,
                                            uint64_t nap_us);
@@ -635,6 +691,10 @@ fabriclib_status fabriclib_config_set_idle(struct fabriclib_config *config,
 // submitting thread to the NIC with no hand-off between threads (the lowest
 // latency on a small host); nothing happens between progress calls.
 // Default false.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+// Blocks: no.
 fabriclib_status fabriclib_config_set_manual_progress(struct fabriclib_config *config, bool manual);
 
 // Sets what the worker does once it has been idle for `spin_us`
@@ -645,6 +705,10 @@ fabriclib_status fabriclib_config_set_manual_progress(struct fabriclib_config *c
 // costs on every transfer (tcp: about +1.5 us per small round trip, 8-20% of
 // small-write bandwidth) and about 70 us on the first write after a quiet
 // spell: docs/benchmarks.md has the figures.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+// Blocks: no.
 fabriclib_status fabriclib_config_set_idle_policy(struct fabriclib_config *config,
                                                   fabriclib_idle policy);
 
@@ -654,6 +718,10 @@ fabriclib_status fabriclib_config_set_idle_policy(struct fabriclib_config *confi
 // core), then looks every `nap_us` microseconds (default 50, at least 1)
 // until one changes again. A change seen during a nap is reported up to
 // `nap_us` late.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+// Blocks: no.
 fabriclib_status fabriclib_config_set_watcher_idle(struct fabriclib_config *config,
                                                    uint64_t spin_us,
                                                    uint64_t nap_us);
@@ -662,6 +730,10 @@ fabriclib_status fabriclib_config_set_watcher_idle(struct fabriclib_config *conf
 // 0: no deadline). Requests and immediate expectations that have not ended
 // by then end with `FABRICLIB_STATUS_TIMED_OUT`; one request may set its own
 // (`fabriclib_submit_opts.timeout_us`).
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+// Blocks: no.
 fabriclib_status fabriclib_config_set_request_timeout(struct fabriclib_config *config,
                                                       uint64_t timeout_us);
 
@@ -676,6 +748,10 @@ fabriclib_status fabriclib_config_set_request_timeout(struct fabriclib_config *c
 // is pinged before the next request to it is posted (a restarted peer's
 // old descriptors then end with `FABRICLIB_STATUS_STALE`).
 // `interval_us` must be at least 1000 (1 ms) and below `peer_timeout_us`.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+// Blocks: no.
 fabriclib_status fabriclib_config_set_keepalive_us(struct fabriclib_config *config,
                                                    uint64_t interval_us,
                                                    uint64_t peer_timeout_us);
@@ -684,6 +760,10 @@ fabriclib_status fabriclib_config_set_keepalive_us(struct fabriclib_config *conf
 // peer-down request waits for the provider to give back its work requests
 // already on the wire before it is reported anyway. Only providers that
 // never complete operations to a dead peer (libfabric 1.17's shm) need it.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+// Blocks: no.
 fabriclib_status fabriclib_config_set_drain_timeout_us(struct fabriclib_config *config,
                                                        uint64_t drain_us);
 
@@ -693,6 +773,10 @@ fabriclib_status fabriclib_config_set_drain_timeout_us(struct fabriclib_config *
 // microseconds at most after the flag turned done). Beyond
 // it submits return `FABRICLIB_STATUS_AGAIN`, so that a slow callback
 // cannot make the engine queue completions without bound.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+// Blocks: no.
 fabriclib_status fabriclib_config_set_max_inflight(struct fabriclib_config *config,
                                                    size_t requests);
 
@@ -701,11 +785,19 @@ fabriclib_status fabriclib_config_set_max_inflight(struct fabriclib_config *conf
 // the endpoint's (and the provider's shared) transmit resources, so the
 // engine goes on serving its other peers while it waits for the keepalive
 // to declare that peer down. Must be at least 1.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+// Blocks: no.
 fabriclib_status fabriclib_config_set_peer_window(struct fabriclib_config *config,
                                                   size_t work_requests);
 
 // Sets the peer-state callback (NULL: none) and its `user_data`, which
 // must stay valid until every engine created from this config is destroyed.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+// Blocks: no.
 fabriclib_status fabriclib_config_set_peer_callback(struct fabriclib_config *config,
                                                     fabriclib_peer_cb callback,
                                                     void *user_data);
@@ -718,6 +810,15 @@ fabriclib_status fabriclib_config_set_peer_callback(struct fabriclib_config *con
 // afterwards. Opens the NICs and starts the worker and callback threads;
 // fails with `FABRICLIB_STATUS_UNSUPPORTED` if no provider is usable.
 // `*out` receives an engine the caller destroys with `fabriclib_engine_destroy`.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer, or settings that do not
+// fit together: the message says which); `BAD_HANDLE` (a freed or foreign
+// config); `UNSUPPORTED` (no usable provider or NIC on this machine, the verbs
+// backend without rdma-core, groups per GPU without GPUs); `PROVIDER`
+// (libfabric or libibverbs refused to open a NIC).
+// Blocks: yes, while it opens every NIC, registers its buffers and starts its
+// threads (milliseconds; seconds where hwloc reads a large topology). It does
+// not wait for any peer.
 fabriclib_status fabriclib_engine_create(const struct fabriclib_config *config,
                                          struct fabriclib_engine **out);
 
@@ -739,6 +840,13 @@ fabriclib_status fabriclib_engine_create(const struct fabriclib_config *config,
 // which is still using the engine: destroying that engine from such a
 // callback is refused (nothing happens; a message goes to stderr and the
 // last error); destroy it after the progress call has returned.
+//
+// Returns: nothing (NULL, or an engine already destroyed, is ignored).
+// Blocks: yes: it says goodbye to its peers and waits for their answer, then
+// gives work requests on the wire up to the drain timeout
+// (`fabriclib_config_set_drain_timeout_us`): at most 2 × that (2 s by
+// default), then joins its threads. From the engine's own callback it returns
+// at once (the preamble says what runs after).
 void fabriclib_engine_destroy(struct fabriclib_engine *engine);
 
 // Manual progress (`fabriclib_config_set_manual_progress`): runs one pass of
@@ -751,6 +859,10 @@ void fabriclib_engine_destroy(struct fabriclib_engine *engine);
 // while anything is in flight or expected. Control calls
 // (`fabriclib_mr_register`, `fabriclib_expect_imm_count`, …) progress by
 // themselves until answered. With a worker thread: `*progressed` false.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
+// destroyed or foreign engine).
+// Blocks: no: one pass of the engine (with a worker thread it does nothing).
 fabriclib_status fabriclib_engine_progress(const struct fabriclib_engine *engine, bool *progressed);
 
 // Waits until `*flag` has `FABRICLIB_FLAG_DONE` or `timeout_us` passed
@@ -760,6 +872,11 @@ fabriclib_status fabriclib_engine_progress(const struct fabriclib_engine *engine
 // (sleeping). Returns `FABRICLIB_STATUS_OK` once done,
 // `FABRICLIB_STATUS_TIMED_OUT` if the timeout passed first. (Was
 // `fabriclib_engine_flag_await` before 0.4, which returned `AGAIN` then.)
+//
+// Returns: `OK` (the flag is done); `TIMED_OUT` (`timeout_us` passed first);
+// `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a destroyed or
+// foreign engine); `INVALID_ARGUMENT` also for a misaligned flag.
+// Blocks: up to `timeout_us` (`FABRICLIB_NO_TIMEOUT`: until the flag is done).
 fabriclib_status fabriclib_engine_flag_await(const struct fabriclib_engine *engine,
                                              const uint32_t *flag,
                                              uint64_t timeout_us,
@@ -769,6 +886,10 @@ fabriclib_status fabriclib_engine_flag_await(const struct fabriclib_engine *engi
 // of band) into `buf` of `cap` bytes and its length into `*len`. If `cap` is
 // too small (or `buf` is NULL), only `*len` is written and
 // `FABRICLIB_STATUS_BUFFER_TOO_SMALL` returned. Any thread.
+//
+// Returns: `OK`; `BUFFER_TOO_SMALL` (only `*len` written); `INVALID_ARGUMENT`
+// (a NULL pointer argument); `BAD_HANDLE` (a destroyed or foreign engine).
+// Blocks: no.
 fabriclib_status fabriclib_engine_address(const struct fabriclib_engine *engine,
                                           uint8_t *buf,
                                           size_t cap,
@@ -776,12 +897,20 @@ fabriclib_status fabriclib_engine_address(const struct fabriclib_engine *engine,
 
 // Writes the name of the libfabric provider in use (e.g. `"tcp;ofi_rxm"`) to
 // `*out`; the string lives as long as the engine. Any thread.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
+// destroyed or foreign engine).
+// Blocks: no.
 fabriclib_status fabriclib_engine_provider(const struct fabriclib_engine *engine, const char **out);
 
 // Writes the largest message `fabriclib_submit_send` takes on this engine
 // to `*out`: 64 KiB, or 4 KiB on `shm`, whose larger
 // messages wait on the receiver's answer (a receiver that died would stall
 // every later one; libfabric 1.17). Any thread.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
+// destroyed or foreign engine).
+// Blocks: no.
 fabriclib_status fabriclib_engine_max_send(const struct fabriclib_engine *engine, size_t *out);
 
 // === Memory regions ===
@@ -792,6 +921,14 @@ fabriclib_status fabriclib_engine_max_send(const struct fabriclib_engine *engine
 // group. The memory must stay valid until `fabriclib_mr_deregister` and
 // until every request using it has completed. `*out` receives the handle.
 // Any thread (registrations are serialised on the worker).
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
+// destroyed or foreign engine); `INVALID_ARGUMENT` also for a zero length;
+// `PROVIDER` (the NIC refused the registration: memory locked beyond `ulimit
+// -l`, or not mapped); `SHUTDOWN`.
+// Blocks: until the engine's worker answers (each group's, in turn):
+// microseconds while it runs; in manual-progress mode the call progresses the
+// engine itself until answered.
 fabriclib_status fabriclib_mr_register(const struct fabriclib_engine *engine,
                                        void *ptr,
                                        size_t len,
@@ -803,6 +940,14 @@ fabriclib_status fabriclib_mr_register(const struct fabriclib_engine *engine,
 // NUMA node: host memory with `device` -1, else CUDA device memory of
 // `device` (as `fabriclib_mr_register_device`). `INVALID_ARGUMENT` for a
 // group the engine does not have. Otherwise as `fabriclib_mr_register`.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
+// destroyed or foreign engine); `INVALID_ARGUMENT` also for a zero length or a
+// group the engine does not have; `PROVIDER` (the NIC refused the
+// registration); `SHUTDOWN`.
+// Blocks: until the engine's worker answers (each group's, in turn):
+// microseconds while it runs; in manual-progress mode the call progresses the
+// engine itself until answered.
 fabriclib_status fabriclib_mr_register_in_group(const struct fabriclib_engine *engine,
                                                 uint32_t group,
                                                 void *ptr,
@@ -817,6 +962,15 @@ fabriclib_status fabriclib_mr_register_in_group(const struct fabriclib_engine *e
 // without `FI_HMEM` (tcp and shm of the distributions' libfabric) refuses with
 // `FABRICLIB_STATUS_UNSUPPORTED`, naming itself. `UNSUPPORTED` too without a
 // CUDA driver; `INVALID_ARGUMENT` if `ptr` is not device memory of `device`.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
+// destroyed or foreign engine); `INVALID_ARGUMENT` also for a zero length or a
+// pointer that is not CUDA device memory; `UNSUPPORTED` (no CUDA driver, or a
+// provider or backend that cannot register device memory); `PROVIDER` (the NIC
+// refused it); `SHUTDOWN`.
+// Blocks: until the engine's worker answers (each group's, in turn):
+// microseconds while it runs; in manual-progress mode the call progresses the
+// engine itself until answered.
 fabriclib_status fabriclib_mr_register_device(const struct fabriclib_engine *engine,
                                               void *ptr,
                                               size_t len,
@@ -825,15 +979,26 @@ fabriclib_status fabriclib_mr_register_device(const struct fabriclib_engine *eng
 
 // Writes the index of the engine's group the region is registered in
 // (0 for an engine of one group) to `*out`. Any thread.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer); `BAD_HANDLE` (a
+// deregistered or foreign region).
+// Blocks: no.
 fabriclib_status fabriclib_mr_group(const struct fabriclib_mr *mr, uint32_t *out);
 
 // Releases a registration (NULL is a no-op). Requests still using it keep it
 // alive until they complete; the memory may be freed once they have.
+//
+// Returns: nothing (NULL is ignored).
+// Blocks: no: the registration is released once no request uses it.
 void fabriclib_mr_deregister(struct fabriclib_mr *mr);
 
 // Copies the region's descriptor (versioned binary blob: address, length and
 // one key per NIC) for a peer to parse with `fabriclib_remote_mr_parse`.
 // Buffer rules as in `fabriclib_engine_address`. Any thread.
+//
+// Returns: `OK`; `BUFFER_TOO_SMALL` (only `*len` written); `INVALID_ARGUMENT`
+// (a NULL pointer); `BAD_HANDLE` (a deregistered or foreign region).
+// Blocks: no.
 fabriclib_status fabriclib_mr_descriptor(const struct fabriclib_mr *mr,
                                          uint8_t *buf,
                                          size_t cap,
@@ -850,15 +1015,26 @@ fabriclib_status fabriclib_mr_descriptor(const struct fabriclib_mr *mr,
 // never used. The checksum is no defence against a deliberately forged
 // blob: descriptors must come from a channel you trust. `*out`
 // receives a handle the caller frees with `fabriclib_remote_mr_free`.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer); `MALFORMED` (not a
+// descriptor: its version, length or checksum is wrong).
+// Blocks: no.
 fabriclib_status fabriclib_remote_mr_parse(const uint8_t *buf,
                                            size_t len,
                                            struct fabriclib_remote_mr **out);
 
 // Writes the length in bytes of a peer's region to `*len`.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer); `BAD_HANDLE` (a freed or
+// foreign descriptor).
+// Blocks: no.
 fabriclib_status fabriclib_remote_mr_len(const struct fabriclib_remote_mr *mr, uint64_t *len);
 
 // Frees a parsed descriptor (NULL is a no-op). Requests already submitted
 // with it are unaffected.
+//
+// Returns: nothing (NULL is ignored).
+// Blocks: no.
 void fabriclib_remote_mr_free(struct fabriclib_remote_mr *mr);
 
 // === Peers ===
@@ -878,6 +1054,15 @@ void fabriclib_remote_mr_free(struct fabriclib_remote_mr *mr);
 // `SHUTDOWN`; its id goes to `*request_id` (unless NULL). A serving stack
 // warms its peers up this way at admission and knows when they are ready.
 // Any thread.
+//
+// Returns: `OK` (greeted; with `opts`, the request then reports once);
+// `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a destroyed or
+// foreign engine); `MALFORMED` (an address that does not parse); `AGAIN` (with
+// `opts`: the submission queue is full); `SHUTDOWN`.
+// Blocks: until the engine's worker answers (each group's, in turn):
+// microseconds while it runs; in manual-progress mode the call progresses the
+// engine itself until answered. It never waits for the peer: `opts` reports
+// that.
 fabriclib_status fabriclib_peer_add(const struct fabriclib_engine *engine,
                                     const uint8_t *addr,
                                     size_t addr_len,
@@ -890,6 +1075,13 @@ fabriclib_status fabriclib_peer_add(const struct fabriclib_engine *engine,
 // as `fabriclib_peer_add` does. `INVALID_ARGUMENT` unless both engines
 // have as many groups and as many NICs in each (the message names both);
 // `MALFORMED` for a bad blob. Any thread.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
+// destroyed or foreign engine); `INVALID_ARGUMENT` also where the two engines'
+// groups or NIC counts differ; `MALFORMED` (a bad blob); `SHUTDOWN`.
+// Blocks: until the engine's worker answers (each group's, in turn):
+// microseconds while it runs; in manual-progress mode the call progresses the
+// engine itself until answered. It never waits for the peer.
 fabriclib_status fabriclib_peer_add_engine(const struct fabriclib_engine *engine,
                                            const uint8_t *addr,
                                            size_t addr_len);
@@ -902,6 +1094,14 @@ fabriclib_status fabriclib_peer_add_engine(const struct fabriclib_engine *engine
 // `FABRICLIB_PEER_UP`. `FABRICLIB_STATUS_NOT_FOUND` if this engine has
 // never been in contact with it. Any thread, fabriclib callbacks included
 // (it waits for the worker's answer).
+//
+// Returns: `OK`; `NOT_FOUND` (no group of this engine has been in contact with
+// that engine); `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
+// destroyed or foreign engine); `MALFORMED` (an address that does not parse);
+// `SHUTDOWN`.
+// Blocks: until the engine's worker answers (each group's, in turn):
+// microseconds while it runs; in manual-progress mode the call progresses the
+// engine itself until answered.
 fabriclib_status fabriclib_peer_state(const struct fabriclib_engine *engine,
                                       const uint8_t *addr,
                                       size_t addr_len,
@@ -911,6 +1111,13 @@ fabriclib_status fabriclib_peer_state(const struct fabriclib_engine *engine,
 // bytes) once, so scatters and barriers to them skip per-destination
 // lookups. Writes a non-zero peer set handle to `*out`. Any thread.
 // (Before 0.4: `fabriclib_add_peer_group`.)
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
+// destroyed or foreign engine); `INVALID_ARGUMENT` also for a count of 0;
+// `MALFORMED` (an address that does not parse); `SHUTDOWN`.
+// Blocks: until the engine's worker answers (each group's, in turn):
+// microseconds while it runs; in manual-progress mode the call progresses the
+// engine itself until answered.
 fabriclib_status fabriclib_add_peer_set(const struct fabriclib_engine *engine,
                                         fabriclib_blob_list addrs,
                                         const size_t *addr_lens,
@@ -928,6 +1135,19 @@ fabriclib_status fabriclib_add_peer_set(const struct fabriclib_engine *engine,
 // Without an immediate, large writes are split and sharded over NICs.
 // `opts` reports when the source buffer may be reused; that is not proof
 // that the bytes landed (the receiver's immediate is). Any thread.
+//
+// Returns: `OK` (the request then reports exactly once); `INVALID_ARGUMENT` (a
+// NULL pointer argument); `BAD_HANDLE` (a destroyed or foreign engine);
+// `BAD_HANDLE` also for a region of another engine; `OUT_OF_BOUNDS` (a range
+// outside its region); `MALFORMED` (a descriptor or address that does not
+// parse); `UNSUPPORTED` (`FABRICLIB_SUBMIT_DELIVERED` on a provider that
+// cannot confirm delivery); `AGAIN` (the submission queue or `max_inflight` is
+// full: progress, then retry); `SHUTDOWN` (the engine is being destroyed). A
+// submit that returns an error never reports. `INVALID_ARGUMENT` also for a
+// zero length without an immediate, a write with an immediate over the
+// provider's maximum message, or a NIC route outside the request's group.
+// Blocks: no: it queues the request for the worker and returns; a full queue
+// returns `AGAIN` rather than waiting.
 fabriclib_status fabriclib_submit_single_write(const struct fabriclib_engine *engine,
                                                uint64_t len,
                                                const uint32_t *imm,
@@ -944,6 +1164,18 @@ fabriclib_status fabriclib_submit_single_write(const struct fabriclib_engine *en
 // against both regions before anything is posted. With `imm` non-NULL the
 // destination counts **one `*imm` per page**. Pages are sharded over the
 // NICs. The index arrays are copied. Any thread.
+//
+// Returns: `OK` (the request then reports exactly once); `INVALID_ARGUMENT` (a
+// NULL pointer argument); `BAD_HANDLE` (a destroyed or foreign engine);
+// `BAD_HANDLE` also for a region of another engine; `OUT_OF_BOUNDS` (a range
+// outside its region); `MALFORMED` (a descriptor or address that does not
+// parse); `UNSUPPORTED` (`FABRICLIB_SUBMIT_DELIVERED` on a provider that
+// cannot confirm delivery); `AGAIN` (the submission queue or `max_inflight` is
+// full: progress, then retry); `SHUTDOWN` (the engine is being destroyed). A
+// submit that returns an error never reports. `INVALID_ARGUMENT` also for page
+// counts that differ or a NIC route outside the request's group.
+// Blocks: no: it queues the request for the worker and returns; a full queue
+// returns `AGAIN` rather than waiting.
 fabriclib_status fabriclib_submit_paged_writes(const struct fabriclib_engine *engine,
                                                uint64_t page_len,
                                                const uint32_t *imm,
@@ -959,6 +1191,18 @@ fabriclib_status fabriclib_submit_paged_writes(const struct fabriclib_engine *en
 // **one `*imm` per destination**. `peer_set` is 0 or a handle from
 // `fabriclib_add_peer_set` whose peer `i` owns `dsts[i].dst`. The array is
 // copied. Any thread.
+//
+// Returns: `OK` (the request then reports exactly once); `INVALID_ARGUMENT` (a
+// NULL pointer argument); `BAD_HANDLE` (a destroyed or foreign engine);
+// `BAD_HANDLE` also for a region of another engine; `OUT_OF_BOUNDS` (a range
+// outside its region); `MALFORMED` (a descriptor or address that does not
+// parse); `UNSUPPORTED` (`FABRICLIB_SUBMIT_DELIVERED` on a provider that
+// cannot confirm delivery); `AGAIN` (the submission queue or `max_inflight` is
+// full: progress, then retry); `SHUTDOWN` (the engine is being destroyed). A
+// submit that returns an error never reports. `INVALID_ARGUMENT` also for no
+// destination; `BAD_HANDLE` also for an unknown peer set.
+// Blocks: no: it queues the request for the worker and returns; a full queue
+// returns `AGAIN` rather than waiting.
 fabriclib_status fabriclib_submit_scatter(const struct fabriclib_engine *engine,
                                           uint64_t peer_set,
                                           const uint32_t *imm,
@@ -971,6 +1215,18 @@ fabriclib_status fabriclib_submit_scatter(const struct fabriclib_engine *engine,
 // Sends a zero-byte write carrying `imm` to each of `count` destination
 // regions: each destination's owner counts **one `imm` per destination**.
 // `peer_set` as for `fabriclib_submit_scatter`. Any thread.
+//
+// Returns: `OK` (the request then reports exactly once); `INVALID_ARGUMENT` (a
+// NULL pointer argument); `BAD_HANDLE` (a destroyed or foreign engine);
+// `BAD_HANDLE` also for a region of another engine; `OUT_OF_BOUNDS` (a range
+// outside its region); `MALFORMED` (a descriptor or address that does not
+// parse); `UNSUPPORTED` (`FABRICLIB_SUBMIT_DELIVERED` on a provider that
+// cannot confirm delivery); `AGAIN` (the submission queue or `max_inflight` is
+// full: progress, then retry); `SHUTDOWN` (the engine is being destroyed). A
+// submit that returns an error never reports. `BAD_HANDLE` also for an unknown
+// peer set.
+// Blocks: no: it queues the request for the worker and returns; a full queue
+// returns `AGAIN` rather than waiting.
 fabriclib_status fabriclib_submit_barrier(const struct fabriclib_engine *engine,
                                           uint64_t peer_set,
                                           uint32_t imm,
@@ -988,6 +1244,18 @@ fabriclib_status fabriclib_submit_barrier(const struct fabriclib_engine *engine,
 // Every `fabriclib_submit_*` function (and `fabriclib_expect_imm_count`)
 // writes the new request's id to `*request_id` unless it is NULL: pass it
 // to `fabriclib_cancel`.
+//
+// Returns: `OK` (the request then reports exactly once); `INVALID_ARGUMENT` (a
+// NULL pointer argument); `BAD_HANDLE` (a destroyed or foreign engine);
+// `BAD_HANDLE` also for a region of another engine; `OUT_OF_BOUNDS` (a range
+// outside its region); `MALFORMED` (a descriptor or address that does not
+// parse); `UNSUPPORTED` (`FABRICLIB_SUBMIT_DELIVERED` on a provider that
+// cannot confirm delivery); `AGAIN` (the submission queue or `max_inflight` is
+// full: progress, then retry); `SHUTDOWN` (the engine is being destroyed). A
+// submit that returns an error never reports. `INVALID_ARGUMENT` also for a
+// message over `fabriclib_engine_max_send`.
+// Blocks: no: it queues the request for the worker and returns; a full queue
+// returns `AGAIN` rather than waiting.
 fabriclib_status fabriclib_submit_send(const struct fabriclib_engine *engine,
                                        const uint8_t *addr,
                                        size_t addr_len,
@@ -1005,6 +1273,14 @@ fabriclib_status fabriclib_submit_send(const struct fabriclib_engine *engine,
 // underneath, so a pool costs `count` × 64 KiB). When
 // the engine is destroyed, `callback` runs once more with
 // `FABRICLIB_STATUS_SHUTDOWN`; `user_data` must stay valid until then. Any thread.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
+// destroyed or foreign engine); `INVALID_ARGUMENT` also for a zero buffer size
+// or count, or a callback NULL; `PROVIDER` (registering the pool's buffers
+// failed); `SHUTDOWN`.
+// Blocks: until the engine's worker answers (each group's, in turn):
+// microseconds while it runs; in manual-progress mode the call progresses the
+// engine itself until answered.
 fabriclib_status fabriclib_submit_recvs(const struct fabriclib_engine *engine,
                                         size_t len,
                                         size_t count,
@@ -1019,6 +1295,13 @@ fabriclib_status fabriclib_submit_recvs(const struct fabriclib_engine *engine,
 // request has already ended (it then reports its own outcome, if it has not
 // yet). Any thread, fabriclib callbacks included (it waits for the
 // worker's answer).
+//
+// Returns: `OK` (the request will report `CANCELED`); `NOT_FOUND` (it has
+// already ended, or never existed); `INVALID_ARGUMENT` (a NULL pointer
+// argument); `BAD_HANDLE` (a destroyed or foreign engine); `SHUTDOWN`.
+// Blocks: until the engine's worker answers (each group's, in turn):
+// microseconds while it runs; in manual-progress mode the call progresses the
+// engine itself until answered.
 fabriclib_status fabriclib_cancel(const struct fabriclib_engine *engine, uint64_t request_id);
 
 // Cancels every pending request to the engine named by `addr` (`addr_len`
@@ -1028,6 +1311,13 @@ fabriclib_status fabriclib_cancel(const struct fabriclib_engine *engine, uint64_
 // many to `*canceled` unless it is NULL. Each ends as for
 // `fabriclib_cancel`. Any thread, fabriclib callbacks included (it waits
 // for the worker's answer).
+//
+// Returns: `OK` (`*canceled` says how many); `INVALID_ARGUMENT` (a NULL
+// pointer argument); `BAD_HANDLE` (a destroyed or foreign engine); `MALFORMED`
+// (an address that does not parse); `SHUTDOWN`.
+// Blocks: until the engine's worker answers (each group's, in turn):
+// microseconds while it runs; in manual-progress mode the call progresses the
+// engine itself until answered.
 fabriclib_status fabriclib_cancel_peer(const struct fabriclib_engine *engine,
                                        const uint8_t *addr,
                                        size_t addr_len,
@@ -1042,6 +1332,10 @@ fabriclib_status fabriclib_cancel_peer(const struct fabriclib_engine *engine,
 // for ever). Any thread, several at once; the flag may be a `uint32_t`, a
 // C11 `_Atomic uint32_t` or a C++ `std::atomic<uint32_t>`. (Was
 // `fabriclib_flag_await` before 0.4, which returned `AGAIN` on a timeout.)
+//
+// Returns: `OK` (the flag is done); `TIMED_OUT` (`timeout_us` passed first);
+// `INVALID_ARGUMENT` (`flag` NULL or not 4-byte aligned).
+// Blocks: up to `timeout_us` (`FABRICLIB_NO_TIMEOUT`: until the flag is done).
 fabriclib_status fabriclib_flag_await(const uint32_t *flag, uint64_t timeout_us, uint32_t *value);
 
 // Why request `request_id` (a submit's or an expectation's id) failed, for
@@ -1052,6 +1346,12 @@ fabriclib_status fabriclib_flag_await(const uint32_t *flag, uint64_t timeout_us,
 // failed requests are kept, and each is there before its flag is stored;
 // `FABRICLIB_STATUS_NOT_FOUND` for a request that has not failed (still
 // running, ended OK) or failed longer ago. Any thread.
+//
+// Returns: `OK`; `NOT_FOUND` (the request has not failed, or failed over 1024
+// failures ago); `BUFFER_TOO_SMALL` (only `*status` and `*len` written);
+// `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a destroyed or
+// foreign engine).
+// Blocks: no.
 fabriclib_status fabriclib_request_error(const struct fabriclib_engine *engine,
                                          uint64_t request_id,
                                          fabriclib_status *status,
@@ -1073,6 +1373,14 @@ fabriclib_status fabriclib_request_error(const struct fabriclib_engine *engine,
 // after its writer reported OK (OK frees the source; it does not mean the
 // target counted): use a new value after a failure rather than resetting
 // this one (docs/failure-semantics.md, "OK is not landed"). Any thread.
+//
+// Returns: `OK` (the expectation then reports once); `INVALID_ARGUMENT` (a
+// NULL pointer argument); `BAD_HANDLE` (a destroyed or foreign engine);
+// `INVALID_ARGUMENT` also for a count of 0; `ALREADY_EXISTS` (that immediate
+// already has an expectation armed); `SHUTDOWN`.
+// Blocks: until the engine's worker answers (each group's, in turn):
+// microseconds while it runs; in manual-progress mode the call progresses the
+// engine itself until answered.
 fabriclib_status fabriclib_expect_imm_count(const struct fabriclib_engine *engine,
                                             uint32_t imm,
                                             uint32_t count,
@@ -1081,6 +1389,12 @@ fabriclib_status fabriclib_expect_imm_count(const struct fabriclib_engine *engin
 
 // Writes to `*count` how many writes carrying immediate `imm` have landed
 // and are not yet taken by an expectation. Any thread.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
+// destroyed or foreign engine); `SHUTDOWN`.
+// Blocks: until the engine's worker answers (each group's, in turn):
+// microseconds while it runs; in manual-progress mode the call progresses the
+// engine itself until answered.
 fabriclib_status fabriclib_imm_count_get(const struct fabriclib_engine *engine,
                                          uint32_t imm,
                                          uint64_t *count);
@@ -1088,6 +1402,12 @@ fabriclib_status fabriclib_imm_count_get(const struct fabriclib_engine *engine,
 // Sets the count of immediate `imm` to 0 and writes what it was to
 // `*previous` (unless NULL). An armed expectation on `imm` stays armed and
 // counts from 0. Any thread.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
+// destroyed or foreign engine); `SHUTDOWN`.
+// Blocks: until the engine's worker answers (each group's, in turn):
+// microseconds while it runs; in manual-progress mode the call progresses the
+// engine itself until answered.
 fabriclib_status fabriclib_imm_count_reset(const struct fabriclib_engine *engine,
                                            uint32_t imm,
                                            uint64_t *previous);
@@ -1101,6 +1421,13 @@ fabriclib_status fabriclib_imm_count_reset(const struct fabriclib_engine *engine
 // for a kernel. The word must be 8-byte aligned and stay valid until this
 // is called again for `imm` (another word, or NULL) and has returned, or
 // the engine is destroyed. Any thread.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
+// destroyed or foreign engine); `INVALID_ARGUMENT` also for a misaligned word;
+// `SHUTDOWN`.
+// Blocks: until the engine's worker answers (each group's, in turn):
+// microseconds while it runs; in manual-progress mode the call progresses the
+// engine itself until answered.
 fabriclib_status fabriclib_imm_mirror(const struct fabriclib_engine *engine,
                                       uint32_t imm,
                                       uint64_t *word);
@@ -1127,21 +1454,42 @@ fabriclib_status fabriclib_imm_mirror(const struct fabriclib_engine *engine,
 //
 // `user_data` must stay valid until `fabriclib_watcher_destroy` returns.
 // Any thread.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
+// destroyed or foreign engine); `INVALID_ARGUMENT` also for a memory kind that
+// is not a `FABRICLIB_MEMORY_*` or a callback NULL; `UNSUPPORTED` (CUDA-mapped
+// memory without a CUDA driver); `PROVIDER` (allocating the word failed);
+// `SHUTDOWN`.
+// Blocks: briefly: it allocates the word and starts the watcher thread on
+// first use; it never waits for the worker.
 fabriclib_status fabriclib_watcher_create(const struct fabriclib_engine *engine,
                                           const struct fabriclib_watcher_opts *opts,
                                           struct fabriclib_watcher **out);
 
 // Writes the word's address for the CPU to `*out`. Any thread.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer); `BAD_HANDLE` (a
+// destroyed or foreign watcher).
+// Blocks: no.
 fabriclib_status fabriclib_watcher_host_ptr(const struct fabriclib_watcher *w, uint64_t **out);
 
 // Writes the word's address for a kernel to `*out`;
 // `FABRICLIB_STATUS_UNSUPPORTED` if it is plain host memory (no CUDA, or
 // `FABRICLIB_MEMORY_HOST`). Any thread.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer); `BAD_HANDLE` (a
+// destroyed or foreign watcher); `UNSUPPORTED` (a watcher of plain host
+// memory).
+// Blocks: no.
 fabriclib_status fabriclib_watcher_device_ptr(const struct fabriclib_watcher *w, uint64_t *out);
 
 // Stops the watcher and frees its word (NULL is a no-op). No callback of it
 // runs after this returns, except the one it is called from (allowed).
 // It waits for a callback of the engine's watcher thread that is running.
+//
+// Returns: nothing (NULL is ignored).
+// Blocks: until a callback of this watcher that is running returns (from that
+// callback itself it does not wait).
 void fabriclib_watcher_destroy(struct fabriclib_watcher *w);
 
 // === Mapped memory ===
@@ -1153,6 +1501,11 @@ void fabriclib_watcher_destroy(struct fabriclib_watcher *w);
 // `*device_ptr` (0 for plain host memory; `device_ptr` may be NULL): the
 // place for completion flags and mirrored immediate counters that a kernel
 // polls. Free with `fabriclib_mapped_free`. Needs no engine. Any thread.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer, a zero length, or a kind
+// that is not a `FABRICLIB_MEMORY_*`); `UNSUPPORTED` (CUDA-mapped memory
+// without a CUDA driver); `PROVIDER` (the allocation failed).
+// Blocks: briefly (an allocation; CUDA's `cuMemHostAlloc` for mapped memory).
 fabriclib_status fabriclib_mapped_alloc(size_t len,
                                         fabriclib_memory memory,
                                         int32_t device,
@@ -1161,11 +1514,20 @@ fabriclib_status fabriclib_mapped_alloc(size_t len,
 
 // Frees what `fabriclib_mapped_alloc` returned (NULL is a no-op; another
 // pointer is refused with `FABRICLIB_STATUS_INVALID_ARGUMENT`).
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (a pointer `fabriclib_mapped_alloc` did
+// not return, or already freed).
+// Blocks: no.
 fabriclib_status fabriclib_mapped_free(void *host);
 
 // Writes the CUDA driver's version (e.g. 13000) to `*version`;
 // `FABRICLIB_STATUS_UNSUPPORTED` (with why in the last error message) if
 // there is no usable driver. Loads the driver on first use.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (`version` NULL); `UNSUPPORTED` (no CUDA
+// driver: the message says why).
+// Blocks: the first call loads the CUDA driver library (milliseconds); later
+// calls do not.
 fabriclib_status fabriclib_cuda_driver_version(int32_t *version);
 
 // === NICs and groups ===
@@ -1179,6 +1541,11 @@ fabriclib_status fabriclib_cuda_driver_version(int32_t *version);
 // engine, group 0's first, then group 1's, and so on (the numbering of
 // `FABRICLIB_ROUTE_NIC` and `fabriclib_engine_counters`).
 // `INVALID_ARGUMENT` if the engine has no NIC `nic`. Any thread.
+//
+// Returns: `OK`; `BUFFER_TOO_SMALL` (only the lengths written);
+// `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a destroyed or
+// foreign engine); `INVALID_ARGUMENT` also for a NIC the engine does not have.
+// Blocks: no.
 fabriclib_status fabriclib_engine_nic(const struct fabriclib_engine *engine,
                                       uint32_t nic,
                                       const char **out,
@@ -1186,6 +1553,10 @@ fabriclib_status fabriclib_engine_nic(const struct fabriclib_engine *engine,
 
 // Writes how many DomainGroups the engine has to `*out` (1 unless
 // `fabriclib_config_add_group` added them). Any thread.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
+// destroyed or foreign engine).
+// Blocks: no.
 fabriclib_status fabriclib_engine_group_count(const struct fabriclib_engine *engine, uint32_t *out);
 
 // Copies group `group`'s address (the same kind of blob as
@@ -1193,6 +1564,11 @@ fabriclib_status fabriclib_engine_group_count(const struct fabriclib_engine *eng
 // regions registered in the group carry it. Buffer rules as in
 // `fabriclib_engine_address`; `INVALID_ARGUMENT` for a group the engine
 // does not have. Any thread.
+//
+// Returns: `OK`; `BUFFER_TOO_SMALL` (only `*len` written); `INVALID_ARGUMENT`
+// (a NULL pointer argument); `BAD_HANDLE` (a destroyed or foreign engine);
+// `INVALID_ARGUMENT` also for a group the engine does not have.
+// Blocks: no.
 fabriclib_status fabriclib_engine_group_address(const struct fabriclib_engine *engine,
                                                 uint32_t group,
                                                 uint8_t *buf,
@@ -1203,6 +1579,10 @@ fabriclib_status fabriclib_engine_group_address(const struct fabriclib_engine *e
 // engine's groups × NICs; `FABRICLIB_MAX_ENGINE_ADDRESS_LEN` bytes always
 // fit), for a peer's `fabriclib_peer_add_engine`. Buffer rules as in
 // `fabriclib_engine_address`. Any thread.
+//
+// Returns: `OK`; `BUFFER_TOO_SMALL` (only `*len` written); `INVALID_ARGUMENT`
+// (a NULL pointer argument); `BAD_HANDLE` (a destroyed or foreign engine).
+// Blocks: no.
 fabriclib_status fabriclib_engine_groups_address(const struct fabriclib_engine *engine,
                                                  uint8_t *buf,
                                                  size_t cap,
@@ -1214,21 +1594,34 @@ fabriclib_status fabriclib_engine_groups_address(const struct fabriclib_engine *
 //
 // The library's version, e.g. `"0.4.0"` (the header's is
 // `FABRICLIB_VERSION_STRING`). Static string; never fails.
+//
+// Returns: the version string (static).
+// Blocks: no.
 const char *fabriclib_version(void);
 
 // The library's version as one number, `FABRICLIB_VERSION_NUMBER(major,
 // minor, patch)`: compare it with the header's `FABRICLIB_VERSION`.
+//
+// Returns: the version as a number (`FABRICLIB_VERSION_NUMBER`'s scheme).
+// Blocks: no.
 uint32_t fabriclib_version_number(void);
 
 // A static, human-readable description of a status code (never NULL;
 // unknown codes give "unknown status"). Takes a plain `int32_t`, so that a
 // status taken from a flag word (`flag & FABRICLIB_FLAG_STATUS_MASK`) needs
 // no cast in C++.
+//
+// Returns: a static description of `status` (an unknown code has one too).
+// Blocks: no.
 const char *fabriclib_status_str(int32_t status);
 
 // The message of the last call that failed on the calling thread (empty if
 // none). Successful calls do not clear it. The pointer stays valid until the
 // next failing fabriclib call on this thread.
+//
+// Returns: the calling thread's last error message, or an empty string (valid
+// until its next fabriclib call).
+// Blocks: no.
 const char *fabriclib_last_error_message(void);
 
 // Reads the counters of NIC `nic` (numbered as `fabriclib_engine_nic`
@@ -1240,6 +1633,13 @@ const char *fabriclib_last_error_message(void);
 // `struct_size` below this version's, NULL `out`; `MALFORMED` for a bad
 // address. Any thread; a control call (it waits for the worker, or
 // progresses a manual-progress engine).
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
+// destroyed or foreign engine); `INVALID_ARGUMENT` also for a NIC the engine
+// does not have or a malformed `peer` address; `SHUTDOWN`.
+// Blocks: until the engine's worker answers (each group's, in turn):
+// microseconds while it runs; in manual-progress mode the call progresses the
+// engine itself until answered.
 fabriclib_status fabriclib_engine_counters(const struct fabriclib_engine *engine,
                                            uint32_t nic,
                                            const uint8_t *peer,

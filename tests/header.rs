@@ -343,3 +343,71 @@ fn every_macro_expands_in_every_dialect() {
     let _ = std::fs::remove_dir_all(&dir);
     assert!(failed.is_empty(), "the header does not compile:\n{}", failed.join("\n"));
 }
+
+/// Each function's contract, from the comment above its declaration:
+/// (name, returns fabriclib_status, the "Returns:" paragraph, the "Blocks:"
+/// paragraph).
+fn contracts() -> Vec<(String, bool, Option<String>, Option<String>)> {
+    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/include/fabriclib.h")).unwrap();
+    let lines: Vec<&str> = src.lines().collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        // A declaration: `type name(` at the start of a line.
+        if line.starts_with([' ', '/', '#', '*', '}', '\t']) || line.starts_with("typedef") {
+            continue;
+        }
+        let Some(open) = line.find('(') else { continue };
+        let name = line[..open].rsplit([' ', '*']).next().unwrap_or("").to_string();
+        if !name.starts_with("fabriclib_")
+            || !name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        {
+            continue;
+        }
+        // The comment block right above it.
+        let mut k = i;
+        while k > 0 && lines[k - 1].starts_with("//") {
+            k -= 1;
+        }
+        let comment: Vec<&str> = lines[k..i].iter().map(|l| l.trim_start_matches('/').trim()).collect();
+        let para = |head: &str| {
+            let start = comment.iter().position(|l| l.starts_with(head))?;
+            let mut text = comment[start][head.len()..].trim().to_string();
+            for l in &comment[start + 1..] {
+                if l.is_empty() || l.starts_with("Returns:") || l.starts_with("Blocks:") {
+                    break;
+                }
+                text.push(' ');
+                text.push_str(l);
+            }
+            Some(text)
+        };
+        out.push((name, line.starts_with("fabriclib_status "), para("Returns:"), para("Blocks:")));
+    }
+    out
+}
+
+/// The header is the contract: every function says what it returns and
+/// whether it can block, and a status it names is a status.
+#[test]
+fn every_function_names_its_returns_and_whether_it_blocks() {
+    let statuses: Vec<String> = fabriclib::Status::ALL.iter().map(|s| screaming(&format!("{s:?}"))).collect();
+    let all = contracts();
+    assert!(all.len() >= 70, "the scan found {} functions", all.len());
+    let mut missing = Vec::new();
+    for (name, status, returns, blocks) in &all {
+        let (Some(returns), Some(blocks)) = (returns, blocks) else {
+            missing.push(name.clone());
+            continue;
+        };
+        assert!(!blocks.is_empty(), "{name}: an empty Blocks:");
+        if *status {
+            assert!(returns.starts_with("`OK`"), "{name}: Returns: starts with `OK`, not {returns:?}");
+            for word in returns.split('`').skip(1).step_by(2) {
+                if !word.starts_with("FABRICLIB_") && word.chars().all(|c| c.is_ascii_uppercase() || c == '_') {
+                    assert!(statuses.contains(&word.to_string()), "{name}: `{word}` is not a status");
+                }
+            }
+        }
+    }
+    assert!(missing.is_empty(), "functions without a Returns: and a Blocks: line: {missing:?}");
+}

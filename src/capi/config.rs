@@ -64,12 +64,18 @@ fn set_count(
 /// Creates a config with the defaults: provider from `FABRICLIB_PROVIDER`,
 /// else `efa`, else `tcp;ofi_rxm`; 1 NIC; no bind address. `*out` receives
 /// a config the caller frees with `fabriclib_config_free`.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (`out` NULL).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_config_new(out: *mut *mut fabriclib_config) -> fabriclib_status {
     ffi(|| give(out, fabriclib_config { magic: AtomicU64::new(0), cfg: EngineConfig::default() }))
 }
 
 /// Frees a config (NULL is a no-op). Engines created from it are unaffected.
+///
+/// Returns: nothing (NULL, or a config already freed, is ignored).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_config_free(config: *mut fabriclib_config) {
     release(config);
@@ -78,6 +84,10 @@ pub extern "C" fn fabriclib_config_free(config: *mut fabriclib_config) {
 /// Sets the libfabric provider (`"efa"`, `"tcp;ofi_rxm"`, `"shm"`, ...); NULL
 /// restores the default. The string is copied. `FABRICLIB_PROVIDER` in the
 /// environment overrides it.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+/// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_config_set_provider(
     config: *mut fabriclib_config,
@@ -95,6 +105,10 @@ pub extern "C" fn fabriclib_config_set_provider(
 /// port + i);
 /// NULL lets the provider choose. Ignored by `shm` and `efa`. The string is
 /// copied. `FABRICLIB_BIND_ADDR` overrides it.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+/// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_config_set_bind_address(
     config: *mut fabriclib_config,
@@ -116,6 +130,10 @@ pub extern "C" fn fabriclib_config_set_bind_address(
 /// loopback last. Named NICs override the bind address. Creating the engine
 /// fails with `INVALID_ARGUMENT` if the provider has no NIC of a name, or if
 /// the NIC count was set to another number afterwards. The string is copied.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+/// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_config_set_nics(config: *mut fabriclib_config, nics: *const c_char) -> fabriclib_status {
     ffi(|| {
@@ -142,6 +160,10 @@ pub extern "C" fn fabriclib_config_set_nics(config: *mut fabriclib_config, nics:
 /// engine fails with `INVALID_ARGUMENT` if the machine has no such GPU,
 /// fewer than `n` NICs, or no provider offers them. NICs named with
 /// `fabriclib_config_set_nics` override it.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+/// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_config_set_nics_near_gpu(
     config: *mut fabriclib_config,
@@ -172,6 +194,10 @@ const FABRICLIB_THREAD_WATCHER: u32 = super::codes::fabriclib_thread::Watcher as
 /// it opens its NICs, so their memory comes from its NUMA node. Creating
 /// the engine fails with `INVALID_ARGUMENT` for a CPU that is not online.
 /// The string is copied.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+/// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_config_set_thread_cpus(
     config: *mut fabriclib_config,
@@ -218,6 +244,10 @@ const _: () = assert!(FABRICLIB_MAX_GROUPS as usize == crate::config::MAX_GROUPS
 /// `INVALID_ARGUMENT`). `INVALID_ARGUMENT` here for a bad list, more than
 /// 8 NICs or `FABRICLIB_MAX_GROUPS` groups; creating the engine fails for two groups on one GPU
 /// or NUMA node, and for CPUs or NICs that do not exist. Strings are copied.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+/// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_config_add_group(
     config: *mut fabriclib_config,
@@ -269,6 +299,10 @@ pub extern "C" fn fabriclib_config_add_group(
 /// `fabriclib_config_set_thread_cpus` override the plan's. Creating the
 /// engine fails with `INVALID_ARGUMENT` on a machine without GPUs, or when
 /// no provider offers the NICs.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+/// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_config_set_groups_per_gpu(config: *mut fabriclib_config, n: u32) -> fabriclib_status {
     ffi(|| {
@@ -281,6 +315,10 @@ pub extern "C" fn fabriclib_config_set_groups_per_gpu(config: *mut fabriclib_con
 /// Sets how many NICs the engine drives (each group, without
 /// `fabriclib_config_add_group`'s own count), 1..=8 (default 1). Every peer
 /// must use the same number. (Before 0.4: `fabriclib_config_set_domains`.)
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+/// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_config_set_nic_count(config: *mut fabriclib_config, n: u32) -> fabriclib_status {
     ffi(|| {
@@ -292,6 +330,10 @@ pub extern "C" fn fabriclib_config_set_nic_count(config: *mut fabriclib_config, 
 
 /// Sets the submission queue's capacity (default 4096 requests); when it is
 /// full, submits return `FABRICLIB_STATUS_AGAIN`.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+/// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_config_set_submit_queue(
     config: *mut fabriclib_config,
@@ -308,6 +350,10 @@ pub extern "C" fn fabriclib_config_set_submit_queue(
 /// `spin_us` lowers the latency of sporadic traffic and costs CPU; `spin_us`
 /// should stay above `nap_us` so that two engines exchanging requests keep
 /// each other awake. `nap_us` must be at least 1.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+/// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_config_set_idle(
     config: *mut fabriclib_config,
@@ -342,6 +388,10 @@ fn set_idle(
 /// submitting thread to the NIC with no hand-off between threads (the lowest
 /// latency on a small host); nothing happens between progress calls.
 /// Default false.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+/// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_config_set_manual_progress(
     config: *mut fabriclib_config,
@@ -361,6 +411,10 @@ pub extern "C" fn fabriclib_config_set_manual_progress(
 /// costs on every transfer (tcp: about +1.5 us per small round trip, 8-20% of
 /// small-write bandwidth) and about 70 us on the first write after a quiet
 /// spell: docs/benchmarks.md has the figures.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+/// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_config_set_idle_policy(
     config: *mut fabriclib_config,
@@ -379,6 +433,10 @@ pub extern "C" fn fabriclib_config_set_idle_policy(
 /// core), then looks every `nap_us` microseconds (default 50, at least 1)
 /// until one changes again. A change seen during a nap is reported up to
 /// `nap_us` late.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+/// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_config_set_watcher_idle(
     config: *mut fabriclib_config,
@@ -392,6 +450,10 @@ pub extern "C" fn fabriclib_config_set_watcher_idle(
 /// 0: no deadline). Requests and immediate expectations that have not ended
 /// by then end with `FABRICLIB_STATUS_TIMED_OUT`; one request may set its own
 /// (`fabriclib_submit_opts.timeout_us`).
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+/// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_config_set_request_timeout(
     config: *mut fabriclib_config,
@@ -415,6 +477,10 @@ pub extern "C" fn fabriclib_config_set_request_timeout(
 /// is pinged before the next request to it is posted (a restarted peer's
 /// old descriptors then end with `FABRICLIB_STATUS_STALE`).
 /// `interval_us` must be at least 1000 (1 ms) and below `peer_timeout_us`.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+/// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_config_set_keepalive_us(
     config: *mut fabriclib_config,
@@ -436,6 +502,10 @@ pub extern "C" fn fabriclib_config_set_keepalive_us(
 /// peer-down request waits for the provider to give back its work requests
 /// already on the wire before it is reported anyway. Only providers that
 /// never complete operations to a dead peer (libfabric 1.17's shm) need it.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+/// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_config_set_drain_timeout_us(
     config: *mut fabriclib_config,
@@ -454,6 +524,10 @@ pub extern "C" fn fabriclib_config_set_drain_timeout_us(
 /// microseconds at most after the flag turned done). Beyond
 /// it submits return `FABRICLIB_STATUS_AGAIN`, so that a slow callback
 /// cannot make the engine queue completions without bound.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+/// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_config_set_max_inflight(
     config: *mut fabriclib_config,
@@ -467,6 +541,10 @@ pub extern "C" fn fabriclib_config_set_max_inflight(
 /// the endpoint's (and the provider's shared) transmit resources, so the
 /// engine goes on serving its other peers while it waits for the keepalive
 /// to declare that peer down. Must be at least 1.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+/// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_config_set_peer_window(
     config: *mut fabriclib_config,
@@ -495,6 +573,10 @@ pub type fabriclib_peer_cb = Option<
 
 /// Sets the peer-state callback (NULL: none) and its `user_data`, which
 /// must stay valid until every engine created from this config is destroyed.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+/// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_config_set_peer_callback(
     config: *mut fabriclib_config,

@@ -11,6 +11,9 @@ const COUNTERS_V1: usize = size_of::<fabriclib_counters>();
 ///
 /// The library's version, e.g. `"0.4.0"` (the header's is
 /// `FABRICLIB_VERSION_STRING`). Static string; never fails.
+///
+/// Returns: the version string (static).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_version() -> *const c_char {
     concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
@@ -18,6 +21,9 @@ pub extern "C" fn fabriclib_version() -> *const c_char {
 
 /// The library's version as one number, `FABRICLIB_VERSION_NUMBER(major,
 /// minor, patch)`: compare it with the header's `FABRICLIB_VERSION`.
+///
+/// Returns: the version as a number (`FABRICLIB_VERSION_NUMBER`'s scheme).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_version_number() -> u32 {
     let n = |s: &str| s.parse::<u32>().unwrap_or(0);
@@ -30,6 +36,9 @@ pub extern "C" fn fabriclib_version_number() -> u32 {
 /// unknown codes give "unknown status"). Takes a plain `int32_t`, so that a
 /// status taken from a flag word (`flag & FABRICLIB_FLAG_STATUS_MASK`) needs
 /// no cast in C++.
+///
+/// Returns: a static description of `status` (an unknown code has one too).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_status_str(status: i32) -> *const c_char {
     static NAMES: std::sync::LazyLock<Vec<CString>> =
@@ -43,6 +52,10 @@ pub extern "C" fn fabriclib_status_str(status: i32) -> *const c_char {
 /// The message of the last call that failed on the calling thread (empty if
 /// none). Successful calls do not clear it. The pointer stays valid until the
 /// next failing fabriclib call on this thread.
+///
+/// Returns: the calling thread's last error message, or an empty string (valid
+/// until its next fabriclib call).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_last_error_message() -> *const c_char {
     LAST_ERROR.with(|e| e.borrow().as_ptr())
@@ -57,6 +70,13 @@ pub extern "C" fn fabriclib_last_error_message() -> *const c_char {
 /// `struct_size` below this version's, NULL `out`; `MALFORMED` for a bad
 /// address. Any thread; a control call (it waits for the worker, or
 /// progresses a manual-progress engine).
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
+/// destroyed or foreign engine); `INVALID_ARGUMENT` also for a NIC the engine
+/// does not have or a malformed `peer` address; `SHUTDOWN`.
+/// Blocks: until the engine's worker answers (each group's, in turn):
+/// microseconds while it runs; in manual-progress mode the call progresses the
+/// engine itself until answered.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_engine_counters(
     engine: *const fabriclib_engine,

@@ -57,6 +57,15 @@ pub struct fabriclib_counters {
 /// afterwards. Opens the NICs and starts the worker and callback threads;
 /// fails with `FABRICLIB_STATUS_UNSUPPORTED` if no provider is usable.
 /// `*out` receives an engine the caller destroys with `fabriclib_engine_destroy`.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer, or settings that do not
+/// fit together: the message says which); `BAD_HANDLE` (a freed or foreign
+/// config); `UNSUPPORTED` (no usable provider or NIC on this machine, the verbs
+/// backend without rdma-core, groups per GPU without GPUs); `PROVIDER`
+/// (libfabric or libibverbs refused to open a NIC).
+/// Blocks: yes, while it opens every NIC, registers its buffers and starts its
+/// threads (milliseconds; seconds where hwloc reads a large topology). It does
+/// not wait for any peer.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_engine_create(
     config: *const fabriclib_config,
@@ -90,6 +99,13 @@ pub extern "C" fn fabriclib_engine_create(
 /// which is still using the engine: destroying that engine from such a
 /// callback is refused (nothing happens; a message goes to stderr and the
 /// last error); destroy it after the progress call has returned.
+///
+/// Returns: nothing (NULL, or an engine already destroyed, is ignored).
+/// Blocks: yes: it says goodbye to its peers and waits for their answer, then
+/// gives work requests on the wire up to the drain timeout
+/// (`fabriclib_config_set_drain_timeout_us`): at most 2 × that (2 s by
+/// default), then joins its threads. From the engine's own callback it returns
+/// at once (the preamble says what runs after).
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_engine_destroy(engine: *mut fabriclib_engine) {
     if !engine.is_null() && PROGRESSING.with(|p| p.get()) == engine as usize {
@@ -113,6 +129,10 @@ pub extern "C" fn fabriclib_engine_destroy(engine: *mut fabriclib_engine) {
 /// while anything is in flight or expected. Control calls
 /// (`fabriclib_mr_register`, `fabriclib_expect_imm_count`, …) progress by
 /// themselves until answered. With a worker thread: `*progressed` false.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
+/// destroyed or foreign engine).
+/// Blocks: no: one pass of the engine (with a worker thread it does nothing).
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_engine_progress(
     engine: *const fabriclib_engine,
@@ -135,6 +155,11 @@ pub extern "C" fn fabriclib_engine_progress(
 /// (sleeping). Returns `FABRICLIB_STATUS_OK` once done,
 /// `FABRICLIB_STATUS_TIMED_OUT` if the timeout passed first. (Was
 /// `fabriclib_engine_flag_await` before 0.4, which returned `AGAIN` then.)
+///
+/// Returns: `OK` (the flag is done); `TIMED_OUT` (`timeout_us` passed first);
+/// `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a destroyed or
+/// foreign engine); `INVALID_ARGUMENT` also for a misaligned flag.
+/// Blocks: up to `timeout_us` (`FABRICLIB_NO_TIMEOUT`: until the flag is done).
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_engine_flag_await(
     engine: *const fabriclib_engine,
@@ -158,6 +183,10 @@ pub extern "C" fn fabriclib_engine_flag_await(
 /// of band) into `buf` of `cap` bytes and its length into `*len`. If `cap` is
 /// too small (or `buf` is NULL), only `*len` is written and
 /// `FABRICLIB_STATUS_BUFFER_TOO_SMALL` returned. Any thread.
+///
+/// Returns: `OK`; `BUFFER_TOO_SMALL` (only `*len` written); `INVALID_ARGUMENT`
+/// (a NULL pointer argument); `BAD_HANDLE` (a destroyed or foreign engine).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_engine_address(
     engine: *const fabriclib_engine,
@@ -170,6 +199,10 @@ pub extern "C" fn fabriclib_engine_address(
 
 /// Writes the name of the libfabric provider in use (e.g. `"tcp;ofi_rxm"`) to
 /// `*out`; the string lives as long as the engine. Any thread.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
+/// destroyed or foreign engine).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_engine_provider(
     engine: *const fabriclib_engine,
@@ -182,6 +215,10 @@ pub extern "C" fn fabriclib_engine_provider(
 /// to `*out`: 64 KiB, or 4 KiB on `shm`, whose larger
 /// messages wait on the receiver's answer (a receiver that died would stall
 /// every later one; libfabric 1.17). Any thread.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
+/// destroyed or foreign engine).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_engine_max_send(engine: *const fabriclib_engine, out: *mut usize) -> fabriclib_status {
     ffi(|| put(out, handle(engine)?.engine.max_send_size()))

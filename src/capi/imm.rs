@@ -16,6 +16,14 @@ use super::*;
 /// after its writer reported OK (OK frees the source; it does not mean the
 /// target counted): use a new value after a failure rather than resetting
 /// this one (docs/failure-semantics.md, "OK is not landed"). Any thread.
+///
+/// Returns: `OK` (the expectation then reports once); `INVALID_ARGUMENT` (a
+/// NULL pointer argument); `BAD_HANDLE` (a destroyed or foreign engine);
+/// `INVALID_ARGUMENT` also for a count of 0; `ALREADY_EXISTS` (that immediate
+/// already has an expectation armed); `SHUTDOWN`.
+/// Blocks: until the engine's worker answers (each group's, in turn):
+/// microseconds while it runs; in manual-progress mode the call progresses the
+/// engine itself until answered.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_expect_imm_count(
     engine: *const fabriclib_engine,
@@ -29,6 +37,12 @@ pub extern "C" fn fabriclib_expect_imm_count(
 
 /// Writes to `*count` how many writes carrying immediate `imm` have landed
 /// and are not yet taken by an expectation. Any thread.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
+/// destroyed or foreign engine); `SHUTDOWN`.
+/// Blocks: until the engine's worker answers (each group's, in turn):
+/// microseconds while it runs; in manual-progress mode the call progresses the
+/// engine itself until answered.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_imm_count_get(
     engine: *const fabriclib_engine,
@@ -41,6 +55,12 @@ pub extern "C" fn fabriclib_imm_count_get(
 /// Sets the count of immediate `imm` to 0 and writes what it was to
 /// `*previous` (unless NULL). An armed expectation on `imm` stays armed and
 /// counts from 0. Any thread.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
+/// destroyed or foreign engine); `SHUTDOWN`.
+/// Blocks: until the engine's worker answers (each group's, in turn):
+/// microseconds while it runs; in manual-progress mode the call progresses the
+/// engine itself until answered.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_imm_count_reset(
     engine: *const fabriclib_engine,
@@ -65,6 +85,13 @@ pub extern "C" fn fabriclib_imm_count_reset(
 /// for a kernel. The word must be 8-byte aligned and stay valid until this
 /// is called again for `imm` (another word, or NULL) and has returned, or
 /// the engine is destroyed. Any thread.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
+/// destroyed or foreign engine); `INVALID_ARGUMENT` also for a misaligned word;
+/// `SHUTDOWN`.
+/// Blocks: until the engine's worker answers (each group's, in turn):
+/// microseconds while it runs; in manual-progress mode the call progresses the
+/// engine itself until answered.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_imm_mirror(engine: *const fabriclib_engine, imm: u32, word: *mut u64) -> fabriclib_status {
     // SAFETY: the caller's contract above.

@@ -21,6 +21,11 @@ static MAPPED: LazyLock<Mutex<HashMap<usize, Mapped>>> = LazyLock::new(Default::
 /// `*device_ptr` (0 for plain host memory; `device_ptr` may be NULL): the
 /// place for completion flags and mirrored immediate counters that a kernel
 /// polls. Free with `fabriclib_mapped_free`. Needs no engine. Any thread.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer, a zero length, or a kind
+/// that is not a `FABRICLIB_MEMORY_*`); `UNSUPPORTED` (CUDA-mapped memory
+/// without a CUDA driver); `PROVIDER` (the allocation failed).
+/// Blocks: briefly (an allocation; CUDA's `cuMemHostAlloc` for mapped memory).
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_mapped_alloc(
     len: usize,
@@ -43,6 +48,10 @@ pub extern "C" fn fabriclib_mapped_alloc(
 
 /// Frees what `fabriclib_mapped_alloc` returned (NULL is a no-op; another
 /// pointer is refused with `FABRICLIB_STATUS_INVALID_ARGUMENT`).
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (a pointer `fabriclib_mapped_alloc` did
+/// not return, or already freed).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_mapped_free(host: *mut c_void) -> fabriclib_status {
     ffi(|| {
@@ -59,6 +68,11 @@ pub extern "C" fn fabriclib_mapped_free(host: *mut c_void) -> fabriclib_status {
 /// Writes the CUDA driver's version (e.g. 13000) to `*version`;
 /// `FABRICLIB_STATUS_UNSUPPORTED` (with why in the last error message) if
 /// there is no usable driver. Loads the driver on first use.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (`version` NULL); `UNSUPPORTED` (no CUDA
+/// driver: the message says why).
+/// Blocks: the first call loads the CUDA driver library (milliseconds); later
+/// calls do not.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_cuda_driver_version(version: *mut i32) -> fabriclib_status {
     ffi(|| put(version, crate::gpu::cuda::cuda()?.version))

@@ -42,6 +42,14 @@ pub(crate) fn register_with(
 /// group. The memory must stay valid until `fabriclib_mr_deregister` and
 /// until every request using it has completed. `*out` receives the handle.
 /// Any thread (registrations are serialised on the worker).
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
+/// destroyed or foreign engine); `INVALID_ARGUMENT` also for a zero length;
+/// `PROVIDER` (the NIC refused the registration: memory locked beyond `ulimit
+/// -l`, or not mapped); `SHUTDOWN`.
+/// Blocks: until the engine's worker answers (each group's, in turn):
+/// microseconds while it runs; in manual-progress mode the call progresses the
+/// engine itself until answered.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_mr_register(
     engine: *const fabriclib_engine,
@@ -59,6 +67,14 @@ pub extern "C" fn fabriclib_mr_register(
 /// NUMA node: host memory with `device` -1, else CUDA device memory of
 /// `device` (as `fabriclib_mr_register_device`). `INVALID_ARGUMENT` for a
 /// group the engine does not have. Otherwise as `fabriclib_mr_register`.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
+/// destroyed or foreign engine); `INVALID_ARGUMENT` also for a zero length or a
+/// group the engine does not have; `PROVIDER` (the NIC refused the
+/// registration); `SHUTDOWN`.
+/// Blocks: until the engine's worker answers (each group's, in turn):
+/// microseconds while it runs; in manual-progress mode the call progresses the
+/// engine itself until answered.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_mr_register_in_group(
     engine: *const fabriclib_engine,
@@ -80,6 +96,15 @@ pub extern "C" fn fabriclib_mr_register_in_group(
 /// without `FI_HMEM` (tcp and shm of the distributions' libfabric) refuses with
 /// `FABRICLIB_STATUS_UNSUPPORTED`, naming itself. `UNSUPPORTED` too without a
 /// CUDA driver; `INVALID_ARGUMENT` if `ptr` is not device memory of `device`.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
+/// destroyed or foreign engine); `INVALID_ARGUMENT` also for a zero length or a
+/// pointer that is not CUDA device memory; `UNSUPPORTED` (no CUDA driver, or a
+/// provider or backend that cannot register device memory); `PROVIDER` (the NIC
+/// refused it); `SHUTDOWN`.
+/// Blocks: until the engine's worker answers (each group's, in turn):
+/// microseconds while it runs; in manual-progress mode the call progresses the
+/// engine itself until answered.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_mr_register_device(
     engine: *const fabriclib_engine,
@@ -94,6 +119,10 @@ pub extern "C" fn fabriclib_mr_register_device(
 
 /// Writes the index of the engine's group the region is registered in
 /// (0 for an engine of one group) to `*out`. Any thread.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer); `BAD_HANDLE` (a
+/// deregistered or foreign region).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_mr_group(mr: *const fabriclib_mr, out: *mut u32) -> fabriclib_status {
     ffi(|| put(out, handle(mr)?.mr.group() as u32))
@@ -101,6 +130,9 @@ pub extern "C" fn fabriclib_mr_group(mr: *const fabriclib_mr, out: *mut u32) -> 
 
 /// Releases a registration (NULL is a no-op). Requests still using it keep it
 /// alive until they complete; the memory may be freed once they have.
+///
+/// Returns: nothing (NULL is ignored).
+/// Blocks: no: the registration is released once no request uses it.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_mr_deregister(mr: *mut fabriclib_mr) {
     release(mr);
@@ -109,6 +141,10 @@ pub extern "C" fn fabriclib_mr_deregister(mr: *mut fabriclib_mr) {
 /// Copies the region's descriptor (versioned binary blob: address, length and
 /// one key per NIC) for a peer to parse with `fabriclib_remote_mr_parse`.
 /// Buffer rules as in `fabriclib_engine_address`. Any thread.
+///
+/// Returns: `OK`; `BUFFER_TOO_SMALL` (only `*len` written); `INVALID_ARGUMENT`
+/// (a NULL pointer); `BAD_HANDLE` (a deregistered or foreign region).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_mr_descriptor(
     mr: *const fabriclib_mr,

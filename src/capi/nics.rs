@@ -13,6 +13,11 @@ use super::*;
 /// engine, group 0's first, then group 1's, and so on (the numbering of
 /// `FABRICLIB_ROUTE_NIC` and `fabriclib_engine_counters`).
 /// `INVALID_ARGUMENT` if the engine has no NIC `nic`. Any thread.
+///
+/// Returns: `OK`; `BUFFER_TOO_SMALL` (only the lengths written);
+/// `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a destroyed or
+/// foreign engine); `INVALID_ARGUMENT` also for a NIC the engine does not have.
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_engine_nic(
     engine: *const fabriclib_engine,
@@ -36,6 +41,10 @@ pub extern "C" fn fabriclib_engine_nic(
 
 /// Writes how many DomainGroups the engine has to `*out` (1 unless
 /// `fabriclib_config_add_group` added them). Any thread.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
+/// destroyed or foreign engine).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_engine_group_count(engine: *const fabriclib_engine, out: *mut u32) -> fabriclib_status {
     ffi(|| put(out, handle(engine)?.engine.group_count() as u32))
@@ -46,6 +55,11 @@ pub extern "C" fn fabriclib_engine_group_count(engine: *const fabriclib_engine, 
 /// regions registered in the group carry it. Buffer rules as in
 /// `fabriclib_engine_address`; `INVALID_ARGUMENT` for a group the engine
 /// does not have. Any thread.
+///
+/// Returns: `OK`; `BUFFER_TOO_SMALL` (only `*len` written); `INVALID_ARGUMENT`
+/// (a NULL pointer argument); `BAD_HANDLE` (a destroyed or foreign engine);
+/// `INVALID_ARGUMENT` also for a group the engine does not have.
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_engine_group_address(
     engine: *const fabriclib_engine,
@@ -67,6 +81,10 @@ pub extern "C" fn fabriclib_engine_group_address(
 /// engine's groups × NICs; `FABRICLIB_MAX_ENGINE_ADDRESS_LEN` bytes always
 /// fit), for a peer's `fabriclib_peer_add_engine`. Buffer rules as in
 /// `fabriclib_engine_address`. Any thread.
+///
+/// Returns: `OK`; `BUFFER_TOO_SMALL` (only `*len` written); `INVALID_ARGUMENT`
+/// (a NULL pointer argument); `BAD_HANDLE` (a destroyed or foreign engine).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_engine_groups_address(
     engine: *const fabriclib_engine,

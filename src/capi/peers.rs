@@ -22,6 +22,15 @@ type fabriclib_peer_liveness = i32; // C: enum fabriclib_peer_liveness (codes.rs
 /// `SHUTDOWN`; its id goes to `*request_id` (unless NULL). A serving stack
 /// warms its peers up this way at admission and knows when they are ready.
 /// Any thread.
+///
+/// Returns: `OK` (greeted; with `opts`, the request then reports once);
+/// `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a destroyed or
+/// foreign engine); `MALFORMED` (an address that does not parse); `AGAIN` (with
+/// `opts`: the submission queue is full); `SHUTDOWN`.
+/// Blocks: until the engine's worker answers (each group's, in turn):
+/// microseconds while it runs; in manual-progress mode the call progresses the
+/// engine itself until answered. It never waits for the peer: `opts` reports
+/// that.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_peer_add(
     engine: *const fabriclib_engine,
@@ -46,6 +55,13 @@ pub extern "C" fn fabriclib_peer_add(
 /// as `fabriclib_peer_add` does. `INVALID_ARGUMENT` unless both engines
 /// have as many groups and as many NICs in each (the message names both);
 /// `MALFORMED` for a bad blob. Any thread.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
+/// destroyed or foreign engine); `INVALID_ARGUMENT` also where the two engines'
+/// groups or NIC counts differ; `MALFORMED` (a bad blob); `SHUTDOWN`.
+/// Blocks: until the engine's worker answers (each group's, in turn):
+/// microseconds while it runs; in manual-progress mode the call progresses the
+/// engine itself until answered. It never waits for the peer.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_peer_add_engine(
     engine: *const fabriclib_engine,
@@ -68,6 +84,14 @@ pub extern "C" fn fabriclib_peer_add_engine(
 /// `FABRICLIB_PEER_UP`. `FABRICLIB_STATUS_NOT_FOUND` if this engine has
 /// never been in contact with it. Any thread, fabriclib callbacks included
 /// (it waits for the worker's answer).
+///
+/// Returns: `OK`; `NOT_FOUND` (no group of this engine has been in contact with
+/// that engine); `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
+/// destroyed or foreign engine); `MALFORMED` (an address that does not parse);
+/// `SHUTDOWN`.
+/// Blocks: until the engine's worker answers (each group's, in turn):
+/// microseconds while it runs; in manual-progress mode the call progresses the
+/// engine itself until answered.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_peer_state(
     engine: *const fabriclib_engine,
@@ -89,6 +113,13 @@ pub extern "C" fn fabriclib_peer_state(
 /// bytes) once, so scatters and barriers to them skip per-destination
 /// lookups. Writes a non-zero peer set handle to `*out`. Any thread.
 /// (Before 0.4: `fabriclib_add_peer_group`.)
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
+/// destroyed or foreign engine); `INVALID_ARGUMENT` also for a count of 0;
+/// `MALFORMED` (an address that does not parse); `SHUTDOWN`.
+/// Blocks: until the engine's worker answers (each group's, in turn):
+/// microseconds while it runs; in manual-progress mode the call progresses the
+/// engine itself until answered.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_add_peer_set(
     engine: *const fabriclib_engine,

@@ -25,6 +25,10 @@ super::impl_handle!(fabriclib_remote_mr, 0xfab1_4e30_0000_0004, "remote memory r
 /// never used. The checksum is no defence against a deliberately forged
 /// blob: descriptors must come from a channel you trust. `*out`
 /// receives a handle the caller frees with `fabriclib_remote_mr_free`.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer); `MALFORMED` (not a
+/// descriptor: its version, length or checksum is wrong).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_remote_mr_parse(
     buf: *const u8,
@@ -40,6 +44,10 @@ pub extern "C" fn fabriclib_remote_mr_parse(
 }
 
 /// Writes the length in bytes of a peer's region to `*len`.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer); `BAD_HANDLE` (a freed or
+/// foreign descriptor).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_remote_mr_len(mr: *const fabriclib_remote_mr, len: *mut u64) -> fabriclib_status {
     ffi(|| put(len, handle(mr)?.desc.len))
@@ -47,6 +55,9 @@ pub extern "C" fn fabriclib_remote_mr_len(mr: *const fabriclib_remote_mr, len: *
 
 /// Frees a parsed descriptor (NULL is a no-op). Requests already submitted
 /// with it are unaffected.
+///
+/// Returns: nothing (NULL is ignored).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_remote_mr_free(mr: *mut fabriclib_remote_mr) {
     release(mr);

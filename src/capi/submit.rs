@@ -282,6 +282,19 @@ fn peer_set_of(g: u64) -> Option<PeerSet> {
 /// Without an immediate, large writes are split and sharded over NICs.
 /// `opts` reports when the source buffer may be reused; that is not proof
 /// that the bytes landed (the receiver's immediate is). Any thread.
+///
+/// Returns: `OK` (the request then reports exactly once); `INVALID_ARGUMENT` (a
+/// NULL pointer argument); `BAD_HANDLE` (a destroyed or foreign engine);
+/// `BAD_HANDLE` also for a region of another engine; `OUT_OF_BOUNDS` (a range
+/// outside its region); `MALFORMED` (a descriptor or address that does not
+/// parse); `UNSUPPORTED` (`FABRICLIB_SUBMIT_DELIVERED` on a provider that
+/// cannot confirm delivery); `AGAIN` (the submission queue or `max_inflight` is
+/// full: progress, then retry); `SHUTDOWN` (the engine is being destroyed). A
+/// submit that returns an error never reports. `INVALID_ARGUMENT` also for a
+/// zero length without an immediate, a write with an immediate over the
+/// provider's maximum message, or a NIC route outside the request's group.
+/// Blocks: no: it queues the request for the worker and returns; a full queue
+/// returns `AGAIN` rather than waiting.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_submit_single_write(
     engine: *const fabriclib_engine,
@@ -310,6 +323,18 @@ pub extern "C" fn fabriclib_submit_single_write(
 /// against both regions before anything is posted. With `imm` non-NULL the
 /// destination counts **one `*imm` per page**. Pages are sharded over the
 /// NICs. The index arrays are copied. Any thread.
+///
+/// Returns: `OK` (the request then reports exactly once); `INVALID_ARGUMENT` (a
+/// NULL pointer argument); `BAD_HANDLE` (a destroyed or foreign engine);
+/// `BAD_HANDLE` also for a region of another engine; `OUT_OF_BOUNDS` (a range
+/// outside its region); `MALFORMED` (a descriptor or address that does not
+/// parse); `UNSUPPORTED` (`FABRICLIB_SUBMIT_DELIVERED` on a provider that
+/// cannot confirm delivery); `AGAIN` (the submission queue or `max_inflight` is
+/// full: progress, then retry); `SHUTDOWN` (the engine is being destroyed). A
+/// submit that returns an error never reports. `INVALID_ARGUMENT` also for page
+/// counts that differ or a NIC route outside the request's group.
+/// Blocks: no: it queues the request for the worker and returns; a full queue
+/// returns `AGAIN` rather than waiting.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_submit_paged_writes(
     engine: *const fabriclib_engine,
@@ -335,6 +360,18 @@ pub extern "C" fn fabriclib_submit_paged_writes(
 /// **one `*imm` per destination**. `peer_set` is 0 or a handle from
 /// `fabriclib_add_peer_set` whose peer `i` owns `dsts[i].dst`. The array is
 /// copied. Any thread.
+///
+/// Returns: `OK` (the request then reports exactly once); `INVALID_ARGUMENT` (a
+/// NULL pointer argument); `BAD_HANDLE` (a destroyed or foreign engine);
+/// `BAD_HANDLE` also for a region of another engine; `OUT_OF_BOUNDS` (a range
+/// outside its region); `MALFORMED` (a descriptor or address that does not
+/// parse); `UNSUPPORTED` (`FABRICLIB_SUBMIT_DELIVERED` on a provider that
+/// cannot confirm delivery); `AGAIN` (the submission queue or `max_inflight` is
+/// full: progress, then retry); `SHUTDOWN` (the engine is being destroyed). A
+/// submit that returns an error never reports. `INVALID_ARGUMENT` also for no
+/// destination; `BAD_HANDLE` also for an unknown peer set.
+/// Blocks: no: it queues the request for the worker and returns; a full queue
+/// returns `AGAIN` rather than waiting.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_submit_scatter(
     engine: *const fabriclib_engine,
@@ -369,6 +406,18 @@ pub extern "C" fn fabriclib_submit_scatter(
 /// Sends a zero-byte write carrying `imm` to each of `count` destination
 /// regions: each destination's owner counts **one `imm` per destination**.
 /// `peer_set` as for `fabriclib_submit_scatter`. Any thread.
+///
+/// Returns: `OK` (the request then reports exactly once); `INVALID_ARGUMENT` (a
+/// NULL pointer argument); `BAD_HANDLE` (a destroyed or foreign engine);
+/// `BAD_HANDLE` also for a region of another engine; `OUT_OF_BOUNDS` (a range
+/// outside its region); `MALFORMED` (a descriptor or address that does not
+/// parse); `UNSUPPORTED` (`FABRICLIB_SUBMIT_DELIVERED` on a provider that
+/// cannot confirm delivery); `AGAIN` (the submission queue or `max_inflight` is
+/// full: progress, then retry); `SHUTDOWN` (the engine is being destroyed). A
+/// submit that returns an error never reports. `BAD_HANDLE` also for an unknown
+/// peer set.
+/// Blocks: no: it queues the request for the worker and returns; a full queue
+/// returns `AGAIN` rather than waiting.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_submit_barrier(
     engine: *const fabriclib_engine,
@@ -401,6 +450,18 @@ pub extern "C" fn fabriclib_submit_barrier(
 /// Every `fabriclib_submit_*` function (and `fabriclib_expect_imm_count`)
 /// writes the new request's id to `*request_id` unless it is NULL: pass it
 /// to `fabriclib_cancel`.
+///
+/// Returns: `OK` (the request then reports exactly once); `INVALID_ARGUMENT` (a
+/// NULL pointer argument); `BAD_HANDLE` (a destroyed or foreign engine);
+/// `BAD_HANDLE` also for a region of another engine; `OUT_OF_BOUNDS` (a range
+/// outside its region); `MALFORMED` (a descriptor or address that does not
+/// parse); `UNSUPPORTED` (`FABRICLIB_SUBMIT_DELIVERED` on a provider that
+/// cannot confirm delivery); `AGAIN` (the submission queue or `max_inflight` is
+/// full: progress, then retry); `SHUTDOWN` (the engine is being destroyed). A
+/// submit that returns an error never reports. `INVALID_ARGUMENT` also for a
+/// message over `fabriclib_engine_max_send`.
+/// Blocks: no: it queues the request for the worker and returns; a full queue
+/// returns `AGAIN` rather than waiting.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_submit_send(
     engine: *const fabriclib_engine,
@@ -428,6 +489,14 @@ pub extern "C" fn fabriclib_submit_send(
 /// underneath, so a pool costs `count` × 64 KiB). When
 /// the engine is destroyed, `callback` runs once more with
 /// `FABRICLIB_STATUS_SHUTDOWN`; `user_data` must stay valid until then. Any thread.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
+/// destroyed or foreign engine); `INVALID_ARGUMENT` also for a zero buffer size
+/// or count, or a callback NULL; `PROVIDER` (registering the pool's buffers
+/// failed); `SHUTDOWN`.
+/// Blocks: until the engine's worker answers (each group's, in turn):
+/// microseconds while it runs; in manual-progress mode the call progresses the
+/// engine itself until answered.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_submit_recvs(
     engine: *const fabriclib_engine,
@@ -463,6 +532,13 @@ pub extern "C" fn fabriclib_submit_recvs(
 /// request has already ended (it then reports its own outcome, if it has not
 /// yet). Any thread, fabriclib callbacks included (it waits for the
 /// worker's answer).
+///
+/// Returns: `OK` (the request will report `CANCELED`); `NOT_FOUND` (it has
+/// already ended, or never existed); `INVALID_ARGUMENT` (a NULL pointer
+/// argument); `BAD_HANDLE` (a destroyed or foreign engine); `SHUTDOWN`.
+/// Blocks: until the engine's worker answers (each group's, in turn):
+/// microseconds while it runs; in manual-progress mode the call progresses the
+/// engine itself until answered.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_cancel(engine: *const fabriclib_engine, request_id: u64) -> fabriclib_status {
     ffi(|| handle(engine)?.engine.cancel(RequestId(request_id)))
@@ -475,6 +551,13 @@ pub extern "C" fn fabriclib_cancel(engine: *const fabriclib_engine, request_id: 
 /// many to `*canceled` unless it is NULL. Each ends as for
 /// `fabriclib_cancel`. Any thread, fabriclib callbacks included (it waits
 /// for the worker's answer).
+///
+/// Returns: `OK` (`*canceled` says how many); `INVALID_ARGUMENT` (a NULL
+/// pointer argument); `BAD_HANDLE` (a destroyed or foreign engine); `MALFORMED`
+/// (an address that does not parse); `SHUTDOWN`.
+/// Blocks: until the engine's worker answers (each group's, in turn):
+/// microseconds while it runs; in manual-progress mode the call progresses the
+/// engine itself until answered.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_cancel_peer(
     engine: *const fabriclib_engine,
@@ -501,6 +584,10 @@ pub extern "C" fn fabriclib_cancel_peer(
 /// for ever). Any thread, several at once; the flag may be a `uint32_t`, a
 /// C11 `_Atomic uint32_t` or a C++ `std::atomic<uint32_t>`. (Was
 /// `fabriclib_flag_await` before 0.4, which returned `AGAIN` on a timeout.)
+///
+/// Returns: `OK` (the flag is done); `TIMED_OUT` (`timeout_us` passed first);
+/// `INVALID_ARGUMENT` (`flag` NULL or not 4-byte aligned).
+/// Blocks: up to `timeout_us` (`FABRICLIB_NO_TIMEOUT`: until the flag is done).
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_flag_await(flag: *const u32, timeout_us: u64, value: *mut u32) -> fabriclib_status {
     ffi(|| {
@@ -541,6 +628,12 @@ pub(super) fn timeout(us: u64) -> Option<std::time::Duration> {
 /// failed requests are kept, and each is there before its flag is stored;
 /// `FABRICLIB_STATUS_NOT_FOUND` for a request that has not failed (still
 /// running, ended OK) or failed longer ago. Any thread.
+///
+/// Returns: `OK`; `NOT_FOUND` (the request has not failed, or failed over 1024
+/// failures ago); `BUFFER_TOO_SMALL` (only `*status` and `*len` written);
+/// `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a destroyed or
+/// foreign engine).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_request_error(
     engine: *const fabriclib_engine,

@@ -69,6 +69,14 @@ super::impl_handle!(fabriclib_watcher, 0xfab1_3a7c_0000_0007, "watcher");
 ///
 /// `user_data` must stay valid until `fabriclib_watcher_destroy` returns.
 /// Any thread.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
+/// destroyed or foreign engine); `INVALID_ARGUMENT` also for a memory kind that
+/// is not a `FABRICLIB_MEMORY_*` or a callback NULL; `UNSUPPORTED` (CUDA-mapped
+/// memory without a CUDA driver); `PROVIDER` (allocating the word failed);
+/// `SHUTDOWN`.
+/// Blocks: briefly: it allocates the word and starts the watcher thread on
+/// first use; it never waits for the worker.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_watcher_create(
     engine: *const fabriclib_engine,
@@ -99,6 +107,10 @@ pub extern "C" fn fabriclib_watcher_create(
 }
 
 /// Writes the word's address for the CPU to `*out`. Any thread.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer); `BAD_HANDLE` (a
+/// destroyed or foreign watcher).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_watcher_host_ptr(w: *const fabriclib_watcher, out: *mut *mut u64) -> fabriclib_status {
     ffi(|| put(out, handle(w)?.w.host_ptr()))
@@ -107,6 +119,11 @@ pub extern "C" fn fabriclib_watcher_host_ptr(w: *const fabriclib_watcher, out: *
 /// Writes the word's address for a kernel to `*out`;
 /// `FABRICLIB_STATUS_UNSUPPORTED` if it is plain host memory (no CUDA, or
 /// `FABRICLIB_MEMORY_HOST`). Any thread.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer); `BAD_HANDLE` (a
+/// destroyed or foreign watcher); `UNSUPPORTED` (a watcher of plain host
+/// memory).
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_watcher_device_ptr(w: *const fabriclib_watcher, out: *mut u64) -> fabriclib_status {
     ffi(|| {
@@ -120,6 +137,10 @@ pub extern "C" fn fabriclib_watcher_device_ptr(w: *const fabriclib_watcher, out:
 /// Stops the watcher and frees its word (NULL is a no-op). No callback of it
 /// runs after this returns, except the one it is called from (allowed).
 /// It waits for a callback of the engine's watcher thread that is running.
+///
+/// Returns: nothing (NULL is ignored).
+/// Blocks: until a callback of this watcher that is running returns (from that
+/// callback itself it does not wait).
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_watcher_destroy(w: *mut fabriclib_watcher) {
     release(w);
