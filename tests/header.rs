@@ -411,3 +411,26 @@ fn every_function_names_its_returns_and_whether_it_blocks() {
     }
     assert!(missing.is_empty(), "functions without a Returns: and a Blocks: line: {missing:?}");
 }
+
+/// The reference the build renders from the header
+/// (`scripts/header-reference.sh`, CMake's `fabriclib_reference`) has every
+/// function, each with its declaration, its Returns: and its Blocks:.
+#[test]
+fn the_rendered_reference_has_every_function_and_its_contract() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let out = std::process::Command::new("sh")
+        .arg(format!("{root}/scripts/header-reference.sh"))
+        .arg(format!("{root}/include/fabriclib.h"))
+        .output()
+        .expect("sh runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let md = String::from_utf8(out.stdout).unwrap();
+    for (name, ..) in contracts() {
+        let heading = format!("\n### `{name}`\n");
+        let at = md.find(&heading).unwrap_or_else(|| panic!("the reference has no section for {name}"));
+        let section = &md[at + heading.len()..];
+        let section = &section[..section.find("\n### ").unwrap_or(section.len())];
+        assert!(section.contains(&format!("{name}(")), "{name}: no declaration");
+        assert!(section.contains("**Returns:**") && section.contains("**Blocks:**"), "{name}: no contract");
+    }
+}
