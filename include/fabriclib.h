@@ -170,6 +170,10 @@ typedef struct fabriclib_remote_mr *const *fabriclib_remote_mr_list;
 // The most groups `fabriclib_config_add_group` adds to one engine.
 #define FABRICLIB_MAX_GROUPS 16
 
+// `fabriclib_config_set_watcher_idle`'s `spin_us`: adapt to the gaps
+// between changes (the default).
+#define FABRICLIB_WATCHER_SPIN_AUTO (UINT64_MAX - 1)
+
 // `fabriclib_submit_opts.flags`: OK means delivered (since 0.4).
 #define FABRICLIB_SUBMIT_DELIVERED 1
 
@@ -714,10 +718,19 @@ fabriclib_status fabriclib_config_set_idle_policy(struct fabriclib_config *confi
 
 // Sets how the watcher thread polls (`fabriclib_watcher_create`): it spins
 // while watched words change and for `spin_us` microseconds after the last
-// change (default 10000; `UINT64_MAX`: always, the lowest latency, a whole
-// core), then looks every `nap_us` microseconds (default 50, at least 1)
-// until one changes again. A change seen during a nap is reported up to
-// `nap_us` late.
+// change, then looks every `nap_us` microseconds (default 50, at least 1)
+// until one changes again; a change seen during a nap is reported up to
+// `nap_us` late. `spin_us`:
+// - `FABRICLIB_WATCHER_SPIN_AUTO` (the default): four times the recent gap
+//   between changes, from 50 µs to 10 ms, yielding the CPU on every look.
+//   Through a layer loop of changes 0.2 ms apart it stays awake (0.8 ms
+//   after each) and naps soon after the loop; a thread sharing its core
+//   (the one making the changes, on a small machine) runs rather than
+//   waits for it. Before 0.4 the default was a fixed 10 ms, a hot spin
+//   that on a 2-core machine turned 0.1–0.3 ms layer latencies into 1–3 ms.
+// - a number of microseconds: a fixed spin, never yielding (the lowest
+//   latency where the watcher has a core of its own);
+// - `UINT64_MAX`: always spin (a whole core).
 //
 // Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
 // this comment allows); `BAD_HANDLE` (a freed or foreign config).

@@ -54,6 +54,10 @@ pub struct GroupConfig {
     pub worker_cpus: Vec<u32>,
 }
 
+/// `EngineConfig::watcher_spin_us`: adapt the watcher's spin to the gaps
+/// between changes (the default; C: `FABRICLIB_WATCHER_SPIN_AUTO`).
+pub const WATCHER_SPIN_AUTO: u64 = u64::MAX - 1;
+
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
     /// libfabric provider name (`efa`, `tcp;ofi_rxm`, `shm`, `net`, ...).
@@ -123,7 +127,9 @@ pub struct EngineConfig {
     pub idle_policy: IdlePolicy,
     /// How long the watcher thread busy-polls its words after the last
     /// change it saw, in microseconds (`u64::MAX`: always, the lowest
-    /// latency, one core); then it looks every `watcher_nap_us`.
+    /// latency, one core); then it looks every `watcher_nap_us`. Default
+    /// `WATCHER_SPIN_AUTO`: four times the recent gap between changes
+    /// (50 µs..10 ms), yielding the CPU as it spins (watcher.rs).
     pub watcher_spin_us: u64,
     /// The watcher thread's look interval once idle, in microseconds.
     pub watcher_nap_us: u64,
@@ -175,7 +181,7 @@ impl Default for EngineConfig {
             idle_nap_us: 500,
             manual_progress: false,
             idle_policy: IdlePolicy::Spin,
-            watcher_spin_us: 10_000,
+            watcher_spin_us: WATCHER_SPIN_AUTO,
             watcher_nap_us: 50,
             request_timeout: Some(Duration::from_secs(30)),
             keepalive_interval: Duration::from_millis(500),

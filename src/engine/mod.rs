@@ -170,7 +170,11 @@ impl TransferEngine {
             max_inflight: cfg.max_inflight.max(1),
             errors,
             watchers: crate::watcher::Watchers::new(
-                std::time::Duration::from_micros(cfg.watcher_spin_us),
+                match cfg.watcher_spin_us {
+                    crate::config::WATCHER_SPIN_AUTO => crate::watcher::Spin::Auto,
+                    u64::MAX => crate::watcher::Spin::Fixed(std::time::Duration::MAX),
+                    us => crate::watcher::Spin::Fixed(std::time::Duration::from_micros(us)),
+                },
                 std::time::Duration::from_micros(cfg.watcher_nap_us),
                 cfg.watcher_cpus.clone(),
             ),
