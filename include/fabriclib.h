@@ -1050,6 +1050,21 @@ fabriclib_status fabriclib_remote_mr_len(const struct fabriclib_remote_mr *mr, u
 // Blocks: no.
 void fabriclib_remote_mr_free(struct fabriclib_remote_mr *mr);
 
+// Copies the address of the engine group that holds a peer's region (the
+// group it was registered in, as that group's `fabriclib_engine_group_address`
+// gives it) into `buf` of `cap` bytes, and its length into `*len`. With
+// DomainGroups, a peer set for scatters and barriers into this region must
+// list this address; `fabriclib_peer_add` and `fabriclib_peer_state` take
+// it too. If `cap` is too small (or `buf` is NULL), only `*len` is written.
+//
+// Returns: `OK`; `BUFFER_TOO_SMALL` (only `*len` written); `INVALID_ARGUMENT`
+// (`len` NULL); `BAD_HANDLE` (a freed or foreign descriptor).
+// Blocks: no.
+fabriclib_status fabriclib_remote_mr_owner(const struct fabriclib_remote_mr *mr,
+                                           uint8_t *buf,
+                                           size_t cap,
+                                           size_t *len);
+
 // === Peers ===
 // Other engines, named by their address blobs: greeted before the first
 // request, watched by keepalives, reported up or down, grouped for scatters.

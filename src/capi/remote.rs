@@ -62,3 +62,23 @@ pub extern "C" fn fabriclib_remote_mr_len(mr: *const fabriclib_remote_mr, len: *
 pub extern "C" fn fabriclib_remote_mr_free(mr: *mut fabriclib_remote_mr) {
     release(mr);
 }
+
+/// Copies the address of the engine group that holds a peer's region (the
+/// group it was registered in, as that group's `fabriclib_engine_group_address`
+/// gives it) into `buf` of `cap` bytes, and its length into `*len`. With
+/// DomainGroups, a peer set for scatters and barriers into this region must
+/// list this address; `fabriclib_peer_add` and `fabriclib_peer_state` take
+/// it too. If `cap` is too small (or `buf` is NULL), only `*len` is written.
+///
+/// Returns: `OK`; `BUFFER_TOO_SMALL` (only `*len` written); `INVALID_ARGUMENT`
+/// (`len` NULL); `BAD_HANDLE` (a freed or foreign descriptor).
+/// Blocks: no.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_remote_mr_owner(
+    mr: *const fabriclib_remote_mr,
+    buf: *mut u8,
+    cap: usize,
+    len: *mut usize,
+) -> fabriclib_status {
+    ffi(|| write_blob(&handle(mr)?.desc.owner.to_bytes(), buf, cap, len))
+}

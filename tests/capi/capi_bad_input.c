@@ -304,6 +304,26 @@ int main(void) {
         checks++;
         if (which != 0) failures++, fprintf(stderr, "FAIL: registered in group 0, mr says %u\n", which);
         EXPECT(fabriclib_mr_group(NULL, &which), FABRICLIB_STATUS_INVALID_ARGUMENT);
+        /* A descriptor names the group that holds its region: group 1's address for g1. */
+        {
+            uint8_t d1[FABRICLIB_MAX_DESCRIPTOR_LEN], owner[FABRICLIB_MAX_ADDRESS_LEN];
+            size_t d1_len = 0, owner_len = 0;
+            fabriclib_remote_mr *r1 = NULL;
+            EXPECT(fabriclib_mr_descriptor(g1, d1, sizeof d1, &d1_len), FABRICLIB_STATUS_OK);
+            EXPECT(fabriclib_remote_mr_parse(d1, d1_len, &r1), FABRICLIB_STATUS_OK);
+            EXPECT(fabriclib_remote_mr_owner(r1, NULL, 0, &owner_len), FABRICLIB_STATUS_BUFFER_TOO_SMALL);
+            EXPECT(fabriclib_remote_mr_owner(r1, owner, sizeof owner, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+            EXPECT(fabriclib_remote_mr_owner(NULL, owner, sizeof owner, &owner_len), FABRICLIB_STATUS_INVALID_ARGUMENT);
+            EXPECT(fabriclib_remote_mr_owner(r1, owner, sizeof owner, &owner_len), FABRICLIB_STATUS_OK);
+            checks++;
+            if (owner_len != gaddr_len || memcmp(owner, gaddr, gaddr_len) != 0)
+                failures++, fprintf(stderr, "FAIL: group 1's region names another owner than group 1's address\n");
+            EXPECT(fabriclib_remote_mr_owner(rmr, owner, sizeof owner, &owner_len), FABRICLIB_STATUS_OK);
+            checks++;
+            if (owner_len != addr_len || memcmp(owner, addr, addr_len) != 0)
+                failures++, fprintf(stderr, "FAIL: e's region names another owner than e's address\n");
+            fabriclib_remote_mr_free(r1);
+        }
         /* rmr is e's region (one NIC): group 0 (one NIC) may write to it, group 1 (two) may not. */
         EXPECT(fabriclib_submit_single_write(g, 16, NULL, g1, 0, rmr, 0, NULL, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
         EXPECT(fabriclib_submit_single_write(g, 16, NULL, g0, 0, rmr, 0, NULL, NULL), FABRICLIB_STATUS_OK);
