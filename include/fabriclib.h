@@ -290,6 +290,25 @@ typedef uint32_t fabriclib_memory;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
+// How much a log message matters (`fabriclib_set_log_callback`).
+enum fabriclib_log_level
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // Something failed and fabriclib could not report it as a status.
+  FABRICLIB_LOG_LEVEL_ERROR = 0,
+  // Something went wrong and fabriclib carried on.
+  FABRICLIB_LOG_LEVEL_WARN = 1,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum fabriclib_log_level fabriclib_log_level;
+#else
+typedef uint32_t fabriclib_log_level;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
 // Why an operation failed (or could not be started).
 enum fabriclib_status
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
@@ -515,6 +534,12 @@ typedef struct fabriclib_counters {
   // Work requests that failed, or were given up with their peer.
   uint64_t errors;
 } fabriclib_counters;
+
+// Where fabriclib's own messages go (`fabriclib_set_log_callback`):
+// `message` (UTF-8, no prefix, no newline) is valid during the call.
+// Called from any fabriclib thread, several at once; must not throw (C++:
+// declare it `FABRICLIB_NOEXCEPT`); may call `fabriclib_set_log_callback`.
+typedef void (*fabriclib_log_cb)(void *user_data, fabriclib_log_level level, const char *message);
 
 #ifdef __cplusplus
 extern "C" {
@@ -851,8 +876,8 @@ fabriclib_status fabriclib_engine_create(const struct fabriclib_config *config,
 //
 // In manual-progress mode a callback runs inside `fabriclib_engine_progress`,
 // which is still using the engine: destroying that engine from such a
-// callback is refused (nothing happens; a message goes to stderr and the
-// last error); destroy it after the progress call has returned.
+// callback is refused (nothing happens; a message goes to the log —
+// `fabriclib_set_log_callback`, stderr by default — and the last error); destroy it after the progress call has returned.
 //
 // Returns: nothing (NULL, or an engine already destroyed, is ignored).
 // Blocks: yes: it says goodbye to its peers and waits for their answer, then
@@ -1673,6 +1698,20 @@ fabriclib_status fabriclib_engine_counters(const struct fabriclib_engine *engine
                                            const uint8_t *peer,
                                            size_t peer_len,
                                            struct fabriclib_counters *out);
+
+// Sends fabriclib's own messages — a callback that panicked, a receive
+// buffer that could not be reposted, a call refused where no status can
+// say so — to `callback(user_data, level, message)` (`level` a
+// `FABRICLIB_LOG_LEVEL_*`) instead of standard error; `callback` NULL: back to
+// standard error (each message prefixed `fabriclib: `). Process-wide, for
+// every engine, from the next message on; `user_data` must stay valid until
+// another call replaces it. Errors of calls are not logged: they are
+// returned (`fabriclib_last_error_message`).
+//
+// Returns: `OK`.
+// Blocks: until a message being delivered to the old callback has been
+// handed over (not until it returns).
+fabriclib_status fabriclib_set_log_callback(fabriclib_log_cb callback, void *user_data);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -15,6 +15,7 @@ pub mod engine;
 pub mod error;
 pub mod gpu;
 pub mod liveness;
+pub mod log;
 pub mod os;
 pub mod pin;
 pub mod status;

@@ -206,7 +206,7 @@ fn run(shared: &Shared, spin: Spin, nap: Duration) {
                     let old = std::mem::replace(&mut e.last, v);
                     changed = true;
                     if catch_unwind(AssertUnwindSafe(|| (e.cb)(old, v))).is_err() {
-                        eprintln!("fabriclib: a watcher callback panicked; the watcher goes on");
+                        crate::log!(Warn, "a watcher callback panicked; the watcher goes on");
                     }
                 }
             }

@@ -18,6 +18,15 @@ pub enum fabriclib_thread {
     Watcher = 2,
 }
 
+/// How much a log message matters (`fabriclib_set_log_callback`).
+#[repr(u32)]
+pub enum fabriclib_log_level {
+    /// Something failed and fabriclib could not report it as a status.
+    Error = 0,
+    /// Something went wrong and fabriclib carried on.
+    Warn = 1,
+}
+
 /// What the worker does while idle with an expectation armed
 /// (`fabriclib_config_set_idle_policy`).
 #[repr(u32)]

@@ -2,6 +2,9 @@
 //! message of a thread, and an engine's counters.
 use super::*;
 
+type fabriclib_log_level = u32; // C: enum fabriclib_log_level (codes.rs)
+use std::ffi::c_void;
+
 /// The smallest `fabriclib_counters.struct_size` accepted (0.3's layout). Never grows.
 const COUNTERS_V1: usize = size_of::<fabriclib_counters>();
 
@@ -119,6 +122,52 @@ pub extern "C" fn fabriclib_engine_counters(
         };
         // SAFETY: the caller's struct has at least COUNTERS_V1 (= size_of) bytes.
         unsafe { out.write_unaligned(v) };
+        Ok(())
+    })
+}
+
+/// Where fabriclib's own messages go (`fabriclib_set_log_callback`):
+/// `message` (UTF-8, no prefix, no newline) is valid during the call.
+/// Called from any fabriclib thread, several at once; must not throw (C++:
+/// declare it `FABRICLIB_NOEXCEPT`); may call `fabriclib_set_log_callback`.
+pub type fabriclib_log_cb =
+    Option<unsafe extern "C" fn(user_data: *mut c_void, level: fabriclib_log_level, message: *const c_char)>;
+
+/// Sends fabriclib's own messages — a callback that panicked, a receive
+/// buffer that could not be reposted, a call refused where no status can
+/// say so — to `callback(user_data, level, message)` (`level` a
+/// `FABRICLIB_LOG_LEVEL_*`) instead of standard error; `callback` NULL: back to
+/// standard error (each message prefixed `fabriclib: `). Process-wide, for
+/// every engine, from the next message on; `user_data` must stay valid until
+/// another call replaces it. Errors of calls are not logged: they are
+/// returned (`fabriclib_last_error_message`).
+///
+/// Returns: `OK`.
+/// Blocks: until a message being delivered to the old callback has been
+/// handed over (not until it returns).
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_set_log_callback(callback: fabriclib_log_cb, user_data: *mut c_void) -> fabriclib_status {
+    ffi(|| {
+        struct UserData(*mut c_void);
+        // SAFETY: the caller's pointer, handed back to the caller's callback;
+        // the callback is documented to be called from any thread.
+        unsafe impl Send for UserData {}
+        unsafe impl Sync for UserData {}
+        impl UserData {
+            // A method, so that the closure captures the whole (Send) struct.
+            fn get(&self) -> *mut c_void {
+                self.0
+            }
+        }
+        let sink: Option<crate::log::Sink> = callback.map(|cb| {
+            let ud = UserData(user_data);
+            std::sync::Arc::new(move |level: crate::log::Level, msg: &str| {
+                let m = std::ffi::CString::new(msg.replace('\0', " ")).unwrap_or_default();
+                // SAFETY: the caller's callback, with its user_data and a string valid during the call.
+                unsafe { cb(ud.get(), level as fabriclib_log_level, m.as_ptr()) }
+            }) as crate::log::Sink
+        });
+        crate::log::set_sink(sink);
         Ok(())
     })
 }

@@ -97,8 +97,8 @@ pub extern "C" fn fabriclib_engine_create(
 ///
 /// In manual-progress mode a callback runs inside `fabriclib_engine_progress`,
 /// which is still using the engine: destroying that engine from such a
-/// callback is refused (nothing happens; a message goes to stderr and the
-/// last error); destroy it after the progress call has returned.
+/// callback is refused (nothing happens; a message goes to the log —
+/// `fabriclib_set_log_callback`, stderr by default — and the last error); destroy it after the progress call has returned.
 ///
 /// Returns: nothing (NULL, or an engine already destroyed, is ignored).
 /// Blocks: yes: it says goodbye to its peers and waits for their answer, then
@@ -111,7 +111,7 @@ pub extern "C" fn fabriclib_engine_destroy(engine: *mut fabriclib_engine) {
     if !engine.is_null() && PROGRESSING.with(|p| p.get()) == engine as usize {
         let msg = "fabriclib_engine_destroy from a callback inside fabriclib_engine_progress of the same engine: \
                    refused; destroy it after fabriclib_engine_progress returns";
-        eprintln!("fabriclib: {msg}");
+        crate::log!(Error, "{msg}");
         super::set_last_error(msg);
         return;
     }

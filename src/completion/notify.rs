@@ -272,7 +272,7 @@ pub fn spawn_callback_thread(cpus: Vec<u32>) -> std::io::Result<(Notifier, std::
         let _ = crate::pin::pin_current_thread(&cpus);
         while let Some(job) = recv_polling(&rx, CALLBACK_POLL) {
             if catch_unwind(AssertUnwindSafe(job)).is_err() {
-                eprintln!("fabriclib: a completion callback panicked; the engine goes on");
+                crate::log!(Warn, "a completion callback panicked; the engine goes on");
             }
         }
     })?;
@@ -295,7 +295,7 @@ pub fn run_queued(rx: &Receiver<Job>) -> bool {
     while let Ok(job) = rx.try_recv() {
         ran = true;
         if catch_unwind(AssertUnwindSafe(job)).is_err() {
-            eprintln!("fabriclib: a completion callback panicked; the engine goes on");
+            crate::log!(Warn, "a completion callback panicked; the engine goes on");
         }
     }
     ran

@@ -156,7 +156,7 @@ impl<D: Domain> Worker<D> {
             match self.domains[d].poll(&mut comps) {
                 Ok(0) => {}
                 Ok(_) => busy = true,
-                Err(e) => eprintln!("fabriclib: polling domain {d}: {e}"),
+                Err(e) => crate::log!(Error, "polling NIC {d}: {e}"),
             }
             for c in comps.drain(..) {
                 self.complete(d, c);

@@ -84,7 +84,7 @@ impl<D: Domain> Worker<D> {
                     break;
                 }
                 Err(e) => {
-                    eprintln!("fabriclib: cannot post a receive buffer: {e}");
+                    crate::log!(Error, "cannot post a receive buffer: {e}");
                     break;
                 }
             }

@@ -55,6 +55,32 @@ static int wait_for(_Atomic uint64_t *x, uint64_t want) {
     return 0;
 }
 
+/* What the log callback saw. */
+struct logged {
+    int count, level;
+    char text[256];
+};
+
+static void on_log(void *user_data, fabriclib_log_level level, const char *message) FABRICLIB_NOEXCEPT {
+    struct logged *l = (struct logged *)user_data;
+    l->count++;
+    l->level = (int)level;
+    snprintf(l->text, sizeof l->text, "%s", message);
+}
+
+struct destroyer {
+    fabriclib_engine *e;
+    int called;
+};
+
+/* Inside fabriclib_engine_progress of the same engine: refused, and logged. */
+static void destroy_in_callback(void *user_data, fabriclib_status status) FABRICLIB_NOEXCEPT {
+    struct destroyer *d = (struct destroyer *)user_data;
+    (void)status;
+    d->called++;
+    fabriclib_engine_destroy(d->e);
+}
+
 int main(void) {
     fabriclib_config *cfg = NULL;
     fabriclib_engine *e = NULL;
@@ -198,6 +224,23 @@ int main(void) {
     CHECK((value & FABRICLIB_FLAG_DONE) && (value & FABRICLIB_FLAG_STATUS_MASK) == FABRICLIB_STATUS_TIMED_OUT,
           "the expectation timed out once progressed: %#x", value);
     CHECK(fabriclib_engine_flag_await(me, NULL, 1, NULL) == FABRICLIB_STATUS_INVALID_ARGUMENT, "NULL flag");
+    /* The log callback: destroying the engine from a callback inside its own
+     * progress call is refused, and that says so through the callback, not
+     * on stderr. Then back to stderr. */
+    struct logged seen = {0};
+    CHECK(fabriclib_set_log_callback(on_log, &seen) == FABRICLIB_STATUS_OK, "set the log callback");
+    struct destroyer killer = {me, 0};
+    memset(&so, 0, sizeof so);
+    so.struct_size = sizeof so;
+    so.callback = destroy_in_callback;
+    so.user_data = &killer;
+    so.timeout_us = 1000;
+    CHECK(fabriclib_expect_imm_count(me, 10, 1, &so, NULL) == FABRICLIB_STATUS_OK, "expect with a callback");
+    for (int i = 0; i < 200000 && !killer.called; i++) fabriclib_engine_progress(me, NULL);
+    CHECK(killer.called == 1, "the expectation's callback ran inside progress");
+    CHECK(seen.count == 1 && seen.level == FABRICLIB_LOG_LEVEL_ERROR && strstr(seen.text, "refused") != NULL,
+          "the refusal went to the log callback: %d message(s), level %d, \"%s\"", seen.count, seen.level, seen.text);
+    CHECK(fabriclib_set_log_callback(NULL, NULL) == FABRICLIB_STATUS_OK, "back to stderr");
     fabriclib_engine_destroy(me);
     if (failures) {
         fprintf(stderr, "%d failures\n", failures);

@@ -93,7 +93,7 @@ impl VerbsDomain {
                     self.engine_message(i, w.byte_len as usize);
                 }
                 if let Err(e) = self.post_w_recv(i) {
-                    eprintln!("fabriclib: verbs: reposting a receive: {e}");
+                    crate::log!(Error, "verbs: reposting a receive: {e}");
                 }
             }
             K_UDRECV => {
@@ -101,7 +101,7 @@ impl VerbsDomain {
                     self.handshake(i, w.byte_len as usize);
                 }
                 if let Err(e) = self.post_ud_recv(i) {
-                    eprintln!("fabriclib: verbs: reposting a handshake receive: {e}");
+                    crate::log!(Error, "verbs: reposting a handshake receive: {e}");
                 }
             }
             K_UDSEND => self.ud_free.push(i as u32),

@@ -45,7 +45,7 @@ impl VerbsDomain {
             match self.pd.create_ah(port, gix, peer.gid) {
                 Ok(ah) => peer.ah = Some(ah),
                 Err(e) => {
-                    eprintln!("fabriclib: verbs: no address handle to a peer: {e}");
+                    crate::log!(Warn, "verbs: no address handle to a peer: {e}");
                     self.ud_free.push(slot);
                     return false;
                 }
@@ -137,7 +137,7 @@ impl VerbsDomain {
             .zip(theirs)
             .try_for_each(|(rc, (qpn, psn))| rc::connect(&rc.qp, &path, rc.psn, &Endpoint { gid, qpn, psn }))
         {
-            eprintln!("fabriclib: verbs: connecting to a peer: {e}");
+            crate::log!(Warn, "verbs: connecting to a peer: {e}");
             peer.state = State::Broken;
             return;
         }
