@@ -179,6 +179,30 @@ pub extern "C" fn fabriclib_engine_flag_await(
     })
 }
 
+/// Writes the engine's event fd to `*fd`: a non-blocking eventfd that turns
+/// readable after the engine ended a request (stored its flag or queued its
+/// callback) or queued a receive or a peer event, so that an event loop —
+/// epoll, libuv, asyncio's `add_reader` — waits for the engine without a
+/// thread of its own. To use it: wait until readable, read its 8 bytes
+/// (clearing it), then look at the flags you are waiting on; look once right
+/// after the first call too, as requests that ended before it made no event.
+/// Made on the first call, the same fd after; the engine closes it at
+/// `fabriclib_engine_destroy` (do not close it yourself; take it out of
+/// your event loop first). With manual progress it turns readable only
+/// while something progresses the engine.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
+/// destroyed or foreign engine); `PROVIDER` (the kernel refused an eventfd).
+/// Blocks: no.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_engine_event_fd(engine: *const fabriclib_engine, fd: *mut i32) -> fabriclib_status {
+    ffi(|| {
+        let e = handle(engine)?;
+        super::non_null(fd, "fd")?;
+        put(fd, e.engine.event_fd()?)
+    })
+}
+
 /// Copies the engine's address (a versioned binary blob to hand to peers out
 /// of band) into `buf` of `cap` bytes and its length into `*len`. If `cap` is
 /// too small (or `buf` is NULL), only `*len` is written and

@@ -125,6 +125,55 @@ pub struct RequestId(pub u64);
 
 pub type Job = Box<dyn FnOnce() + Send>;
 
+/// An engine's event fd (`TransferEngine::event_fd`): made on first ask,
+/// then made readable by the workers after every pass that ended a request
+/// (stored a flag, queued a callback) or queued a receive or a peer event,
+/// so that an event loop (epoll, libuv, asyncio) can wait for the engine
+/// without a thread of its own. Closed with the last worker and the engine.
+#[derive(Debug)]
+pub struct EventFd {
+    fd: std::sync::atomic::AtomicI32,
+    made: std::sync::Mutex<()>,
+}
+
+impl Default for EventFd {
+    fn default() -> Self {
+        EventFd { fd: std::sync::atomic::AtomicI32::new(-1), made: Default::default() }
+    }
+}
+
+impl EventFd {
+    /// The fd, made now if it was not yet.
+    pub fn get(&self) -> crate::error::Result<i32> {
+        let _made = self.made.lock().unwrap_or_else(|e| e.into_inner());
+        let fd = self.fd.load(Ordering::Acquire);
+        if fd >= 0 {
+            return Ok(fd);
+        }
+        let fd = crate::os::eventfd()
+            .ok_or_else(|| crate::error::Error::new(crate::Status::Provider, "eventfd: the kernel refused one"))?;
+        self.fd.store(fd, Ordering::Release);
+        Ok(fd)
+    }
+
+    /// Makes it readable, if anyone asked for it.
+    fn signal(&self) {
+        let fd = self.fd.load(Ordering::Acquire);
+        if fd >= 0 {
+            crate::os::eventfd_signal(fd);
+        }
+    }
+}
+
+impl Drop for EventFd {
+    fn drop(&mut self) {
+        let fd = *self.fd.get_mut();
+        if fd >= 0 {
+            crate::os::close(fd);
+        }
+    }
+}
+
 /// The worker's handle on the callback thread.
 #[derive(Clone)]
 pub struct Notifier {
@@ -139,6 +188,8 @@ pub struct Notifier {
     released: std::cell::Cell<usize>,
     /// Why the last failed requests failed, for callers that watch flags.
     pub(crate) errors: Arc<ErrorLog>,
+    /// The engine's event fd, signaled by `take_fired`.
+    pub(crate) events: Arc<EventFd>,
 }
 
 /// The errors of the last `ERROR_LOG` requests (and expectations) that
@@ -218,9 +269,14 @@ impl Notifier {
     }
 
     /// Whether anything was delivered since the last call (the worker then
-    /// yields once, so that a waiter sharing its core sees it at once).
+    /// yields once, so that a waiter sharing its core sees it at once); if
+    /// so, the event fd (if asked for) turns readable.
     pub fn take_fired(&self) -> bool {
-        self.fired.replace(false)
+        let fired = self.fired.replace(false);
+        if fired {
+            self.events.signal();
+        }
+        fired
     }
 
     /// A notifier for another worker of the same engine: the same callback
@@ -232,11 +288,13 @@ impl Notifier {
             inflight: self.inflight.clone(),
             released: Default::default(),
             errors: self.errors.clone(),
+            events: self.events.clone(),
         }
     }
 
     /// Runs `job` on the callback thread.
     pub fn run(&self, job: Job) {
+        self.fired.set(true);
         // The callback thread outlives every worker, so this only fails during
         // teardown, when nothing is left to call anyway.
         let _ = self.tx.send(job);
@@ -276,16 +334,16 @@ pub fn spawn_callback_thread(cpus: Vec<u32>) -> std::io::Result<(Notifier, std::
             }
         }
     })?;
-    let (fired, inflight, released, errors) = Default::default();
-    Ok((Notifier { tx, fired, inflight, released, errors }, handle))
+    let (fired, inflight, released, errors, events) = Default::default();
+    Ok((Notifier { tx, fired, inflight, released, errors, events }, handle))
 }
 
 /// Manual progress: no callback thread; the callbacks queue up for whoever
 /// progresses the engine to run (`run_queued`).
 pub fn inline_callbacks() -> (Notifier, Receiver<Job>) {
     let (tx, rx) = std::sync::mpsc::channel();
-    let (fired, inflight, released, errors) = Default::default();
-    (Notifier { tx, fired, inflight, released, errors }, rx)
+    let (fired, inflight, released, errors, events) = Default::default();
+    (Notifier { tx, fired, inflight, released, errors, events }, rx)
 }
 
 /// Runs the callbacks queued on `rx` (catching panics, as the callback

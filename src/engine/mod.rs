@@ -81,6 +81,7 @@ pub struct TransferEngine {
     request_timeout: Option<std::time::Duration>,
     max_inflight: usize,
     errors: Arc<notify::ErrorLog>,
+    events: Arc<notify::EventFd>,
     watchers: crate::watcher::Watchers,
 }
 
@@ -120,7 +121,7 @@ impl TransferEngine {
                 .map_err(|e| Error::new(Status::Provider, format!("cannot start the callback thread: {e}")))?;
             (n, Some(h), None)
         };
-        let errors = notifier.errors.clone();
+        let (errors, events) = (notifier.errors.clone(), notifier.events.clone());
         let mut siblings: Vec<notify::Notifier> = (1..plans.len()).map(|_| notifier.sibling()).collect();
         let mut notifiers = vec![notifier];
         notifiers.append(&mut siblings);
@@ -169,6 +170,7 @@ impl TransferEngine {
             request_timeout: cfg.request_timeout,
             max_inflight: cfg.max_inflight.max(1),
             errors,
+            events,
             watchers: crate::watcher::Watchers::new(
                 match cfg.watcher_spin_us {
                     crate::config::WATCHER_SPIN_AUTO => crate::watcher::Spin::Auto,
@@ -233,6 +235,15 @@ impl TransferEngine {
     /// (shm: 4 KiB; see `Domain::answer_free_limit`).
     pub fn max_send_size(&self) -> usize {
         self.groups[0].info.max_send
+    }
+
+    /// The engine's event fd (made on first call; the engine closes it): it
+    /// turns readable after a worker pass that ended a request (stored a
+    /// flag or queued a callback) or queued a receive or peer event. Read its
+    /// 8 bytes to clear it, then look at the flags. With manual progress it
+    /// turns readable only while something progresses the engine.
+    pub fn event_fd(&self) -> Result<i32> {
+        self.events.get()
     }
 
     /// The largest write one work request may carry on this engine's provider.

@@ -3,7 +3,9 @@
 #include "fabriclib.h"
 #include <stdio.h>
 #include <stdlib.h>
+#include <poll.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 #include <unistd.h>
 #include <arpa/inet.h>
@@ -327,6 +329,31 @@ int main(void) {
         /* rmr is e's region (one NIC): group 0 (one NIC) may write to it, group 1 (two) may not. */
         EXPECT(fabriclib_submit_single_write(g, 16, NULL, g1, 0, rmr, 0, NULL, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
         EXPECT(fabriclib_submit_single_write(g, 16, NULL, g0, 0, rmr, 0, NULL, NULL), FABRICLIB_STATUS_OK);
+        /* The event fd: readable once a flag request has ended, cleared by a read. */
+        {
+            int efd = -1, efd2 = -2;
+            EXPECT(fabriclib_engine_event_fd(g, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+            EXPECT(fabriclib_engine_event_fd(NULL, &efd), FABRICLIB_STATUS_INVALID_ARGUMENT);
+            EXPECT(fabriclib_engine_event_fd(g, &efd), FABRICLIB_STATUS_OK);
+            EXPECT(fabriclib_engine_event_fd(g, &efd2), FABRICLIB_STATUS_OK);
+            uint64_t drained;
+            while (read(efd, &drained, sizeof drained) == (ssize_t)sizeof drained) {} /* earlier requests */
+            uint32_t eflag = 0;
+            fabriclib_submit_opts eo;
+            memset(&eo, 0, sizeof eo);
+            eo.struct_size = sizeof eo;
+            eo.flag = &eflag;
+            EXPECT(fabriclib_submit_single_write(g, 16, NULL, g0, 0, rmr, 0, &eo, NULL), FABRICLIB_STATUS_OK);
+            EXPECT(fabriclib_flag_await(&eflag, 5000000, NULL), FABRICLIB_STATUS_OK);
+            struct pollfd pfd = {efd, POLLIN, 0};
+            int ready = poll(&pfd, 1, 1000); /* the pass that stored the flag signals right after */
+            while (read(efd, &drained, sizeof drained) == (ssize_t)sizeof drained) {}
+            checks++;
+            if (efd < 0 || efd2 != efd || !(eflag & FABRICLIB_FLAG_DONE) || ready != 1)
+                failures++, fprintf(stderr, "FAIL: event fd %d/%d: flag %#x, poll said %d\n", efd, efd2, eflag, ready);
+            checks++;
+            if (poll(&pfd, 1, 0) != 0) failures++, fprintf(stderr, "FAIL: the event fd stays readable after a read\n");
+        }
         /* Groups addresses: g is 1 + 2 NICs, e one group of 1: refused as a whole; e takes other's plain address. */
         static uint8_t groups[FABRICLIB_MAX_ENGINE_ADDRESS_LEN];
         size_t groups_len = 0;
