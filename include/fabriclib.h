@@ -541,6 +541,33 @@ typedef struct fabriclib_counters {
 // declare it `FABRICLIB_NOEXCEPT`); may call `fabriclib_set_log_callback`.
 typedef void (*fabriclib_log_cb)(void *user_data, fabriclib_log_level level, const char *message);
 
+// What an engine can do, read without trying (`fabriclib_engine_caps`).
+// Zero-initialise and set `struct_size = sizeof(fabriclib_caps)`; the
+// library writes the fields that fit in `struct_size` (fields a later
+// version adds stay as they are).
+typedef struct fabriclib_caps {
+  size_t struct_size;
+  // The largest write one work request carries on every NIC: the largest
+  // page of a paged write, and of a write with an immediate (a single
+  // write without one is split).
+  uint64_t max_msg_size;
+  // The largest message `fabriclib_submit_send` takes.
+  uint64_t max_send;
+  // The most buffers one receive pool takes (`FABRICLIB_MAX_RECV_BUFFERS`).
+  uint64_t max_recv_buffers;
+  // Its NICs (every group's) and DomainGroups.
+  uint32_t nic_count;
+  uint32_t group_count;
+  // Whether every NIC registers CUDA device memory
+  // (`fabriclib_mr_register_device`; else it returns `UNSUPPORTED`).
+  bool device_memory;
+  // Whether requests may ask for `FABRICLIB_SUBMIT_DELIVERED` (else the
+  // submit returns `UNSUPPORTED`).
+  bool delivered;
+  // Whether the engine runs in manual-progress mode.
+  bool manual_progress;
+} fabriclib_caps;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -1706,7 +1733,8 @@ const char *fabriclib_last_error_message(void);
 //
 // Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
 // destroyed or foreign engine); `INVALID_ARGUMENT` also for a NIC the engine
-// does not have or a malformed `peer` address; `SHUTDOWN`.
+// does not have or a `struct_size` below this version's; `MALFORMED` (a
+// `peer` address that does not parse); `SHUTDOWN`.
 // Blocks: until the engine's worker answers (each group's, in turn):
 // microseconds while it runs; in manual-progress mode the call progresses the
 // engine itself until answered.
@@ -1729,6 +1757,21 @@ fabriclib_status fabriclib_engine_counters(const struct fabriclib_engine *engine
 // Blocks: until a message being delivered to the old callback has been
 // handed over (not until it returns).
 fabriclib_status fabriclib_set_log_callback(fabriclib_log_cb callback, void *user_data);
+
+// Writes what the engine can do into `*caps`: its limits (the largest
+// write per work request, the largest message, the most receive buffers
+// per pool), its NIC and group counts, whether its NICs register device
+// memory and whether requests may ask for confirmed delivery. Paged writes
+// take any number of pages (the index arrays are copied). The provider's
+// name: `fabriclib_engine_provider`; each NIC: `fabriclib_engine_nic`.
+// Any thread.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument, or a
+// `struct_size` below this version's); `BAD_HANDLE` (a destroyed or foreign
+// engine).
+// Blocks: no.
+fabriclib_status fabriclib_engine_caps(const struct fabriclib_engine *engine,
+                                       struct fabriclib_caps *caps);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -76,7 +76,8 @@ pub extern "C" fn fabriclib_last_error_message() -> *const c_char {
 ///
 /// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
 /// destroyed or foreign engine); `INVALID_ARGUMENT` also for a NIC the engine
-/// does not have or a malformed `peer` address; `SHUTDOWN`.
+/// does not have or a `struct_size` below this version's; `MALFORMED` (a
+/// `peer` address that does not parse); `SHUTDOWN`.
 /// Blocks: until the engine's worker answers (each group's, in turn):
 /// microseconds while it runs; in manual-progress mode the call progresses the
 /// engine itself until answered.
@@ -168,6 +169,82 @@ pub extern "C" fn fabriclib_set_log_callback(callback: fabriclib_log_cb, user_da
             }) as crate::log::Sink
         });
         crate::log::set_sink(sink);
+        Ok(())
+    })
+}
+
+/// What an engine can do, read without trying (`fabriclib_engine_caps`).
+/// Zero-initialise and set `struct_size = sizeof(fabriclib_caps)`; the
+/// library writes the fields that fit in `struct_size` (fields a later
+/// version adds stay as they are).
+#[repr(C)]
+pub struct fabriclib_caps {
+    pub struct_size: usize,
+    /// The largest write one work request carries on every NIC: the largest
+    /// page of a paged write, and of a write with an immediate (a single
+    /// write without one is split).
+    pub max_msg_size: u64,
+    /// The largest message `fabriclib_submit_send` takes.
+    pub max_send: u64,
+    /// The most buffers one receive pool takes (`FABRICLIB_MAX_RECV_BUFFERS`).
+    pub max_recv_buffers: u64,
+    /// Its NICs (every group's) and DomainGroups.
+    pub nic_count: u32,
+    pub group_count: u32,
+    /// Whether every NIC registers CUDA device memory
+    /// (`fabriclib_mr_register_device`; else it returns `UNSUPPORTED`).
+    pub device_memory: bool,
+    /// Whether requests may ask for `FABRICLIB_SUBMIT_DELIVERED` (else the
+    /// submit returns `UNSUPPORTED`).
+    pub delivered: bool,
+    /// Whether the engine runs in manual-progress mode.
+    pub manual_progress: bool,
+}
+
+/// The smallest `fabriclib_caps.struct_size` accepted (0.4's layout). Never grows.
+const CAPS_V1: usize = size_of::<fabriclib_caps>();
+
+/// Writes what the engine can do into `*caps`: its limits (the largest
+/// write per work request, the largest message, the most receive buffers
+/// per pool), its NIC and group counts, whether its NICs register device
+/// memory and whether requests may ask for confirmed delivery. Paged writes
+/// take any number of pages (the index arrays are copied). The provider's
+/// name: `fabriclib_engine_provider`; each NIC: `fabriclib_engine_nic`.
+/// Any thread.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument, or a
+/// `struct_size` below this version's); `BAD_HANDLE` (a destroyed or foreign
+/// engine).
+/// Blocks: no.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_engine_caps(
+    engine: *const fabriclib_engine,
+    caps: *mut fabriclib_caps,
+) -> fabriclib_status {
+    ffi(|| {
+        let e = &handle(engine)?.engine;
+        super::non_null(caps, "caps")?;
+        // SAFETY: non-null; the caller's struct starts with its size (API contract).
+        let size = unsafe { caps.cast::<usize>().read_unaligned() };
+        if size < CAPS_V1 {
+            crate::bail!(
+                InvalidArgument,
+                "fabriclib_caps.struct_size is {size}: set it to sizeof (at least {CAPS_V1})"
+            );
+        }
+        let c = fabriclib_caps {
+            struct_size: size,
+            max_msg_size: e.max_msg_size() as u64,
+            max_send: e.max_send_size() as u64,
+            max_recv_buffers: crate::engine::MAX_RECV_BUFFERS as u64,
+            nic_count: e.nics().len() as u32,
+            group_count: e.group_count() as u32,
+            device_memory: e.device_memory(),
+            delivered: e.delivery_fences(),
+            manual_progress: e.is_manual(),
+        };
+        // SAFETY: the caller's struct has at least CAPS_V1 (= size_of) bytes.
+        unsafe { caps.write_unaligned(c) };
         Ok(())
     })
 }

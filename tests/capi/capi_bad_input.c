@@ -165,6 +165,25 @@ int main(void) {
     EXPECT(fabriclib_engine_counters(e, 0, NULL, 0, &ctr), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_engine_max_send(e, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_engine_max_send(e, &n), FABRICLIB_STATUS_OK);
+    /* Capabilities, without trying: tcp;ofi_rxm confirms delivery; one NIC, one group. */
+    {
+        fabriclib_caps caps;
+        memset(&caps, 0, sizeof caps);
+        caps.struct_size = sizeof caps - 1;
+        EXPECT(fabriclib_engine_caps(e, &caps), FABRICLIB_STATUS_INVALID_ARGUMENT);
+        caps.struct_size = sizeof caps;
+        EXPECT(fabriclib_engine_caps(e, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+        EXPECT(fabriclib_engine_caps(NULL, &caps), FABRICLIB_STATUS_INVALID_ARGUMENT);
+        EXPECT(fabriclib_engine_caps(e, &caps), FABRICLIB_STATUS_OK);
+        checks++;
+        if (caps.struct_size != sizeof caps || caps.max_send != n || caps.max_msg_size == 0 ||
+            caps.max_recv_buffers != FABRICLIB_MAX_RECV_BUFFERS || caps.nic_count != 1 || caps.group_count != 1 ||
+            !caps.delivered || caps.manual_progress)
+            failures++, fprintf(stderr, "FAIL: caps: max_send %llu (engine says %zu), max_msg %llu, recv %llu, %u NICs, %u groups, "
+                                        "delivered %d, manual %d\n", (unsigned long long)caps.max_send, n,
+                                (unsigned long long)caps.max_msg_size, (unsigned long long)caps.max_recv_buffers,
+                                caps.nic_count, caps.group_count, caps.delivered, caps.manual_progress);
+    }
     checks++;
     if (n != 65536) failures++, fprintf(stderr, "FAIL: max send on tcp is %zu, not 65536\n", n);
     EXPECT(fabriclib_engine_provider((fabriclib_engine *)mem, &s), FABRICLIB_STATUS_BAD_HANDLE); /* not a handle */
