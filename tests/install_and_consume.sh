@@ -10,6 +10,7 @@ trap 'rm -rf "$stage"' EXIT
 cmake --install "$build" --prefix "$stage/usr" >/dev/null
 lib=$(ls -d "$stage"/usr/lib*/ | head -1)
 test -f "$stage/usr/include/fabriclib.h"
+test -f "$stage/usr/include/fabriclib.hpp"
 test -f "$lib/cmake/fabriclib/fabriclibConfig.cmake"
 test -f "$lib/cmake/fabriclib/fabriclibConfigVersion.cmake"
 test -f "$lib/pkgconfig/fabriclib.pc"
@@ -40,8 +41,10 @@ mkdir -p "$stage/pc"
 for ex in hello kv_transfer; do
   cc -O2 -o "$stage/pc/$ex" "$src/c_examples/$ex.c" $(pkg-config --cflags --libs fabriclib)
 done
+c++ -std=c++17 -O2 -o "$stage/pc/hello_cxx" "$src/c_examples/hello.cpp" $(pkg-config --cflags --libs fabriclib)
 export LD_LIBRARY_PATH="$lib"
 FABRICLIB_PROVIDER=tcp FABRICLIB_BIND_ADDR=127.0.0.1 "$stage/pc/hello"
+FABRICLIB_PROVIDER=tcp FABRICLIB_BIND_ADDR=127.0.0.1 "$stage/pc/hello_cxx"
 "$stage/pc/kv_transfer" demo --layers 4 --pages 16 --page-kib 8 --provider tcp --port 18613 | tail -1
 echo "== one version everywhere: Cargo.toml, CMake package, .pc, header, library"
 cargo_v=$(sed -n 's/^version = "\([0-9.]*\)"$/\1/p' "$src/Cargo.toml" | head -1)
