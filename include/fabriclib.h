@@ -1221,6 +1221,21 @@ fabriclib_status fabriclib_add_peer_set(const struct fabriclib_engine *engine,
                                         size_t count,
                                         uint64_t *out);
 
+// Removes peer set `set` (`fabriclib_add_peer_set`): scatters and barriers
+// through it are refused from now on (`FABRICLIB_STATUS_BAD_HANDLE`); one
+// submitted through it that the engine has not started yet ends with
+// `FABRICLIB_STATUS_BAD_HANDLE`, one already started goes on to its end.
+// The peers themselves stay known. Any thread, fabriclib callbacks
+// included.
+//
+// Returns: `OK`; `BAD_HANDLE` (no such set, or removed already; or a
+// destroyed or foreign engine); `INVALID_ARGUMENT` (`engine` NULL);
+// `SHUTDOWN`.
+// Blocks: until the engine's worker answers (each group's, in turn):
+// microseconds while it runs; in manual-progress mode the call progresses the
+// engine itself until answered.
+fabriclib_status fabriclib_remove_peer_set(const struct fabriclib_engine *engine, uint64_t set);
+
 // === Requests ===
 // Writes, scatters, barriers, sends and receive pools; each accepted request
 // ends exactly once (callback or flag word), and can be canceled or waited on.

@@ -143,3 +143,21 @@ pub extern "C" fn fabriclib_add_peer_set(
         put(out, e.engine.add_peer_set(&parsed)?.0)
     })
 }
+
+/// Removes peer set `set` (`fabriclib_add_peer_set`): scatters and barriers
+/// through it are refused from now on (`FABRICLIB_STATUS_BAD_HANDLE`); one
+/// submitted through it that the engine has not started yet ends with
+/// `FABRICLIB_STATUS_BAD_HANDLE`, one already started goes on to its end.
+/// The peers themselves stay known. Any thread, fabriclib callbacks
+/// included.
+///
+/// Returns: `OK`; `BAD_HANDLE` (no such set, or removed already; or a
+/// destroyed or foreign engine); `INVALID_ARGUMENT` (`engine` NULL);
+/// `SHUTDOWN`.
+/// Blocks: until the engine's worker answers (each group's, in turn):
+/// microseconds while it runs; in manual-progress mode the call progresses the
+/// engine itself until answered.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_remove_peer_set(engine: *const fabriclib_engine, set: u64) -> fabriclib_status {
+    ffi(|| handle(engine)?.engine.remove_peer_set(crate::engine::PeerSet(set)))
+}

@@ -114,6 +114,21 @@ impl TransferEngine {
         Ok(PeerSet(id))
     }
 
+    /// Forgets peer set `set`: new requests through it are refused
+    /// (`BadHandle`); one submitted through it that its worker has not
+    /// started yet ends with `BadHandle`, one already started goes on.
+    /// `BadHandle` if there is no such set (or it was removed).
+    pub fn remove_peer_set(&self, set: PeerSet) -> Result<()> {
+        let mut known = self.peer_sets.lock().unwrap();
+        if known.remove(&set.0).is_none() {
+            bail!(BadHandle, "unknown peer set {}", set.0);
+        }
+        for g in 0..self.groups.len() {
+            self.rpc_to(g, |reply| Ctrl::RemovePeerSet { id: set.0, reply })?;
+        }
+        Ok(())
+    }
+
     pub(super) fn check_peer_set<'a>(
         &self,
         set: Option<PeerSet>,

@@ -74,7 +74,16 @@ impl<D: Domain> Worker<D> {
             return Ok((first, None));
         }
         if let Some(g) = req.peer_set() {
-            return Ok((u32::MAX, Some(self.peer_sets[g as usize - 1].clone())));
+            return match self.peer_sets.get(g as usize - 1).cloned().flatten() {
+                Some(members) => Ok((u32::MAX, Some(members))),
+                None => {
+                    self.put_refs(req, req.dst_count());
+                    Err(crate::Error::new(
+                        crate::Status::BadHandle,
+                        format!("peer set {g} was removed before this request started"),
+                    ))
+                }
+            };
         }
         Ok((u32::MAX, Some(peers.into())))
     }

@@ -58,9 +58,16 @@ impl<D: Domain> Worker<D> {
             Ctrl::AddPeerSet { addrs, reply } => {
                 let members: Result<Vec<u32>> = addrs.iter().map(|a| self.peer_of(a)).collect();
                 let _ = reply.send(members.map(|m| {
-                    self.peer_sets.push(m.into());
+                    self.peer_sets.push(Some(m.into()));
                     self.peer_sets.len() as u64
                 }));
+            }
+            Ctrl::RemovePeerSet { id, reply } => {
+                // Ids are never reused: the slot stays, empty.
+                if let Some(s) = self.peer_sets.get_mut(id as usize - 1) {
+                    *s = None;
+                }
+                let _ = reply.send(Ok(()));
             }
             Ctrl::Counters { reply } => {
                 let nics: Vec<String> = self.domains.iter().map(|d| d.nic().name).collect();

@@ -77,6 +77,7 @@ impl<D: Domain> Worker<D> {
                 Ctrl::Register { reply, .. } => drop(reply.send(Err(err.clone()))),
                 Ctrl::Expect { reply, .. } | Ctrl::RecvPool { reply, .. } => drop(reply.send(Err(err.clone()))),
                 Ctrl::AddPeerSet { reply, .. } => drop(reply.send(Err(err.clone()))),
+                Ctrl::RemovePeerSet { reply, .. } => drop(reply.send(Err(err.clone()))),
                 Ctrl::Cancel { reply, .. } | Ctrl::AddPeer { reply, .. } => drop(reply.send(Err(err.clone()))),
                 Ctrl::CancelPeer { reply, .. } => drop(reply.send(Err(err.clone()))),
                 Ctrl::ImmCount { reply, .. } => drop(reply.send(Err(err.clone()))),

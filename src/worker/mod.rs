@@ -149,8 +149,9 @@ struct Worker<D: Domain> {
     recv: Receives,
     /// Immediates counted per value, and the expectations on them (home group).
     imm: ImmCounter,
-    /// Peer sets (`add_peer_set`): the peer entries of each, by id - 1.
-    peer_sets: Vec<Arc<[u32]>>,
+    /// Peer sets (`add_peer_set`): the peer entries of each, by id - 1;
+    /// `None` once removed.
+    peer_sets: Vec<Option<Arc<[u32]>>>,
     /// Work requests and bytes per NIC and peer (counters.rs).
     tally: counters::Tally,
     /// Peer-state reports go here (none: the application did not ask).

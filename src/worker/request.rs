@@ -227,6 +227,11 @@ pub enum Ctrl {
         addrs: Vec<NetAddr>,
         reply: Sender<crate::error::Result<u64>>,
     },
+    /// Forgets peer set `id` (its requests not started end `BadHandle`).
+    RemovePeerSet {
+        id: u64,
+        reply: Sender<crate::error::Result<()>>,
+    },
     /// Ends request (or expectation) `id` with `Canceled`; `NotFound` if it has ended.
     Cancel {
         id: u64,

@@ -478,6 +478,8 @@ int main(void) {
     EXPECT(fabriclib_add_peer_set(e, addrs, lens, 1, &group), FABRICLIB_STATUS_MALFORMED);
     EXPECT(fabriclib_add_peer_set(e, addrs, lens, 0, &group), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_add_peer_set(e, NULL, lens, 1, &group), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_remove_peer_set(e, 12345), FABRICLIB_STATUS_BAD_HANDLE); /* never made */
+    EXPECT(fabriclib_remove_peer_set(NULL, 1), FABRICLIB_STATUS_INVALID_ARGUMENT);
 
     /* Cancel and peers: unknown ids and peers, malformed and NULL addresses. */
     uint64_t id = 0;

@@ -263,7 +263,24 @@ fn scatter_and_barrier(prov: &str, domains: usize) -> TestResult {
     for p in ps.iter_mut() {
         p.fired(9)?;
     }
-    Ok(())
+    // Removing the set: a request through it still pending ends — OK if its
+    // worker had started it, else BadHandle — and new ones are refused.
+    let f3 = flag();
+    l.engine.submit_barrier(Some(group), 10, &descs, OnDone::Flag(f3.clone())).map_err(e2s)?;
+    l.engine.remove_peer_set(group).map_err(e2s)?;
+    match wait_flag(&f3) {
+        Ok(()) => {}
+        Err(e) if e.contains("BadHandle") => {}
+        Err(e) => return Err(format!("a barrier through a removed set: {e}")),
+    }
+    match l.engine.submit_barrier(Some(group), 10, &descs, OnDone::Nothing) {
+        Err(e) if e.status == Status::BadHandle => {}
+        other => return Err(format!("a barrier through a removed set was not refused: {other:?}")),
+    }
+    match l.engine.remove_peer_set(group) {
+        Err(e) if e.status == Status::BadHandle => Ok(()),
+        other => Err(format!("removing a set twice: {other:?}")),
+    }
 }
 
 /// A receive pool on `l` whose messages arrive on the returned channel, and a
