@@ -5,6 +5,18 @@ use super::*;
 type fabriclib_log_level = u32; // C: enum fabriclib_log_level (codes.rs)
 use std::ffi::c_void;
 
+/// The `struct_size` a caller's versioned struct `p` (named `what`) starts
+/// with: non-null, at least `min` (the first version's size).
+fn struct_size<T>(p: *mut T, min: usize, what: &str) -> crate::error::Result<usize> {
+    super::non_null(p, what)?;
+    // SAFETY: non-null; the caller's struct starts with its size (API contract).
+    let size = unsafe { p.cast::<usize>().read_unaligned() };
+    if size < min {
+        crate::bail!(InvalidArgument, "{what}.struct_size is {size}: set it to sizeof (at least {min})");
+    }
+    Ok(size)
+}
+
 /// The smallest `fabriclib_counters.struct_size` accepted (0.3's layout). Never grows.
 const COUNTERS_V1: usize = size_of::<fabriclib_counters>();
 
@@ -91,15 +103,7 @@ pub extern "C" fn fabriclib_engine_counters(
 ) -> fabriclib_status {
     ffi(|| {
         let e = handle(engine)?;
-        super::non_null(out, "out")?;
-        // SAFETY: non-null; the caller's struct starts with its size (API contract).
-        let size = unsafe { out.cast::<usize>().read_unaligned() };
-        if size < COUNTERS_V1 {
-            crate::bail!(
-                InvalidArgument,
-                "fabriclib_counters.struct_size is {size}: set it to sizeof (at least {COUNTERS_V1})"
-            );
-        }
+        let size = struct_size(out, COUNTERS_V1, "fabriclib_counters")?;
         let want = match peer.is_null() {
             true => None,
             // SAFETY: the caller passes peer_len readable bytes (API contract).
@@ -223,15 +227,7 @@ pub extern "C" fn fabriclib_engine_caps(
 ) -> fabriclib_status {
     ffi(|| {
         let e = &handle(engine)?.engine;
-        super::non_null(caps, "caps")?;
-        // SAFETY: non-null; the caller's struct starts with its size (API contract).
-        let size = unsafe { caps.cast::<usize>().read_unaligned() };
-        if size < CAPS_V1 {
-            crate::bail!(
-                InvalidArgument,
-                "fabriclib_caps.struct_size is {size}: set it to sizeof (at least {CAPS_V1})"
-            );
-        }
+        let size = struct_size(caps, CAPS_V1, "fabriclib_caps")?;
         let c = fabriclib_caps {
             struct_size: size,
             max_msg_size: e.max_msg_size() as u64,
