@@ -238,13 +238,15 @@ class Request {
   uint64_t id() const noexcept { return id_; }
   /// Whether it has ended (an acquire load of its flag).
   bool done() const noexcept { return flag_ && (flag_->load(std::memory_order_acquire) & FABRICLIB_FLAG_DONE); }
-  /// How it ended (valid once done()).
+  /// How it ended (valid once done(); `INVALID_ARGUMENT` for an empty Request).
   fabriclib_status status() const noexcept {
+    if (!flag_) return FABRICLIB_STATUS_INVALID_ARGUMENT;
     return static_cast<fabriclib_status>(flag_->load(std::memory_order_acquire) & FABRICLIB_FLAG_STATUS_MASK);
   }
   /// Sleeps until it ends or `timeout` passes (`fabriclib_engine_flag_await`:
   /// with manual progress it progresses the engine); true if it ended.
   bool wait_for(std::chrono::microseconds timeout) const {
+    require();
     uint32_t v = 0;
     fabriclib_status s = fabriclib_engine_flag_await(state_->engine, raw(), static_cast<uint64_t>(timeout.count()), &v);
     if (s == FABRICLIB_STATUS_TIMED_OUT) return false;
@@ -253,6 +255,7 @@ class Request {
   }
   /// Sleeps until it ends; throws Error if it failed.
   void wait() const {
+    require();
     detail::check(fabriclib_engine_flag_await(state_->engine, raw(), FABRICLIB_NO_TIMEOUT, nullptr),
                   "fabriclib_engine_flag_await");
     fabriclib_status s = status();
@@ -270,6 +273,9 @@ class Request {
  private:
   friend class Engine;
   uint32_t *raw() const noexcept { return reinterpret_cast<uint32_t *>(flag_.get()); }
+  void require() const {
+    if (!flag_) throw Error(FABRICLIB_STATUS_INVALID_ARGUMENT, "an empty fabriclib::Request (default-made or moved from)");
+  }
   void release() noexcept {
     if (flag_ && state_ && !done()) {
       std::lock_guard<std::mutex> g(state_->lock);

@@ -138,6 +138,13 @@ int initiator(const std::string &provider, int from_peer, int to_peer) {
   fabriclib::Request none;
   CHECK(e.write(std::nothrow, none, mr, 0, dst, dst.len(), 1) == FABRICLIB_STATUS_OUT_OF_BOUNDS,
         "the non-throwing write past the region");
+  // An empty request (never submitted) cannot be waited on.
+  try {
+    none.wait();
+    CHECK(false, "waiting on an empty request did not throw");
+  } catch (const fabriclib::Error &x) {
+    CHECK(x.status() == FABRICLIB_STATUS_INVALID_ARGUMENT && !none.done(), "an empty request: status %d", x.status());
+  }
   try {
     fabriclib::RemoteMr::parse(peer);
     CHECK(false, "an address parsed as a descriptor");
