@@ -335,8 +335,8 @@ class Engine {
   explicit Engine(const Config &config) : s_(std::make_shared<detail::EngineState>()) {
     detail::check(fabriclib_engine_create(config.get(), &s_->engine), "fabriclib_engine_create");
   }
-  /// The C handle.
-  fabriclib_engine *get() const noexcept { return s_->engine; }
+  /// The C handle (NULL in a moved-from Engine: its calls then throw INVALID_ARGUMENT).
+  fabriclib_engine *get() const noexcept { return s_ ? s_->engine : nullptr; }
 
   /// `fabriclib_engine_address`: the blob a peer needs to reach this engine.
   Bytes address() const {
