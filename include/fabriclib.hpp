@@ -385,10 +385,9 @@ class Engine {
   /// to `dst` at `dst_offset`, with an immediate if given.
   Request write(const Mr &src, uint64_t src_offset, const RemoteMr &dst, uint64_t dst_offset, uint64_t len,
                 std::optional<uint32_t> imm = std::nullopt) const {
-    return submit("fabriclib_submit_single_write", [&](const fabriclib_submit_opts *o, uint64_t *id) {
-      return fabriclib_submit_single_write(get(), len, imm ? &*imm : nullptr, src.get(), src_offset, dst.get(),
-                                           dst_offset, o, id);
-    });
+    Request r;
+    detail::check(write(std::nothrow, r, src, src_offset, dst, dst_offset, len, imm), "fabriclib_submit_single_write");
+    return r;
   }
   /// As above, never throwing: the status (`AGAIN` when a queue is full).
   fabriclib_status write(std::nothrow_t, Request &out, const Mr &src, uint64_t src_offset, const RemoteMr &dst,
@@ -413,11 +412,10 @@ class Engine {
   /// `dst_pages`, `page_len` bytes each (one immediate per page if given).
   Request paged_writes(uint64_t page_len, std::optional<uint32_t> imm, const Mr &src, const Pages &src_pages,
                        const RemoteMr &dst, const Pages &dst_pages) const {
-    return submit("fabriclib_submit_paged_writes", [&](const fabriclib_submit_opts *o, uint64_t *id) {
-      fabriclib_pages sp = src_pages.c(), dp = dst_pages.c();
-      return fabriclib_submit_paged_writes(get(), page_len, imm ? &*imm : nullptr, src.get(), &sp, dst.get(), &dp, o,
-                                           id);
-    });
+    Request r;
+    detail::check(paged_writes(std::nothrow, r, page_len, imm, src, src_pages, dst, dst_pages),
+                  "fabriclib_submit_paged_writes");
+    return r;
   }
   fabriclib_status paged_writes(std::nothrow_t, Request &out, uint64_t page_len, std::optional<uint32_t> imm,
                                 const Mr &src, const Pages &src_pages, const RemoteMr &dst,
@@ -432,9 +430,9 @@ class Engine {
   /// `fabriclib_submit_send`: a message of `len` bytes (at most
   /// `caps().max_send`) to the engine at `addr`; the bytes are copied.
   Request send(const Bytes &addr, const void *msg, size_t len) const {
-    return submit("fabriclib_submit_send", [&](const fabriclib_submit_opts *o, uint64_t *id) {
-      return fabriclib_submit_send(get(), addr.data(), addr.size(), msg, len, o, id);
-    });
+    Request r;
+    detail::check(send(std::nothrow, r, addr, msg, len), "fabriclib_submit_send");
+    return r;
   }
   /// Any contiguous container of bytes (`data()`, `size()`).
   template <class C, class = decltype(std::declval<const C &>().data())>
@@ -466,9 +464,12 @@ class Engine {
   /// `fabriclib_expect_imm_count`: ends once `count` writes with immediate
   /// `imm` have landed.
   Request expect_imm_count(uint32_t imm, uint32_t count) const {
-    return submit("fabriclib_expect_imm_count", [&](const fabriclib_submit_opts *o, uint64_t *id) {
-      return fabriclib_expect_imm_count(get(), imm, count, o, id);
-    });
+    Request r;
+    detail::check(try_submit(r, [&](const fabriclib_submit_opts *o, uint64_t *id) {
+                    return fabriclib_expect_imm_count(get(), imm, count, o, id);
+                  }),
+                  "fabriclib_expect_imm_count");
+    return r;
   }
   /// `fabriclib_imm_count_get`.
   uint64_t imm_count(uint32_t imm) const {
@@ -504,12 +505,6 @@ class Engine {
   }
 
  private:
-  template <class Submit>
-  Request submit(const char *call, Submit &&fn) const {
-    Request r;
-    detail::check(try_submit(r, std::forward<Submit>(fn)), call);
-    return r;
-  }
   template <class Submit>
   fabriclib_status try_submit(Request &out, Submit &&fn) const noexcept {
     std::shared_ptr<std::atomic<uint32_t>> flag;

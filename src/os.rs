@@ -298,8 +298,9 @@ const INFINIPATH_SIGNALS: [i32; 6] =
 pub fn undo_infinipath_handlers() -> usize {
     let mut reset = 0;
     for sig in INFINIPATH_SIGNALS {
-        // SAFETY: sigaction with a null new action only reads the current one.
+        // SAFETY: a plain C struct, for which all zero bytes are a valid value.
         let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: a null new action only reads the current one into `old`.
         if unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) } != 0 {
             continue;
         }
@@ -307,8 +308,9 @@ pub fn undo_infinipath_handlers() -> usize {
         if h == libc::SIG_DFL || h == libc::SIG_IGN {
             continue;
         }
-        // SAFETY: dladdr only reads the loader's tables; info is an out-parameter.
+        // SAFETY: a plain C struct (pointers may be null), all zero bytes valid.
         let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        // SAFETY: dladdr only reads the loader's tables; `info` is an out-parameter.
         if unsafe { libc::dladdr(h as *const c_void, &mut info) } == 0 || info.dli_fname.is_null() {
             continue;
         }
@@ -317,9 +319,10 @@ pub fn undo_infinipath_handlers() -> usize {
         if !lib.to_bytes().windows(13).any(|w| w == b"libinfinipath") {
             continue;
         }
-        // SAFETY: restoring the default disposition of a signal.
+        // SAFETY: as `old` above.
         let mut dfl: libc::sigaction = unsafe { std::mem::zeroed() };
         dfl.sa_sigaction = libc::SIG_DFL;
+        // SAFETY: restoring the default disposition of a signal; `dfl` is valid.
         if unsafe { libc::sigaction(sig, &dfl, std::ptr::null_mut()) } == 0 {
             reset += 1;
         }

@@ -181,6 +181,7 @@ fn verbs_engine_pages_barrier_fence_and_messages() {
     let mut dst = vec![0u8; PAGES * PAGE];
     // SAFETY: both buffers outlive their handles and requests (dropped at the end).
     let smr = unsafe { a.register(src.as_mut_ptr(), src.len()) }.unwrap();
+    // SAFETY: as `src` above: `dst` outlives its handle and requests.
     let dmr = unsafe { b.register(dst.as_mut_ptr(), dst.len()) }.unwrap();
     let expect = flag();
     b.expect_imm_count(0x42, PAGES as u32 + 1, OnDone::Flag(expect.clone())).unwrap();
@@ -258,6 +259,7 @@ fn verbs_keepalives_do_not_wait_behind_a_long_transfer() {
     let mut dst = vec![0u8; WRITES * SIZE];
     // SAFETY: both buffers outlive their handles and requests (dropped at the end).
     let smr = unsafe { a.register(src.as_mut_ptr(), src.len()) }.unwrap();
+    // SAFETY: as `src` above: `dst` outlives its handle and requests.
     let dmr = unsafe { b.register(dst.as_mut_ptr(), dst.len()) }.unwrap();
     // Connected and idle first, so that keepalives run from the start.
     let f = flag();
@@ -309,6 +311,7 @@ fn verbs_immediates_outnumber_the_receives() {
     let mut dst = vec![0u8; PAGES * PAGE];
     // SAFETY: both buffers outlive their handles and requests.
     let smr = unsafe { a.register(src.as_mut_ptr(), src.len()) }.unwrap();
+    // SAFETY: as `src` above: `dst` outlives its handle and requests.
     let dmr = unsafe { b.register(dst.as_mut_ptr(), dst.len()) }.unwrap();
     let expect = flag();
     b.expect_imm_count(0x99, PAGES as u32, OnDone::Flag(expect.clone())).unwrap();
@@ -349,6 +352,7 @@ fn verbs_two_nics_on_two_devices() {
     let mut dst = vec![0u8; PAGES * PAGE];
     // SAFETY: both buffers outlive their handles and requests.
     let smr = unsafe { a.register(src.as_mut_ptr(), src.len()) }.unwrap();
+    // SAFETY: as `src` above: `dst` outlives its handle and requests.
     let dmr = unsafe { b.register(dst.as_mut_ptr(), dst.len()) }.unwrap();
     let expect = flag();
     b.expect_imm_count(7, PAGES as u32, OnDone::Flag(expect.clone())).unwrap();
@@ -380,6 +384,7 @@ fn verbs_a_bad_key_fails_one_write_not_the_peer() {
     let mut dst = vec![0u8; 1 << 16];
     // SAFETY: both buffers outlive their handles and requests.
     let smr = unsafe { a.register(src.as_mut_ptr(), src.len()) }.unwrap();
+    // SAFETY: as `src` above: `dst` outlives its handle and requests.
     let dmr = unsafe { b.register(dst.as_mut_ptr(), dst.len()) }.unwrap();
     let good = dmr.descriptor().clone();
     // A first write connects the two.

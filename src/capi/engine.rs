@@ -169,8 +169,8 @@ pub extern "C" fn fabriclib_engine_flag_await(
 ) -> fabriclib_status {
     ffi(|| {
         let e = handle(engine)?;
-        let f = super::submit::flag_word(flag, "fabriclib_engine_flag_await")?;
-        let timeout = super::submit::timeout(timeout_us);
+        let f = super::flags::flag_word(flag, "fabriclib_engine_flag_await")?;
+        let timeout = super::flags::timeout(timeout_us);
         let v = progressing(engine, || e.engine.await_flag(f, timeout))?;
         if !value.is_null() {
             put(value, v)?;

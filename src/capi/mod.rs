@@ -206,6 +206,8 @@ mod peers;
 
 mod submit;
 
+mod flags;
+
 mod imm;
 
 mod watcher;
@@ -219,6 +221,7 @@ mod diag;
 pub use config::*;
 pub use diag::*;
 pub use engine::*;
+pub use flags::*;
 pub use imm::*;
 pub use mapped::*;
 pub use memory::*;

@@ -246,16 +246,6 @@ impl TransferEngine {
         self.events.get()
     }
 
-    /// Whether every NIC of every group registers CUDA device memory.
-    pub fn device_memory(&self) -> bool {
-        self.groups.iter().all(|g| g.info.device_memory)
-    }
-
-    /// Whether requests may ask for confirmed delivery (`RequestOpts::delivered`).
-    pub fn delivery_fences(&self) -> bool {
-        self.groups.iter().all(|g| g.info.delivery_fences)
-    }
-
     /// The largest write one work request may carry on this engine's provider.
     pub fn max_msg_size(&self) -> usize {
         self.max_msg

@@ -87,6 +87,16 @@ impl TransferEngine {
         Ok(all)
     }
 
+    /// Whether every NIC of every group registers CUDA device memory.
+    pub fn device_memory(&self) -> bool {
+        self.groups.iter().all(|g| g.info.device_memory)
+    }
+
+    /// Whether requests may ask for confirmed delivery (`RequestOpts::delivered`).
+    pub fn delivery_fences(&self) -> bool {
+        self.groups.iter().all(|g| g.info.delivery_fences)
+    }
+
     /// The NIC each domain is open on, in domain order (group by group).
     pub fn nics(&self) -> &[crate::domain::Nic] {
         &self.nics
