@@ -165,7 +165,7 @@ typedef struct fabriclib_remote_mr *const *fabriclib_remote_mr_list;
 #define FABRICLIB_MAX_ENGINE_ADDRESS_LEN 33177
 
 // Largest region descriptor blob (`fabriclib_mr_descriptor`).
-#define FABRICLIB_MAX_DESCRIPTOR_LEN 2225
+#define FABRICLIB_MAX_DESCRIPTOR_LEN 2226
 
 // The most groups `fabriclib_config_add_group` adds to one engine.
 #define FABRICLIB_MAX_GROUPS 16
@@ -245,6 +245,26 @@ enum fabriclib_peer_liveness
 typedef enum fabriclib_peer_liveness fabriclib_peer_liveness;
 #else
 typedef int32_t fabriclib_peer_liveness;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+// What memory a peer's registered region is (`fabriclib_remote_mr_memory`).
+enum fabriclib_region_memory
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // Host memory (pageable, pinned or CUDA-mapped).
+  FABRICLIB_REGION_MEMORY_HOST = 1,
+  // GPU memory (`fabriclib_mr_register_device`, or device memory that
+  // `fabriclib_mr_register` detected).
+  FABRICLIB_REGION_MEMORY_DEVICE = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum fabriclib_region_memory fabriclib_region_memory;
+#else
+typedef uint32_t fabriclib_region_memory;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
@@ -498,6 +518,34 @@ typedef void (*fabriclib_recv_cb)(void *user_data,
                                   fabriclib_status status,
                                   const uint8_t *data,
                                   size_t len);
+
+// A received message, as `fabriclib_message_cb` sees it; every pointer is
+// valid only during the call.
+typedef struct fabriclib_message {
+  // The message's bytes (NULL, and `len` 0, when the status is not `OK`).
+  const uint8_t *data;
+  size_t len;
+  // The sender engine's address blob (`from_len` bytes; what the
+  // peer-state callback names it by, and `fabriclib_submit_send` takes to
+  // answer it); NULL and 0 on a pool's last call, or when the sender is
+  // no longer among this engine's peers (`fabriclib_peer_remove`). Set on
+  // `TRUNCATED` too.
+  const uint8_t *from;
+  size_t from_len;
+} fabriclib_message;
+
+// Called for every message a receive pool takes (`fabriclib_recv_pool_add`)
+// with `status` `FABRICLIB_STATUS_OK` and the message in `*msg`, or:
+// `FABRICLIB_STATUS_TRUNCATED` (longer than the pool's `len`: dropped, the
+// sender in `msg->from`), `FABRICLIB_STATUS_MALFORMED` (not from a
+// fabriclib engine), and as the pool's last call
+// `FABRICLIB_STATUS_CANCELED` (`fabriclib_recv_pool_remove`) or
+// `FABRICLIB_STATUS_SHUTDOWN` (the engine was destroyed): `user_data` may
+// be freed after that call. `msg` is never NULL. Runs on the engine's
+// callback thread; the buffer returns to the pool when it returns.
+typedef void (*fabriclib_message_cb)(void *user_data,
+                                     fabriclib_status status,
+                                     const struct fabriclib_message *msg);
 
 // Called on the engine's watcher thread when it sees a watched word change:
 // `old_value` is the value the previous call reported (0 at first),
@@ -1112,6 +1160,15 @@ fabriclib_status fabriclib_remote_mr_parse(const uint8_t *buf,
 // Blocks: no.
 fabriclib_status fabriclib_remote_mr_len(const struct fabriclib_remote_mr *mr, uint64_t *len);
 
+// Writes what memory a peer's region is to `*memory`: a
+// `FABRICLIB_REGION_MEMORY_*` (host, or GPU memory of the owner).
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer); `BAD_HANDLE` (a freed or
+// foreign descriptor).
+// Blocks: no.
+fabriclib_status fabriclib_remote_mr_memory(const struct fabriclib_remote_mr *mr,
+                                            fabriclib_region_memory *memory);
+
 // Frees a parsed descriptor (NULL is a no-op). Requests already submitted
 // with it are unaffected.
 //
@@ -1376,29 +1433,6 @@ fabriclib_status fabriclib_submit_send(const struct fabriclib_engine *engine,
                                        const struct fabriclib_submit_opts *opts,
                                        uint64_t *request_id);
 
-// Posts `count` receive buffers (at most 4096) for messages of up to `len`
-// bytes (at most 65536) as one pool. Each arriving message calls
-// `callback(user_data, FABRICLIB_STATUS_OK, data, len)` on the callback
-// thread; the buffer is reposted when it returns. A message longer than `len`
-// is dropped and reported as `callback(user_data, FABRICLIB_STATUS_TRUNCATED,
-// NULL, 0)`; the sender's connection is unaffected (each buffer is 64 KiB
-// underneath, so a pool costs `count` × 64 KiB). When
-// the engine is destroyed, `callback` runs once more with
-// `FABRICLIB_STATUS_SHUTDOWN`; `user_data` must stay valid until then. Any thread.
-//
-// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
-// destroyed or foreign engine); `INVALID_ARGUMENT` also for a zero buffer size
-// or count, or a callback NULL; `PROVIDER` (registering the pool's buffers
-// failed); `SHUTDOWN`.
-// Blocks: until the engine's worker answers (each group's, in turn):
-// microseconds while it runs; in manual-progress mode the call progresses the
-// engine itself until answered.
-fabriclib_status fabriclib_submit_recvs(const struct fabriclib_engine *engine,
-                                        size_t len,
-                                        size_t count,
-                                        fabriclib_recv_cb callback,
-                                        void *user_data);
-
 // Cancels request (or immediate expectation) `request_id`. Nothing more of
 // it is posted; it reports `FABRICLIB_STATUS_CANCELED` once the provider has
 // given back its work requests already on the wire: after that report the
@@ -1434,6 +1468,72 @@ fabriclib_status fabriclib_cancel_peer(const struct fabriclib_engine *engine,
                                        const uint8_t *addr,
                                        size_t addr_len,
                                        size_t *canceled);
+
+// Posts `count` receive buffers (at most 4096) for messages of up to `len`
+// bytes (at most 65536) as one pool. Each arriving message calls
+// `callback(user_data, FABRICLIB_STATUS_OK, data, len)` on the callback
+// thread; the buffer is reposted when it returns. A message longer than `len`
+// is dropped and reported as `callback(user_data, FABRICLIB_STATUS_TRUNCATED,
+// NULL, 0)`; the sender's connection is unaffected (each buffer is 64 KiB
+// underneath, so a pool costs `count` × 64 KiB). When
+// the engine is destroyed, `callback` runs once more with
+// `FABRICLIB_STATUS_SHUTDOWN`; `user_data` must stay valid until then. Any
+// thread. `fabriclib_recv_pool_add` does the same and also names each
+// message's sender and gives the pool an id to remove it by.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
+// destroyed or foreign engine); `INVALID_ARGUMENT` also for a zero buffer size
+// or count, or a callback NULL; `PROVIDER` (registering the pool's buffers
+// failed); `SHUTDOWN`.
+// Blocks: until the engine's worker answers: microseconds while it runs; in
+// manual-progress mode the call progresses the engine itself until answered.
+fabriclib_status fabriclib_submit_recvs(const struct fabriclib_engine *engine,
+                                        size_t len,
+                                        size_t count,
+                                        fabriclib_recv_cb callback,
+                                        void *user_data);
+
+// Posts `count` receive buffers (at most 4096) for messages of up to `len`
+// bytes (at most 65536) as one pool, and writes its id to `*pool` (unless
+// NULL). Each arriving message calls `callback(user_data,
+// FABRICLIB_STATUS_OK, msg)` on the callback thread with its bytes and its
+// sender (`fabriclib_message`); the buffer is reposted when the callback
+// returns. A message longer than `len` is dropped and reported as
+// `FABRICLIB_STATUS_TRUNCATED` (the sender's connection is unaffected; each
+// buffer is 64 KiB underneath, so a pool costs `count` × 64 KiB). The
+// callback's last call says `FABRICLIB_STATUS_CANCELED` after
+// `fabriclib_recv_pool_remove`, `FABRICLIB_STATUS_SHUTDOWN` when the engine
+// is destroyed; `user_data` must stay valid until then. A message lands in
+// a buffer of any of the engine's pools. Any thread.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (`engine` or `callback` NULL, a zero
+// `len` or `count`, more than 4096 buffers or 65536 bytes); `BAD_HANDLE` (a destroyed
+// or foreign engine); `PROVIDER` (registering the pool's buffers failed);
+// `SHUTDOWN`.
+// Blocks: until the engine's worker answers: microseconds while it runs; in
+// manual-progress mode the call progresses the engine itself until answered.
+fabriclib_status fabriclib_recv_pool_add(const struct fabriclib_engine *engine,
+                                         size_t len,
+                                         size_t count,
+                                         fabriclib_message_cb callback,
+                                         void *user_data,
+                                         uint64_t *pool);
+
+// Removes receive pool `pool` (`fabriclib_recv_pool_add`'s id): its
+// callback's last call, `FABRICLIB_STATUS_CANCELED`, runs after the
+// messages already handed to it, and no call follows. Its buffers are
+// withdrawn from the provider where it can (libfabric); a message that
+// still lands in one (verbs cannot withdraw a posted receive) goes to the
+// engine's oldest remaining pool, or waits for the next pool added. Its
+// memory is freed once every buffer is back. Any thread, fabriclib
+// callbacks included (its own callback's too).
+//
+// Returns: `OK`; `NOT_FOUND` (no such pool, or removed already);
+// `INVALID_ARGUMENT` (`engine` NULL); `BAD_HANDLE` (a destroyed or foreign
+// engine); `SHUTDOWN`.
+// Blocks: until the engine's worker answers: microseconds while it runs; in
+// manual-progress mode the call progresses the engine itself until answered.
+fabriclib_status fabriclib_recv_pool_remove(const struct fabriclib_engine *engine, uint64_t pool);
 
 // Waits until the completion flag word `flag` (a request's
 // `fabriclib_submit_opts.flag`) holds `FABRICLIB_FLAG_DONE`, sleeping (a

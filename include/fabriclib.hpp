@@ -99,8 +99,8 @@ void call_once(void *user_data, fabriclib_status status) noexcept {
 }
 
 template <class F>
-void call_recv(void *user_data, fabriclib_status status, const uint8_t *data, size_t len) noexcept {
-  (*static_cast<F *>(user_data))(status, data, len);
+void call_message(void *user_data, fabriclib_status status, const fabriclib_message *msg) noexcept {
+  (*static_cast<F *>(user_data))(status, *msg);
 }
 
 template <class F>
@@ -194,6 +194,12 @@ class RemoteMr {
     uint64_t n = 0;
     detail::check(fabriclib_remote_mr_len(get(), &n), "fabriclib_remote_mr_len");
     return n;
+  }
+  /// `fabriclib_remote_mr_memory`: host or GPU memory.
+  fabriclib_region_memory memory() const {
+    fabriclib_region_memory m{};
+    detail::check(fabriclib_remote_mr_memory(get(), &m), "fabriclib_remote_mr_memory");
+    return m;
   }
   /// `fabriclib_remote_mr_owner`: the address of the group that holds it.
   Bytes owner() const {
@@ -445,20 +451,32 @@ class Engine {
     });
   }
 
-  /// `fabriclib_submit_recvs`: `count` buffers of `len` bytes; every message
-  /// goes to `on_message(status, data, len)` (noexcept; `data` valid during
-  /// the call), the last call SHUTDOWN at destroy. The engine keeps the
-  /// callable until then.
+  /// `fabriclib_recv_pool_add`: `count` buffers of `len` bytes; every
+  /// message goes to `on_message(status, msg)` (noexcept; `msg` a `const
+  /// fabriclib_message &`: the bytes and the sender's address, valid during
+  /// the call); the last call is CANCELED after `remove_recv_pool`,
+  /// SHUTDOWN at destroy. Returns the pool's id. The engine keeps the
+  /// callable until it is destroyed.
   template <class F>
-  void recv_pool(size_t len, size_t count, F &&on_message) const {
+  uint64_t recv_pool(size_t len, size_t count, F &&on_message) const {
     using Fn = std::decay_t<F>;
-    static_assert(std::is_nothrow_invocable_v<Fn &, fabriclib_status, const uint8_t *, size_t>,
-                  "a receive callback must be noexcept and take (fabriclib_status, const uint8_t *, size_t)");
+    static_assert(std::is_nothrow_invocable_v<Fn &, fabriclib_status, const fabriclib_message &>,
+                  "a receive callback must be noexcept and take (fabriclib_status, const fabriclib_message &)");
     auto keep = std::make_shared<Fn>(std::forward<F>(on_message));
-    detail::check(fabriclib_submit_recvs(get(), len, count, &detail::call_recv<Fn>, keep.get()),
-                  "fabriclib_submit_recvs");
+    uint64_t id = 0;
+    detail::check(fabriclib_recv_pool_add(get(), len, count, &detail::call_message<Fn>, keep.get(), &id),
+                  "fabriclib_recv_pool_add");
     std::lock_guard<std::mutex> g(s_->lock);
     s_->pools.push_back(std::move(keep));
+    return id;
+  }
+  /// `fabriclib_recv_pool_remove`: the pool's callback gets its last call
+  /// (CANCELED) after the messages already handed to it.
+  void remove_recv_pool(uint64_t pool) const {
+    detail::check(remove_recv_pool(std::nothrow, pool), "fabriclib_recv_pool_remove");
+  }
+  fabriclib_status remove_recv_pool(std::nothrow_t, uint64_t pool) const noexcept {
+    return fabriclib_recv_pool_remove(get(), pool);
   }
 
   /// `fabriclib_expect_imm_count`: ends once `count` writes with immediate

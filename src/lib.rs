@@ -28,10 +28,11 @@ pub use completion::flag::wait as wait_flag;
 pub use completion::notify::{Deadline, FLAG_DONE, OnDone, RequestId, RequestOpts, Route};
 pub use config::{EngineConfig, GroupConfig, IdlePolicy, MAX_GROUPS, PeerState};
 pub use domain::Nic;
-pub use engine::{MrHandle, Pages, PeerSet, ScatterDst, TransferEngine};
+pub use engine::{MrHandle, Pages, PeerSet, RecvPoolId, ScatterDst, TransferEngine};
 pub use error::{Error, Result, Status};
-pub use wire::{EngineAddress, MrDesc, NetAddr};
+pub use wire::{EngineAddress, MrDesc, MrMemory, NetAddr};
 pub use worker::counters::{Count, Counters, NicCount};
+pub use worker::recv::{Origin, Received};
 
 /// Run when the library loads (after the libraries it depends on, libfabric's
 /// among them, have run their own): gives back the crash and termination

@@ -7,11 +7,12 @@
 //! unknown-version blob is a `Malformed` error, never a crash.
 //!
 //! ```text
-//! address    = "FL" 0x03 0x41 address-body crc32c:u32
-//! groups     = "FL" 0x03 0x47 ngroups:u8 address-body*ngroups crc32c:u32
-//! descriptor = "FL" 0x03 0x44 base:u64 len:u64 address-body
+//! address    = "FL" 0x04 0x41 address-body crc32c:u32
+//! groups     = "FL" 0x04 0x47 ngroups:u8 address-body*ngroups crc32c:u32
+//! descriptor = "FL" 0x04 0x44 base:u64 len:u64 memory:u8 address-body
 //!              { remote_base:u64 key:u64 }*ndomains crc32c:u32
 //! address-body = epoch:u64 ndomains:u8 { len:u16 bytes[len] }*ndomains
+//! memory     = 1 (host) | 2 (GPU memory)
 //! ```
 //! The checksum makes every single-bit flip, every burst of up to 32 flipped
 //! bits and every truncation a refusal (a CRC detects all of these); it is
@@ -25,7 +26,7 @@
 //! and 2 (no checksum) are refused.
 use crate::error::{Error, Result, Status};
 
-pub const FORMAT_VERSION: u8 = 3;
+pub const FORMAT_VERSION: u8 = 4;
 const KIND_ADDRESS: u8 = 0x41; // 'A'
 const KIND_DESCRIPTOR: u8 = 0x44; // 'D'
 const KIND_GROUPS: u8 = 0x47; // 'G'
@@ -45,9 +46,21 @@ const ADDR_BODY_MAX: usize = 8 + 1 + MAX_DOMAINS * (2 + MAX_DOMAIN_ADDR);
 /// Longest groups-address blob (`EngineAddress`): header, group count,
 /// each group's address body, checksum.
 pub const MAX_ENGINE_ADDRESS_LEN: usize = 4 + 1 + MAX_GROUPS * ADDR_BODY_MAX + 4;
-/// Longest descriptor blob: header, base, length, the owner's address body,
-/// a (remote base, key) per domain, checksum.
-pub const MAX_DESCRIPTOR_LEN: usize = 4 + 16 + ADDR_BODY_MAX + MAX_DOMAINS * 16 + 4;
+/// Longest descriptor blob: header, base, length, memory kind, the owner's
+/// address body, a (remote base, key) per domain, checksum.
+pub const MAX_DESCRIPTOR_LEN: usize = 4 + 17 + ADDR_BODY_MAX + MAX_DOMAINS * 16 + 4;
+
+/// What memory a registered region is, as its descriptor says
+/// (`fabriclib_remote_mr_memory`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum MrMemory {
+    /// Host memory (pageable, pinned or CUDA-mapped).
+    #[default]
+    Host = 1,
+    /// GPU memory (registered with `register_device` or detected as such).
+    Device = 2,
+}
 
 /// An engine's address: the engine's epoch (its incarnation) and one
 /// provider address per domain, in domain order.
@@ -80,6 +93,8 @@ pub struct MrDesc {
     pub base: u64,
     /// Length in bytes: every write into the region is checked against it.
     pub len: u64,
+    /// What memory the region is.
+    pub memory: MrMemory,
     /// The owner's engine address.
     pub owner: NetAddr,
     /// One key per domain of the owner, in domain order.
@@ -200,8 +215,9 @@ impl<'a> Reader<'a> {
             return Err(malformed(&format!("{what}: not a fabriclib blob (bad magic)")));
         }
         if h[2] != FORMAT_VERSION {
+            let from = if h[2] == 3 { " (made by fabriclib 0.3, whose engines cannot talk to this one)" } else { "" };
             return Err(malformed(&format!(
-                "{what}: unsupported format version {} (this library reads {FORMAT_VERSION})",
+                "{what}: unsupported format version {}{from} (this library reads {FORMAT_VERSION})",
                 h[2]
             )));
         }
@@ -328,6 +344,7 @@ impl MrDesc {
         let mut out = vec![b'F', b'L', FORMAT_VERSION, KIND_DESCRIPTOR];
         out.extend_from_slice(&self.base.to_le_bytes());
         out.extend_from_slice(&self.len.to_le_bytes());
+        out.push(self.memory as u8);
         self.owner.write_body(&mut out);
         for k in &self.keys {
             out.extend_from_slice(&k.remote_base.to_le_bytes());
@@ -348,13 +365,18 @@ impl MrDesc {
         if base.checked_add(len).is_none() {
             return Err(malformed("descriptor: base + length overflows"));
         }
+        let memory = match r.u8("descriptor memory kind")? {
+            1 => MrMemory::Host,
+            2 => MrMemory::Device,
+            m => return Err(malformed(&format!("descriptor: unknown memory kind {m}"))),
+        };
         let owner = NetAddr::read_body(&mut r)?;
         let mut keys = Vec::with_capacity(owner.domains.len());
         for _ in 0..owner.domains.len() {
             keys.push(RemoteKey { remote_base: r.u64("remote base")?, key: r.u64("remote key")? });
         }
         r.finish("descriptor")?;
-        Ok(MrDesc { base, len, owner, keys, held: Default::default() })
+        Ok(MrDesc { base, len, memory, owner, keys, held: Default::default() })
     }
 }
 
@@ -367,6 +389,7 @@ mod tests {
         MrDesc {
             base: 0x7f00_0000_1000,
             len: 1 << 20,
+            memory: MrMemory::Device,
             owner: NetAddr { epoch: 0x1234_5678_9abc, domains: vec![vec![1u8; 16].into(), vec![2u8; 18].into()] },
             keys: vec![RemoteKey { remote_base: 0, key: 7 }, RemoteKey { remote_base: 0x7f00_0000_1000, key: 9 }],
             held: Default::default(),
@@ -402,7 +425,8 @@ mod tests {
     fn the_largest_blobs_are_the_documented_maxima() {
         let owner = NetAddr { epoch: u64::MAX, domains: vec![vec![0xa5u8; MAX_DOMAIN_ADDR].into(); MAX_DOMAINS] };
         let keys = vec![RemoteKey { remote_base: u64::MAX, key: u64::MAX }; MAX_DOMAINS];
-        let d = MrDesc { base: 0, len: 1, owner: owner.clone(), keys, held: Default::default() };
+        let d =
+            MrDesc { base: 0, len: 1, memory: MrMemory::Host, owner: owner.clone(), keys, held: Default::default() };
         assert_eq!(owner.to_bytes().len(), MAX_ADDRESS_LEN);
         assert_eq!(d.to_bytes().len(), MAX_DESCRIPTOR_LEN);
         assert!(NetAddr::parse(&owner.to_bytes()).is_ok() && MrDesc::parse(&d.to_bytes()).is_ok());
@@ -419,6 +443,19 @@ mod tests {
         let mut padded = bytes.clone();
         padded.push(0);
         assert_eq!(MrDesc::parse(&padded).unwrap_err().status, Status::Malformed);
+        // The memory kind travels; an unknown one (resealed) is refused.
+        let host = MrDesc { memory: MrMemory::Host, ..sample() };
+        assert_eq!(MrDesc::parse(&host.to_bytes()).unwrap().memory, MrMemory::Host);
+        assert_eq!(MrDesc::parse(&bytes).unwrap().memory, MrMemory::Device);
+        let mut odd = bytes.clone();
+        odd[20] = 7;
+        let n = odd.len() - 4;
+        let c = crc32c(&odd[..n]);
+        odd[n..].copy_from_slice(&c.to_le_bytes());
+        assert!(MrDesc::parse(&odd).unwrap_err().message.contains("memory kind 7"));
+        let mut v3 = bytes.clone();
+        v3[2] = 3;
+        assert!(MrDesc::parse(&v3).unwrap_err().message.contains("fabriclib 0.3"));
     }
 
     /// The integrity check: every single-bit flip and every truncation of an
@@ -458,7 +495,7 @@ mod tests {
     fn wrong_version_kind_and_magic_are_refused() {
         let a = sample().owner.to_bytes();
         assert_eq!(NetAddr::parse(&a).unwrap(), sample().owner);
-        for (i, v) in [(0usize, b'X'), (2, 1), (2, 2), (2, 4), (3, KIND_DESCRIPTOR)] {
+        for (i, v) in [(0usize, b'X'), (2, 1), (2, 2), (2, 3), (2, 5), (3, KIND_DESCRIPTOR)] {
             let mut b = a.clone();
             b[i] = v;
             let e = NetAddr::parse(&b).unwrap_err();

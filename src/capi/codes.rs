@@ -68,6 +68,16 @@ pub enum fabriclib_memory {
     CudaMapped = 2,
 }
 
+/// What memory a peer's registered region is (`fabriclib_remote_mr_memory`).
+#[repr(u32)]
+pub enum fabriclib_region_memory {
+    /// Host memory (pageable, pinned or CUDA-mapped).
+    Host = 1,
+    /// GPU memory (`fabriclib_mr_register_device`, or device memory that
+    /// `fabriclib_mr_register` detected).
+    Device = 2,
+}
+
 /// Which NICs carry a request (`fabriclib_submit_opts.route`).
 #[repr(u32)]
 pub enum fabriclib_route {
@@ -82,6 +92,7 @@ mod tests {
     use super::*;
     use crate::config::{IdlePolicy, PeerState};
     use crate::gpu::MemoryKind;
+    use crate::wire::MrMemory;
 
     /// Each C code is the Rust value it stands for, and a code past the
     /// last is refused: the C enums and the Rust ones cannot drift apart.
@@ -97,6 +108,11 @@ mod tests {
             assert_eq!(IdlePolicy::from_code(c as u32).unwrap(), r);
         }
         assert!(IdlePolicy::from_code(fabriclib_idle::Block as u32 + 1).is_err());
+        for (c, r) in
+            [(fabriclib_region_memory::Host, MrMemory::Host), (fabriclib_region_memory::Device, MrMemory::Device)]
+        {
+            assert_eq!(c as u32, r as u32);
+        }
         let mem = [(fabriclib_memory::Auto, MemoryKind::Auto), (fabriclib_memory::Host, MemoryKind::Host)];
         for (c, r) in mem.into_iter().chain([(fabriclib_memory::CudaMapped, MemoryKind::CudaMapped)]) {
             assert_eq!(MemoryKind::from_code(c as u32).unwrap(), r);

@@ -181,7 +181,7 @@ pub const FABRICLIB_MAX_ADDRESS_LEN: usize = 2081;
 /// Largest groups-address blob (`fabriclib_engine_groups_address`).
 pub const FABRICLIB_MAX_ENGINE_ADDRESS_LEN: usize = 33177;
 /// Largest region descriptor blob (`fabriclib_mr_descriptor`).
-pub const FABRICLIB_MAX_DESCRIPTOR_LEN: usize = 2225;
+pub const FABRICLIB_MAX_DESCRIPTOR_LEN: usize = 2226;
 const _: () = {
     assert!(FABRICLIB_MAX_RECV_BUFFERS == crate::engine::MAX_RECV_BUFFERS);
     assert!(FABRICLIB_MAX_SEND == crate::worker::MAX_SEND);
@@ -206,6 +206,8 @@ mod peers;
 
 mod submit;
 
+mod recv;
+
 mod flags;
 
 mod imm;
@@ -227,6 +229,7 @@ pub use mapped::*;
 pub use memory::*;
 pub use nics::*;
 pub use peers::*;
+pub use recv::*;
 pub use remote::*;
 pub(crate) use submit::UserData;
 pub use submit::*;

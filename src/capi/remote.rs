@@ -5,6 +5,8 @@ use crate::wire::MrDesc;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
+type fabriclib_region_memory = u32; // C: enum fabriclib_region_memory (codes.rs)
+
 /// A peer's registered region, as parsed from its descriptor. Immutable:
 /// may be used from any thread at once.
 pub struct fabriclib_remote_mr {
@@ -51,6 +53,20 @@ pub extern "C" fn fabriclib_remote_mr_parse(
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_remote_mr_len(mr: *const fabriclib_remote_mr, len: *mut u64) -> fabriclib_status {
     ffi(|| put(len, handle(mr)?.desc.len))
+}
+
+/// Writes what memory a peer's region is to `*memory`: a
+/// `FABRICLIB_REGION_MEMORY_*` (host, or GPU memory of the owner).
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer); `BAD_HANDLE` (a freed or
+/// foreign descriptor).
+/// Blocks: no.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_remote_mr_memory(
+    mr: *const fabriclib_remote_mr,
+    memory: *mut fabriclib_region_memory,
+) -> fabriclib_status {
+    ffi(|| put(memory, handle(mr)?.desc.memory as u32))
 }
 
 /// Frees a parsed descriptor (NULL is a no-op). Requests already submitted

@@ -21,14 +21,6 @@ type fabriclib_route = u32; // C: enum fabriclib_route (codes.rs)
 /// header's preamble).
 pub type fabriclib_done_cb = Option<unsafe extern "C" fn(user_data: *mut c_void, status: fabriclib_status)>;
 
-/// Called for every received message with its bytes (`data`, `len`), valid
-/// only during the call: the buffer returns to the pool when the callback
-/// returns. On error (`FABRICLIB_STATUS_TRUNCATED`, and a last call with
-/// `FABRICLIB_STATUS_SHUTDOWN` when the engine is destroyed) `data` is NULL
-/// and `len` 0. Runs on the engine's callback thread.
-pub type fabriclib_recv_cb =
-    Option<unsafe extern "C" fn(user_data: *mut c_void, status: fabriclib_status, data: *const u8, len: usize)>;
-
 /// Options of one request: how it reports its end, its deadline, and which
 /// NICs carry it (later versions add fields at the end: a CUDA stream).
 /// Pass NULL for no report and the engine's default deadline. Zero-initialise
@@ -441,10 +433,10 @@ pub extern "C" fn fabriclib_submit_barrier(
     })
 }
 
-/// Sends a copy of `len` bytes at `msg` (at most 65536; 4096 on `shm`: see
+/// Sends a copy of `len` bytes at `msg` (at most 65536; 4088 on `shm`: see
 /// `fabriclib_engine_max_send`) to the engine whose
 /// address is `addr` (`addr_len` bytes); `msg` may be reused at once. The peer
-/// must have a receive buffer posted (`fabriclib_submit_recvs`) at least
+/// must have a receive buffer posted (`fabriclib_recv_pool_add`) at least
 /// `len` bytes long. Any thread; the end is reported through `opts`.
 ///
 /// Every `fabriclib_submit_*` function (and `fabriclib_expect_imm_count`)
@@ -477,50 +469,6 @@ pub extern "C" fn fabriclib_submit_send(
         let to = address(addr, addr_len, "addr")?;
         let msg = bytes(msg.cast(), len, "msg")?;
         id_out(request_id, e.engine.submit_send(&to, msg, on_done(opts)?))
-    })
-}
-
-/// Posts `count` receive buffers (at most 4096) for messages of up to `len`
-/// bytes (at most 65536) as one pool. Each arriving message calls
-/// `callback(user_data, FABRICLIB_STATUS_OK, data, len)` on the callback
-/// thread; the buffer is reposted when it returns. A message longer than `len`
-/// is dropped and reported as `callback(user_data, FABRICLIB_STATUS_TRUNCATED,
-/// NULL, 0)`; the sender's connection is unaffected (each buffer is 64 KiB
-/// underneath, so a pool costs `count` × 64 KiB). When
-/// the engine is destroyed, `callback` runs once more with
-/// `FABRICLIB_STATUS_SHUTDOWN`; `user_data` must stay valid until then. Any thread.
-///
-/// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
-/// destroyed or foreign engine); `INVALID_ARGUMENT` also for a zero buffer size
-/// or count, or a callback NULL; `PROVIDER` (registering the pool's buffers
-/// failed); `SHUTDOWN`.
-/// Blocks: until the engine's worker answers (each group's, in turn):
-/// microseconds while it runs; in manual-progress mode the call progresses the
-/// engine itself until answered.
-#[unsafe(no_mangle)]
-pub extern "C" fn fabriclib_submit_recvs(
-    engine: *const fabriclib_engine,
-    len: usize,
-    count: usize,
-    callback: fabriclib_recv_cb,
-    user_data: *mut c_void,
-) -> fabriclib_status {
-    ffi(|| {
-        let e = handle(engine)?;
-        let Some(cb) = callback else {
-            return Err(Error::new(Status::InvalidArgument, "callback is NULL"));
-        };
-        let ud = UserData(user_data);
-        e.engine.submit_recvs(len, count, move |m| {
-            let ud = &ud;
-            // SAFETY: the caller's callback with its user_data; data is valid during the call.
-            unsafe {
-                match m {
-                    Ok(b) => cb(ud.0, 0, b.as_ptr(), b.len()),
-                    Err(err) => cb(ud.0, err.status as i32, std::ptr::null(), 0),
-                }
-            }
-        })
     })
 }
 

@@ -227,6 +227,11 @@ pub trait Domain: Sized + Send + 'static {
     fn post_write(&mut self, wr: &WriteWr, token: u64) -> Result<Post>;
     fn post_send(&mut self, wr: &SendWr, token: u64) -> Result<Post>;
     fn post_recv(&mut self, chan: Chan, buf: *mut u8, len: usize, desc: *mut c_void, token: u64) -> Result<Post>;
+    /// Withdraws the posted receives whose token `which` picks (a receive
+    /// pool was removed): each completes as `Failed` soon after. A backend
+    /// that cannot withdraw a posted receive (verbs) does nothing: those
+    /// complete when messages land in them. Default: nothing.
+    fn cancel_recvs(&mut self, _which: &mut dyn FnMut(u64) -> bool) {}
     /// Reads up to a batch of completions into `out`; returns how many.
     fn poll(&mut self, out: &mut Vec<Completion>) -> Result<usize>;
     /// Operations posted and not yet completed.

@@ -4,7 +4,7 @@ use super::TransferEngine;
 use crate::bail;
 use crate::domain::Memory;
 use crate::error::Result;
-use crate::wire::{MrDesc, RemoteKey};
+use crate::wire::{MrDesc, MrMemory, RemoteKey};
 use crate::worker::request::{Ctrl, MrInner};
 use std::sync::Arc;
 
@@ -138,6 +138,7 @@ impl TransferEngine {
         let desc = Arc::new(MrDesc {
             base: ptr as u64,
             len: len as u64,
+            memory: if device.is_some() { MrMemory::Device } else { MrMemory::Host },
             owner: grp.info.address.clone(),
             keys: locals.iter().map(|m| m.remote).collect::<Vec<RemoteKey>>(),
             held: Default::default(),

@@ -14,7 +14,6 @@ use crate::completion::notify::{self, Deadline, RequestId, RequestOpts};
 use crate::config::EngineConfig;
 use crate::error::{Error, Result, Status};
 use crate::wire::{MrDesc, NetAddr};
-use crate::worker::MAX_SEND;
 use crate::worker::request::{Ctrl, Dst, Request, ScatterItem, Shape};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,15 +26,14 @@ mod memory;
 mod nics;
 mod peers;
 mod progress;
+mod recv;
 
 use groups::Group;
 pub use memory::MrHandle;
+pub use recv::{MAX_RECV_BUFFERS, RecvPoolId};
 
 /// How long a control call polls for the worker's reply before sleeping on it.
 const RPC_POLL: std::time::Duration = std::time::Duration::from_micros(50);
-
-/// Most receive buffers one `submit_recvs` posts (each is 64 KiB underneath).
-pub const MAX_RECV_BUFFERS: usize = 4096;
 
 /// Single writes without an immediate larger than this are sharded by bytes over all domains.
 const SHARD_MIN: u64 = 256 * 1024;
@@ -231,8 +229,9 @@ impl TransferEngine {
     }
 
     /// The largest message `submit_send` takes: 64 KiB, or the provider's
-    /// inject size where larger messages would wait on the receiver's answer
-    /// (shm: 4 KiB; see `Domain::answer_free_limit`).
+    /// inject size less the 8-byte header that names the sender, where
+    /// larger messages would wait on the receiver's answer (shm: 4088 bytes;
+    /// see `Domain::answer_free_limit`).
     pub fn max_send_size(&self) -> usize {
         self.groups[0].info.max_send
     }
@@ -352,50 +351,6 @@ impl TransferEngine {
         }
         shared.wake();
         Ok(RequestId(id))
-    }
-
-    /// Sends a copy of `msg` (at most `max_send_size()` bytes: 64 KiB, 4 KiB
-    /// on shm) to domain 0 of the engine at `to`;
-    /// `msg` may be reused as soon as this returns. The peer needs a posted
-    /// receive buffer at least as large (see `submit_recvs`).
-    pub fn submit_send(&self, to: &NetAddr, msg: &[u8], done: impl Into<RequestOpts>) -> Result<RequestId> {
-        self.check_peer(0, to)?;
-        let max = self.max_send_size();
-        if msg.len() > max {
-            let why = if max < MAX_SEND {
-                format!(
-                    " on {} (a larger message would wait on the receiver's answer, and a receiver that died \
-                     would stall every later one)",
-                    self.provider()
-                )
-            } else {
-                String::new()
-            };
-            bail!(InvalidArgument, "submit_send: {} bytes is over the {max}-byte message limit{why}", msg.len());
-        }
-        self.submit(0, Shape::Send { to: to.clone(), msg: msg.into() }, None, None, done.into())
-    }
-
-    /// Posts `count` receive buffers for messages of up to `len` bytes on
-    /// domain 0. Every message that arrives calls `cb` on the callback thread
-    /// with its bytes; one longer than `len` is dropped and reported as
-    /// `Truncated` (the sender's connection is unaffected: buffers are always
-    /// 64 KiB underneath, so `count` costs `count` × 64 KiB). The buffer is
-    /// reposted when `cb` returns. At shutdown `cb` is called once more with
-    /// `Shutdown`.
-    pub fn submit_recvs(
-        &self,
-        len: usize,
-        count: usize,
-        cb: impl Fn(Result<&[u8]>) + Send + Sync + 'static,
-    ) -> Result<()> {
-        if len == 0 || count == 0 {
-            bail!(InvalidArgument, "submit_recvs: buffer length and count must be at least 1");
-        }
-        if len > MAX_SEND || count > MAX_RECV_BUFFERS {
-            bail!(InvalidArgument, "submit_recvs: at most {MAX_RECV_BUFFERS} buffers of at most {MAX_SEND} bytes");
-        }
-        self.rpc(|reply| Ctrl::RecvPool { len, count, cb: Arc::new(cb), reply })
     }
 
     /// Writes `len` bytes from `src_offset` of `src` to `dst_offset` of `dst`.

@@ -54,7 +54,10 @@ impl<D: Domain> Worker<D> {
             Ctrl::RecvPool { len, count, cb, reply } => {
                 let _ = reply.send(self.add_pool(len, count, cb));
             }
-            Ctrl::Repost { pool, index } => self.recv.repost.push_back((pool, index)),
+            Ctrl::RemoveRecvPool { id, reply } => {
+                let _ = reply.send(self.remove_pool(id));
+            }
+            Ctrl::Repost { pool, index } => self.returned(pool, index),
             Ctrl::AddPeerSet { addrs, reply } => {
                 let members: Result<Vec<u32>> = addrs.iter().map(|a| self.peer_of(a)).collect();
                 let _ = reply.send(members.map(|m| {

@@ -2,6 +2,7 @@
 //! out, peer down, a failed post — nothing more is posted, and the report
 //! waits for the work requests already on the wire, up to the drain
 //! timeout), the deadlines (`tick`), and shutdown.
+use super::recv::Received;
 use super::request::Ctrl;
 use super::timers::Timer;
 use super::{Worker, release};
@@ -67,16 +68,17 @@ impl<D: Domain> Worker<D> {
             self.maybe_finish(s);
         }
         self.imm.fail_all(&err, &self.notifier);
-        for pool in &self.recv.pools {
-            let cb = pool.cb.clone();
+        for cb in self.recv.live_callbacks() {
             let e = err.clone();
-            self.notifier.run(Box::new(move || cb(Err(e))));
+            self.notifier.run(Box::new(move || cb(Received { data: Err(e), from: None })));
         }
         while let Some(c) = self.shared.ctrl.pop() {
             match c {
                 Ctrl::Register { reply, .. } => drop(reply.send(Err(err.clone()))),
-                Ctrl::Expect { reply, .. } | Ctrl::RecvPool { reply, .. } => drop(reply.send(Err(err.clone()))),
+                Ctrl::Expect { reply, .. } => drop(reply.send(Err(err.clone()))),
+                Ctrl::RecvPool { reply, .. } => drop(reply.send(Err(err.clone()))),
                 Ctrl::AddPeerSet { reply, .. } => drop(reply.send(Err(err.clone()))),
+                Ctrl::RemoveRecvPool { reply, .. } => drop(reply.send(Err(err.clone()))),
                 Ctrl::RemovePeerSet { reply, .. } => drop(reply.send(Err(err.clone()))),
                 Ctrl::Cancel { reply, .. } | Ctrl::AddPeer { reply, .. } => drop(reply.send(Err(err.clone()))),
                 Ctrl::CancelPeer { reply, .. } => drop(reply.send(Err(err.clone()))),
@@ -93,7 +95,7 @@ impl<D: Domain> Worker<D> {
         for locals in self.requests.regions.drain() {
             release(&mut self.domains, &locals);
         }
-        for pool in &self.recv.pools {
+        for pool in self.recv.pools.iter().flatten() {
             self.domains[0].deregister(&pool.mr);
         }
         self.peers.close(&mut self.domains);

@@ -15,7 +15,7 @@ mod pass;
 mod peer_events;
 mod peers;
 mod post;
-mod recv;
+pub mod recv;
 pub mod request;
 mod requests;
 mod split;
@@ -175,7 +175,7 @@ impl<D: Domain> Worker<D> {
         for spec in &plan.nics {
             domains.push(D::open(spec)?);
         }
-        let requests = Requests::new(&mut domains, shared.tag)?;
+        let requests = Requests::new(&mut domains, shared.tag, place.epoch)?;
         let address = NetAddr { epoch: place.epoch, domains: domains.iter().map(|d| d.address().into()).collect() };
         let live = if domains[0].keys_checked_by_target() {
             None
@@ -219,7 +219,7 @@ impl<D: Domain> Worker<D> {
                 .min()
                 .unwrap_or(usize::MAX),
             // Sends go through domain 0; one larger than its answer-free limit cannot be split.
-            max_send: MAX_SEND.min(self.domains[0].answer_free_limit()),
+            max_send: MAX_SEND.min(self.domains[0].answer_free_limit().saturating_sub(stage::SEND_HEADER)),
             device_memory: self.domains.iter().all(|d| d.device_memory()),
             delivery_fences: self.domains.iter().all(|d| d.orders_sends_after_writes()),
             nics: self.domains.iter().map(|d| d.nic()).collect(),

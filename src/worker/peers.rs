@@ -33,12 +33,14 @@
 //! is reported per pair of groups to `PeerStates`
 //! (completion/peer_state.rs), which tells the application per peer engine.
 use super::mailbox::{Mailbox, Message};
+use super::recv::Origin;
 use crate::config::PeerState;
 use crate::domain::{Domain, PeerId};
 use crate::error::{Error, Result, Status};
 use crate::liveness::Watch;
 use crate::wire::{MAX_DOMAINS, NetAddr};
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub(super) const PING: u8 = 1;
@@ -104,6 +106,8 @@ pub(super) struct Peer {
     /// Its engine's main address, when it is another group of its engine
     /// and has said so (reports name the engine by it).
     main: Option<NetAddr>,
+    /// Its address as receive callbacks name the sender (recv.rs).
+    origin: Arc<Origin>,
     /// Its liveness record, where keys do not fence a restart (shm): read
     /// before every post to it (liveness.rs).
     watch: Option<Watch>,
@@ -117,6 +121,8 @@ pub(super) struct Peer {
 pub(super) struct Peers {
     pub(super) list: Vec<Peer>,
     index: HashMap<NetAddr, u32>,
+    /// Epoch → entry: the sender of an application message (recv.rs).
+    by_epoch: HashMap<u64, u32>,
     /// Per domain: provider peer id → entry (the newest at that address).
     by_id: Vec<HashMap<PeerId, u32>>,
     /// The engine channel's buffers (mailbox.rs).
@@ -152,6 +158,7 @@ impl Peers {
         Ok(Peers {
             list: Vec::new(),
             index: HashMap::new(),
+            by_epoch: HashMap::new(),
             by_id: (0..domains.len()).map(|_| HashMap::new()).collect(),
             mail,
             events: VecDeque::new(),
@@ -195,6 +202,11 @@ impl Peers {
     /// another group of its engine and has said so.
     pub(super) fn address(&self, p: u32) -> &NetAddr {
         &self.list[p as usize].addr
+    }
+
+    /// The sender of an application message whose header says `epoch`.
+    pub(super) fn origin(&self, epoch: u64) -> Option<Arc<Origin>> {
+        self.by_epoch.get(&epoch).map(|&p| self.list[p as usize].origin.clone())
     }
 
     pub(super) fn main_of(&self, p: u32) -> Option<&NetAddr> {
@@ -268,11 +280,13 @@ impl Peers {
             contacted: false,
             farewell: Farewell::None,
             main: None,
+            origin: Origin::of(addr),
             watch,
             unfenced,
         };
         self.list.push(peer);
         self.index.insert(addr.clone(), p);
+        self.by_epoch.insert(addr.epoch, p);
         for (d, map) in self.by_id.iter_mut().enumerate() {
             map.insert(ids[d], p);
         }

@@ -3,6 +3,7 @@
 //! domain per pass; a peer whose window is full lets the requests behind it
 //! go first. Receive buffers, engine messages and fences go before them.
 use super::request::Shape;
+use super::stage::SEND_HEADER;
 use super::token::Token;
 use super::{POST_BURST, Worker};
 use crate::domain::{Chan, Domain, Post, SendWr};
@@ -56,7 +57,7 @@ impl<D: Domain> Worker<D> {
                     chan: Chan::User,
                     peer,
                     buf,
-                    len: msg.len(),
+                    len: msg.len() + SEND_HEADER,
                     desc: self.requests.stage.desc(),
                     ordered: false,
                 };

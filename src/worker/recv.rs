@@ -1,11 +1,29 @@
 //! Receive pools: the worker's own memory, posted as receive buffers on
-//! domain 0, each message handed to the callback thread and the buffer
-//! reposted when the callback returns.
+//! domain 0, each message handed to the callback thread with its sender and
+//! the buffer reposted when the callback returns; a pool can be removed.
+//!
+//! Every application message starts with `SEND_HEADER` bytes: the sending
+//! group's epoch (stage.rs writes it), which names the sender in this
+//! worker's peer table (a sender is always greeted, so known, before its
+//! first message). The buffers are `SEND_SLOT` bytes whatever the pool's
+//! `len`: no engine sends more, so the provider never truncates (on
+//! `tcp;ofi_rxm` a truncated receive tears the connection down); a message
+//! longer than the pool's `len` is reported as `Truncated` by the worker.
+//!
+//! A removed pool (`remove_pool`) is *retired*: its callback's last call
+//! says `Canceled`, and none of its buffers is posted again. Those still
+//! with the provider are withdrawn where the backend can
+//! (`Domain::cancel_recvs`: libfabric); a message that lands in one anyway
+//! (verbs cannot withdraw a posted receive) goes to the oldest live pool, as
+//! it could have landed in that pool's buffer, or waits for the next pool
+//! when none is live. Its memory is freed once every buffer is back.
 use super::request::{Ctrl, RecvCallback};
+use super::stage::{SEND_HEADER, SEND_SLOT};
 use super::token::Token;
-use super::{MAX_SEND, Shared, Worker};
+use super::{Shared, Worker};
 use crate::domain::{Chan, Domain, LocalMr, Memory, Post};
 use crate::error::{Error, Result, Status};
+use crate::wire::NetAddr;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -32,53 +50,149 @@ impl Drop for OwnedMem {
     }
 }
 
-/// A receive pool. Its buffers are always `MAX_SEND` bytes, whatever the
-/// user asked for: no engine sends more, so the provider never truncates (on
-/// `tcp;ofi_rxm` a truncated receive tears the connection down); a message
-/// longer than the pool's `len` is reported as `Truncated` by the worker.
+/// Who sent a message: the sender engine's address (as peer-state reports
+/// name it) and that address as a blob (`NetAddr::to_bytes`).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Origin {
+    pub addr: NetAddr,
+    pub blob: Box<[u8]>,
+}
+
+impl Origin {
+    pub(super) fn of(addr: &NetAddr) -> Arc<Origin> {
+        Arc::new(Origin { addr: addr.clone(), blob: addr.to_bytes().into() })
+    }
+}
+
+/// What a receive pool's callback gets: the message's bytes (valid during
+/// the call) or why there are none, and who sent it where known.
+pub struct Received<'a> {
+    /// The message; `Truncated` (longer than the pool's buffers), `Malformed`
+    /// (no fabriclib header), `Canceled` (the pool's last call after
+    /// `remove_recv_pool`), `Shutdown` (its last call as the engine ends).
+    pub data: Result<&'a [u8]>,
+    /// The sender; `None` on a pool's last call, or when the sender is no
+    /// longer among this engine's peers (`remove_peer`).
+    pub from: Option<&'a Origin>,
+}
+
+/// A receive pool. `posted` of its buffers are with the provider and `out`
+/// with the callback thread (or waiting for a pool: `strays`).
 pub(super) struct RecvPool {
     mem: Arc<OwnedMem>,
     len: usize,
     pub(super) mr: LocalMr,
     pub(super) cb: RecvCallback,
+    posted: u32,
+    out: u32,
+    /// Removed: nothing is posted again; freed once every buffer is back.
+    retired: bool,
 }
 
-/// The receives part of the worker: the application's pools and the
-/// buffers waiting to be posted (again).
+/// A message that landed in a retired pool's buffer while no pool was live.
+struct Stray {
+    pool: u32,
+    index: u32,
+    len: usize,
+    from: Option<Arc<Origin>>,
+}
+
+/// The receives part of the worker: the application's pools (by id; a
+/// freed pool's slot stays empty, ids are never reused) and the buffers
+/// waiting to be posted (again).
 #[derive(Default)]
 pub(super) struct Receives {
-    /// The pools (`submit_recvs`), by index.
-    pub(super) pools: Vec<RecvPool>,
+    pub(super) pools: Vec<Option<RecvPool>>,
     /// Buffers to post again, (pool, index): their callbacks returned.
     pub(super) repost: VecDeque<(u32, u32)>,
+    strays: VecDeque<Stray>,
+}
+
+impl Receives {
+    fn pool(&mut self, p: u32) -> &mut RecvPool {
+        self.pools[p as usize].as_mut().expect("a pool with buffers out stays in the table")
+    }
+
+    /// The oldest live pool.
+    fn live(&self) -> Option<u32> {
+        self.pools.iter().position(|p| p.as_ref().is_some_and(|p| !p.retired)).map(|p| p as u32)
+    }
+
+    /// Every live pool's callback (its last call, at shutdown).
+    pub(super) fn live_callbacks(&self) -> impl Iterator<Item = RecvCallback> + '_ {
+        self.pools.iter().flatten().filter(|p| !p.retired).map(|p| p.cb.clone())
+    }
 }
 
 impl<D: Domain> Worker<D> {
-    /// Registers a pool of `count` buffers on domain 0 and queues them all for posting.
-    pub(super) fn add_pool(&mut self, len: usize, count: usize, cb: RecvCallback) -> Result<()> {
-        let mem = OwnedMem::new(MAX_SEND * count);
+    /// Registers a pool of `count` buffers on domain 0 and queues them all
+    /// for posting; its id. Messages waiting for a pool go to it first.
+    pub(super) fn add_pool(&mut self, len: usize, count: usize, cb: RecvCallback) -> Result<u64> {
+        let mem = OwnedMem::new(SEND_SLOT * count);
         let mr = self.domains[0].register(mem.ptr, mem.len, Memory::Host)?;
         let p = self.recv.pools.len() as u32;
-        self.recv.pools.push(RecvPool { mem, len, mr, cb });
+        self.recv.pools.push(Some(RecvPool { mem, len, mr, cb, posted: 0, out: 0, retired: false }));
         self.recv.repost.extend((0..count as u32).map(|i| (p, i)));
+        while let Some(s) = self.recv.strays.pop_front() {
+            self.hand_over(s.pool, s.index, p, Ok(s.len), s.from);
+        }
+        Ok(p as u64)
+    }
+
+    /// Retires pool `id`: its callback's last call (`Canceled`) is queued
+    /// behind the messages already handed to it; its posted buffers are
+    /// withdrawn where the backend can.
+    pub(super) fn remove_pool(&mut self, id: u64) -> Result<()> {
+        let p = match self.recv.pools.get_mut(id as usize) {
+            Some(Some(pool)) if !pool.retired => {
+                pool.retired = true;
+                let cb = pool.cb.clone();
+                let e = Error::new(Status::Canceled, "the receive pool was removed");
+                self.notifier.run(Box::new(move || cb(Received { data: Err(e), from: None })));
+                id as u32
+            }
+            _ => crate::bail!(NotFound, "receive pool {id} does not exist (or was removed already)"),
+        };
+        self.recv.repost.retain(|&(q, _)| q != p);
+        self.domains[0].cancel_recvs(&mut |t| matches!(Token::decode(t), Token::Recv { pool, .. } if pool == p));
+        self.free_if_back(p);
         Ok(())
+    }
+
+    /// Frees retired pool `p` once none of its buffers is out.
+    fn free_if_back(&mut self, p: u32) {
+        let pool = self.recv.pool(p);
+        if pool.retired && pool.posted == 0 && pool.out == 0 {
+            let mr = pool.mr;
+            self.domains[0].deregister(&mr);
+            self.recv.pools[p as usize] = None;
+        }
+    }
+
+    /// Buffer `index` of pool `pool` is back from the callback thread.
+    pub(super) fn returned(&mut self, pool: u32, index: u32) {
+        let p = self.recv.pool(pool);
+        p.out -= 1;
+        if p.retired {
+            self.free_if_back(pool);
+        } else {
+            self.recv.repost.push_back((pool, index));
+        }
     }
 
     /// Posts the buffers waiting to be (re)posted. True if any was.
     pub(super) fn post_receives(&mut self) -> bool {
         let mut busy = false;
         while let Some((p, i)) = self.recv.repost.pop_front() {
-            let pool = &self.recv.pools[p as usize];
+            let pool = self.recv.pool(p);
             // SAFETY: slot i lies inside the pool's allocation.
-            let buf = unsafe { pool.mem.ptr.add(i as usize * MAX_SEND) };
-            match self.domains[0].post_recv(
-                Chan::User,
-                buf,
-                MAX_SEND,
-                pool.mr.desc,
-                Token::Recv { pool: p, index: i }.encode(),
-            ) {
-                Ok(Post::Posted) => busy = true,
+            let buf = unsafe { pool.mem.ptr.add(i as usize * SEND_SLOT) };
+            let token = Token::Recv { pool: p, index: i }.encode();
+            match self.domains[0].post_recv(Chan::User, buf, SEND_SLOT, pool.mr.desc, token) {
+                Ok(Post::Posted) => {
+                    self.recv.pool(p).posted += 1;
+                    busy = true;
+                }
                 Ok(Post::Again | Post::Busy) => {
                     self.recv.repost.push_front((p, i));
                     break;
@@ -92,11 +206,53 @@ impl<D: Domain> Worker<D> {
         busy
     }
 
-    /// Hands a received message to the callback thread; the buffer is
-    /// reposted after the callback returns.
+    /// A receive of buffer `i` of pool `p` completed: the message (after its
+    /// header) goes to the pool's callback, or to the oldest live pool's if
+    /// `p` is retired.
     pub(super) fn deliver(&mut self, p: u32, i: u32, res: Result<usize>) {
-        let pool = &self.recv.pools[p as usize];
-        let (mem, cb, max, shared) = (pool.mem.clone(), pool.cb.clone(), pool.len, self.shared.clone());
+        let pool = self.recv.pool(p);
+        pool.posted -= 1;
+        let retired = pool.retired;
+        if retired && res.is_err() {
+            // Withdrawn (or flushed): nothing arrived.
+            return self.free_if_back(p);
+        }
+        // SAFETY: the slot is ours until it is reposted; the header lies inside it.
+        let header = |len: usize| unsafe {
+            let at = pool.mem.ptr.add(i as usize * SEND_SLOT);
+            (len >= SEND_HEADER).then(|| u64::from_le_bytes(std::ptr::read_unaligned(at as *const [u8; 8])))
+        };
+        let (res, from) = match res {
+            Ok(len) => match header(len) {
+                Some(epoch) => (Ok(len - SEND_HEADER), self.peers.origin(epoch)),
+                None => (
+                    Err(Error::new(Status::Malformed, format!("a {len}-byte message without fabriclib's header"))),
+                    None,
+                ),
+            },
+            Err(e) => (Err(e), None),
+        };
+        if let (true, Err(e)) = (retired, &res) {
+            crate::log!(Warn, "a message for a removed receive pool was dropped: {e}");
+            return self.free_if_back(p);
+        }
+        self.recv.pool(p).out += 1;
+        match if retired { self.recv.live() } else { Some(p) } {
+            Some(to) => self.hand_over(p, i, to, res, from),
+            None => {
+                let len = res.unwrap_or(0);
+                self.recv.strays.push_back(Stray { pool: p, index: i, len, from });
+            }
+        }
+    }
+
+    /// Runs pool `to`'s callback on the callback thread with the message in
+    /// buffer `i` of pool `p` (after its header); the buffer returns
+    /// (`Ctrl::Repost`) when the callback does.
+    fn hand_over(&mut self, p: u32, i: u32, to: u32, res: Result<usize>, from: Option<Arc<Origin>>) {
+        let mem = self.recv.pool(p).mem.clone();
+        let target = self.recv.pool(to);
+        let (cb, max, shared) = (target.cb.clone(), target.len, self.shared.clone());
         let res = res.and_then(|len| match len {
             len if len > max => Err(Error::new(
                 Status::Truncated,
@@ -105,9 +261,9 @@ impl<D: Domain> Worker<D> {
             len => Ok(len),
         });
         self.notifier.run(Box::new(move || {
-            let res = res.map(|len| {
-                // SAFETY: the slot is ours until we repost it below; len <= max <= MAX_SEND.
-                unsafe { std::slice::from_raw_parts(mem.ptr.add(i as usize * MAX_SEND), len) }
+            let data = res.map(|len| {
+                // SAFETY: the slot is ours until the guard below reposts it; header + len <= SEND_SLOT.
+                unsafe { std::slice::from_raw_parts(mem.ptr.add(i as usize * SEND_SLOT + SEND_HEADER), len) }
             });
             // Repost even if the callback panics (the callback thread catches it).
             struct Repost(Arc<Shared>, u32, u32);
@@ -118,7 +274,7 @@ impl<D: Domain> Worker<D> {
                 }
             }
             let _guard = Repost(shared, p, i);
-            cb(res);
+            cb(Received { data, from: from.as_deref() });
         }));
     }
 }

@@ -190,7 +190,7 @@ impl Request {
     }
 }
 
-pub type RecvCallback = Arc<dyn Fn(crate::error::Result<&[u8]>) + Send + Sync>;
+pub type RecvCallback = Arc<dyn Fn(super::recv::Received<'_>) + Send + Sync>;
 
 /// Control commands: rare, unbounded queue, processed before data.
 pub enum Ctrl {
@@ -213,10 +213,16 @@ pub enum Ctrl {
         timeout: Option<Duration>,
         reply: Sender<crate::error::Result<()>>,
     },
+    /// Adds a receive pool; replies its id.
     RecvPool {
         len: usize,
         count: usize,
         cb: RecvCallback,
+        reply: Sender<crate::error::Result<u64>>,
+    },
+    /// Removes receive pool `id` (recv.rs).
+    RemoveRecvPool {
+        id: u64,
         reply: Sender<crate::error::Result<()>>,
     },
     Repost {
@@ -304,7 +310,14 @@ mod tests {
     fn dst(domains: usize) -> Dst {
         let keys = (0..domains as u64).map(|d| RemoteKey { remote_base: 0x1000 * (d + 1), key: d + 7 }).collect();
         let owner = NetAddr { epoch: 1, domains: vec![vec![0u8].into(); domains] };
-        Dst::Owned(Arc::new(MrDesc { base: 0, len: 1 << 20, owner, keys, held: Default::default() }))
+        Dst::Owned(Arc::new(MrDesc {
+            base: 0,
+            len: 1 << 20,
+            memory: Default::default(),
+            owner,
+            keys,
+            held: Default::default(),
+        }))
     }
 
     fn scratch() -> LocalMr {

@@ -40,14 +40,14 @@ pub(super) struct Requests {
 impl Requests {
     /// Empty tables for `domains`, with the scratch bytes registered in
     /// each and the send staging in domain 0; `tag` marks the descriptors
-    /// this engine holds (held.rs).
-    pub(super) fn new<D: Domain>(domains: &mut [D], tag: u32) -> Result<Requests> {
+    /// this engine holds (held.rs); sends name their sender by `epoch`.
+    pub(super) fn new<D: Domain>(domains: &mut [D], tag: u32, epoch: u64) -> Result<Requests> {
         let scratch = OwnedMem::new(64);
         let mut scratch_mr = Vec::new();
         for d in domains.iter_mut() {
             scratch_mr.push(d.register(scratch.ptr, scratch.len, Memory::Host)?);
         }
-        let stage = Staging::new(&mut domains[0])?;
+        let stage = Staging::new(&mut domains[0], epoch)?;
         Ok(Requests {
             slots: Slots::default(),
             pending: (0..domains.len()).map(|_| VecDeque::new()).collect(),

@@ -1,45 +1,59 @@
 //! Send staging: `submit_send` copies the message at submit time (the caller
 //! may reuse its buffer at once), and the worker copies it into one of
-//! `SEND_SLOTS` registered slots of `MAX_SEND` bytes when it posts the send;
-//! the slot is free again when the request ends.
+//! `SEND_SLOTS` registered slots of `SEND_SLOT` bytes when it posts the send,
+//! behind the header that names the sender to the receiver (`SEND_HEADER`:
+//! this group's epoch; recv.rs reads it); the slot is free again when the
+//! request ends.
 use super::recv::OwnedMem;
 use crate::domain::{Domain, LocalMr, Memory};
 use crate::error::Result;
 use std::sync::Arc;
 
-/// Size of one send staging slot (the largest message `submit_send` takes).
+/// The largest message `submit_send` takes.
 pub const MAX_SEND: usize = 64 * 1024;
+/// Bytes before every application message on the wire: the sender's epoch.
+pub const SEND_HEADER: usize = 8;
+/// A send slot and a receive buffer: the header and the largest message.
+pub const SEND_SLOT: usize = SEND_HEADER + MAX_SEND;
 const SEND_SLOTS: usize = 64;
 
 pub(super) struct Staging {
     mem: Arc<OwnedMem>,
     mr: LocalMr,
     free: Vec<u32>,
+    /// The header every message starts with.
+    header: [u8; SEND_HEADER],
 }
 
 impl Staging {
-    /// Registers the slots in `domain` (sends all go through domain 0).
-    pub(super) fn new<D: Domain>(domain: &mut D) -> Result<Staging> {
-        let mem = OwnedMem::new(MAX_SEND * SEND_SLOTS);
+    /// Registers the slots in `domain` (sends all go through domain 0);
+    /// messages name their sender by `epoch`.
+    pub(super) fn new<D: Domain>(domain: &mut D, epoch: u64) -> Result<Staging> {
+        let mem = OwnedMem::new(SEND_SLOT * SEND_SLOTS);
         let mr = domain.register(mem.ptr, mem.len, Memory::Host)?;
-        Ok(Staging { mem, mr, free: (0..SEND_SLOTS as u32).rev().collect() })
+        Ok(Staging { mem, mr, free: (0..SEND_SLOTS as u32).rev().collect(), header: epoch.to_le_bytes() })
     }
 
-    /// Copies `msg` into a free slot; `None` if all are in use (try again
-    /// once a send has ended).
+    /// Copies the header and `msg` into a free slot; `None` if all are in
+    /// use (try again once a send has ended). The slot's bytes to send are
+    /// `buf(s)`, `msg.len() + SEND_HEADER` long.
     pub(super) fn stage(&mut self, msg: &[u8]) -> Option<u32> {
         assert!(msg.len() <= MAX_SEND, "sends are checked against MAX_SEND at submit");
         let s = self.free.pop()?;
-        // SAFETY: slot s lies inside `mem` and is ours until `release(s)`; msg fits.
-        unsafe { std::ptr::copy_nonoverlapping(msg.as_ptr(), self.buf(s) as *mut u8, msg.len()) };
+        let at = self.buf(s) as *mut u8;
+        // SAFETY: slot s lies inside `mem` and is ours until `release(s)`; header + msg fit.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.header.as_ptr(), at, SEND_HEADER);
+            std::ptr::copy_nonoverlapping(msg.as_ptr(), at.add(SEND_HEADER), msg.len());
+        }
         Some(s)
     }
 
-    /// Slot `s`'s first byte, and the descriptor to post it with.
+    /// Slot `s`'s first byte (its header's), and the descriptor to post it with.
     pub(super) fn buf(&self, s: u32) -> *const u8 {
         assert!((s as usize) < SEND_SLOTS);
         // SAFETY: in bounds (asserted).
-        unsafe { self.mem.ptr.add(s as usize * MAX_SEND) }
+        unsafe { self.mem.ptr.add(s as usize * SEND_SLOT) }
     }
 
     pub(super) fn desc(&self) -> *mut std::ffi::c_void {
@@ -65,14 +79,18 @@ mod tests {
     #[test]
     fn slots_hold_their_message_until_released() {
         let mut d = NullDomain::open(&Default::default()).unwrap();
-        let mut st = Staging::new(&mut d).unwrap();
+        let mut st = Staging::new(&mut d, 0x1122_3344_5566_7788).unwrap();
         let a = st.stage(b"first").unwrap();
         let b = st.stage(&[7u8; MAX_SEND]).unwrap();
         assert_ne!(a, b);
-        // SAFETY: both slots are staged and hold what was copied.
+        // SAFETY: both slots are staged and hold what was copied, behind the header.
         unsafe {
-            assert_eq!(std::slice::from_raw_parts(st.buf(a), 5), b"first");
-            assert!(std::slice::from_raw_parts(st.buf(b), MAX_SEND).iter().all(|&x| x == 7));
+            assert_eq!(
+                std::slice::from_raw_parts(st.buf(a), SEND_HEADER + 5),
+                b"\x88\x77\x66\x55\x44\x33\x22\x11first"
+            );
+            let all = std::slice::from_raw_parts(st.buf(b), SEND_SLOT);
+            assert!(all[SEND_HEADER..].iter().all(|&x| x == 7));
         }
         let mut held = vec![a, b];
         while let Some(s) = st.stage(b"x") {

@@ -48,6 +48,12 @@ static void ignore_recv(void *user_data, fabriclib_status st, const uint8_t *dat
     (void)user_data, (void)st, (void)data, (void)len;
 }
 
+/* A pool's calls: the last one (CANCELED) is counted. */
+static void count_canceled(void *user_data, fabriclib_status st, const fabriclib_message *msg) {
+    if (st == FABRICLIB_STATUS_CANCELED && msg != NULL && msg->data == NULL && msg->from == NULL)
+        __atomic_fetch_add((int *)user_data, 1, __ATOMIC_SEQ_CST);
+}
+
 static fabriclib_engine *make_engine(void) {
     fabriclib_config *cfg = NULL;
     fabriclib_engine *e = NULL;
@@ -235,6 +241,12 @@ int main(void) {
     EXPECT(fabriclib_remote_mr_len(rmr, &rlen), FABRICLIB_STATUS_OK);
     checks++;
     if (rlen != LEN) failures++;
+    fabriclib_region_memory kind = 0;
+    EXPECT(fabriclib_remote_mr_memory(rmr, &kind), FABRICLIB_STATUS_OK);
+    checks++;
+    if (kind != FABRICLIB_REGION_MEMORY_HOST) failures++;
+    EXPECT(fabriclib_remote_mr_memory(rmr, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_remote_mr_memory(NULL, &kind), FABRICLIB_STATUS_INVALID_ARGUMENT);
 
     /* Sends. */
     EXPECT(fabriclib_submit_send(e, NULL, addr_len, "x", 1, NULL, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
@@ -247,6 +259,21 @@ int main(void) {
     EXPECT(fabriclib_submit_recvs(e, 64, 0, ignore_recv, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_submit_recvs(e, 65537, 4, ignore_recv, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_submit_recvs(e, 64, 4097, ignore_recv, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    int pool_ends = 0;
+    uint64_t pool = 0;
+    EXPECT(fabriclib_recv_pool_add(e, 64, 4, NULL, NULL, &pool), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_recv_pool_add(e, 64, 0, count_canceled, &pool_ends, &pool), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_recv_pool_add(e, 65537, 4, count_canceled, &pool_ends, &pool), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_recv_pool_add(NULL, 64, 4, count_canceled, &pool_ends, &pool), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_recv_pool_add(e, 64, 4, count_canceled, &pool_ends, NULL), FABRICLIB_STATUS_OK);
+    EXPECT(fabriclib_recv_pool_add(e, 64, 4, count_canceled, &pool_ends, &pool), FABRICLIB_STATUS_OK);
+    EXPECT(fabriclib_recv_pool_remove(e, pool), FABRICLIB_STATUS_OK);
+    EXPECT(fabriclib_recv_pool_remove(e, pool), FABRICLIB_STATUS_NOT_FOUND);
+    EXPECT(fabriclib_recv_pool_remove(e, 999999), FABRICLIB_STATUS_NOT_FOUND);
+    EXPECT(fabriclib_recv_pool_remove(NULL, pool), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    for (int i = 0; i < 2000 && __atomic_load_n(&pool_ends, __ATOMIC_SEQ_CST) == 0; i++) usleep(1000);
+    checks++;
+    if (__atomic_load_n(&pool_ends, __ATOMIC_SEQ_CST) != 1) failures++, fprintf(stderr, "FAIL: the removed pool's last call came %d times\n", pool_ends);
 
     /* Immediates. */
     EXPECT(fabriclib_expect_imm_count(e, 1, 0, NULL, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);

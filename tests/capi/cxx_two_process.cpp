@@ -75,10 +75,17 @@ fabriclib::Config config(const std::string &provider) {
 uint8_t pattern(size_t page, size_t byte) { return static_cast<uint8_t>(page * 7 + byte * 13 + 1); }
 uint32_t permuted(size_t k) { return static_cast<uint32_t>((k * 37) % PAGES); }
 
-/// Collects messages from a receive pool.
+/// Collects messages from a receive pool, and who sent the last one.
 struct Inbox {
   std::atomic<int> count{0};
   char text[64] = {};
+  Bytes from;
+  void take(fabriclib_status st, const fabriclib_message &m) noexcept {
+    if (st != FABRICLIB_STATUS_OK) return;  // the pool's last call, at shutdown
+    std::memcpy(text, m.data, m.len < sizeof text - 1 ? m.len : sizeof text - 1);
+    from.assign(m.from, m.from + m.from_len);
+    count++;
+  }
 };
 
 bool wait_until(const std::atomic<int> &n, int want) {
@@ -93,11 +100,7 @@ int target(const std::string &provider, int to_peer, int from_peer) {
   fabriclib::Mr mr = e.register_memory(mem.data(), mem.size());
   fabriclib::Request pages = e.expect_imm_count(IMM, PAGES);
   Inbox inbox;
-  e.recv_pool(256, 8, [&inbox](fabriclib_status s, const uint8_t *data, size_t len) noexcept {
-    if (s != FABRICLIB_STATUS_OK) return;  // the pool's last call, at shutdown
-    std::memcpy(inbox.text, data, len < sizeof inbox.text - 1 ? len : sizeof inbox.text - 1);
-    inbox.count++;
-  });
+  e.recv_pool(256, 8, [&inbox](fabriclib_status s, const fabriclib_message &m) noexcept { inbox.take(s, m); });
   // An expectation dropped before its end: its flag stays with the engine.
   { fabriclib::Request dropped = e.expect_imm_count(0x99, 1); }
   put_blob(to_peer, e.address());
@@ -111,7 +114,8 @@ int target(const std::string &provider, int to_peer, int from_peer) {
   CHECK(e.imm_count(IMM) == 0, "immediates beyond the expected: %llu", static_cast<unsigned long long>(e.imm_count(IMM)));
   CHECK(wait_until(inbox.count, 1) && std::strcmp(inbox.text, "hello") == 0, "the message: \"%s\"", inbox.text);
   Bytes initiator = get_blob(from_peer);
-  e.send(initiator, std::string("ok")).wait();
+  CHECK(inbox.from == initiator, "the message's sender is not the initiator's address");
+  e.send(inbox.from, std::string("ok")).wait();
   std::printf("target: %zu pages of %zu bytes verified, message \"%s\"\n", PAGES, PAGE, inbox.text);
   return failures != 0;
 }
@@ -126,6 +130,7 @@ int initiator(const std::string &provider, int from_peer, int to_peer) {
   Bytes peer = get_blob(from_peer);
   fabriclib::RemoteMr dst = fabriclib::RemoteMr::parse(get_blob(from_peer));
   CHECK(dst.len() == PAGES * PAGE, "the descriptor's length %llu", static_cast<unsigned long long>(dst.len()));
+  CHECK(dst.memory() == FABRICLIB_REGION_MEMORY_HOST, "the descriptor's memory kind %u", static_cast<unsigned>(dst.memory()));
   CHECK(dst.owner() == peer, "the region's owner is not the target's address");
 
   // Errors: an exception with the status, or the status without one.
@@ -184,14 +189,14 @@ int initiator(const std::string &provider, int from_peer, int to_peer) {
 
   // A message there, and its answer back.
   Inbox inbox;
-  e.recv_pool(256, 4, [&inbox](fabriclib_status st, const uint8_t *data, size_t len) noexcept {
-    if (st != FABRICLIB_STATUS_OK) return;
-    std::memcpy(inbox.text, data, len < sizeof inbox.text - 1 ? len : sizeof inbox.text - 1);
-    inbox.count++;
-  });
+  uint64_t pool = e.recv_pool(256, 4, [&inbox](fabriclib_status st, const fabriclib_message &m) noexcept { inbox.take(st, m); });
   put_blob(to_peer, e.address());
   e.send(peer, std::string("hello")).wait();
   CHECK(wait_until(inbox.count, 1) && std::strcmp(inbox.text, "ok") == 0, "the answer: \"%s\"", inbox.text);
+  // The answer came from the target; its pool removed, a second removal is refused.
+  CHECK(inbox.from == peer, "the answer's sender is not the target's address");
+  e.remove_recv_pool(pool);
+  CHECK(e.remove_recv_pool(std::nothrow, pool) == FABRICLIB_STATUS_NOT_FOUND, "a pool removed twice");
   fabriclib_caps caps = e.caps();
   CHECK(caps.nic_count == 1 && caps.group_count == 1 && caps.max_send > 0, "caps");
   std::printf("initiator: %zu pages written, callback and messages ok (%s)\n", PAGES, e.provider().c_str());

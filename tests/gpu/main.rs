@@ -4,7 +4,7 @@
 //! everywhere. `scripts/gpu-test.sh` runs this on a GPU machine.
 use fabriclib::gpu::cuda::{CuFunction, Cuda, cuda};
 use fabriclib::gpu::{Mapped, MemoryKind};
-use fabriclib::{EngineConfig, FLAG_DONE, OnDone, Pages, Status, TransferEngine};
+use fabriclib::{EngineConfig, FLAG_DONE, MrMemory, OnDone, Pages, Status, TransferEngine};
 use std::ffi::{CString, c_void};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -149,6 +149,29 @@ fn device_memory_refused_without_fi_hmem() -> TestResult {
 /// Without a GPU too: the libfabric domain itself refuses device memory on
 /// tcp and shm (no FI_HMEM), naming the provider; it never registers it as
 /// host memory. (The address is host memory here: the domain must not look.)
+/// A region's descriptor says what memory it is, and a peer reads that back
+/// from the blob (`fabriclib_remote_mr_memory`). The `null` backend takes
+/// device memory (the libfabric here has no FI_HMEM); the descriptor is the
+/// engine's, whatever the backend.
+fn descriptors_carry_the_memory_kind() -> TestResult {
+    let c = gpu!();
+    let d = c.mem_alloc(0, 1 << 20).map_err(e2s)?;
+    let e = engine("null")?;
+    let host = vec![0u8; 4096];
+    // SAFETY: both regions outlive the engine's use of them (nothing is written).
+    let (dev_mr, host_mr) = unsafe {
+        (e.register(d as *mut u8, 1 << 20).map_err(e2s)?, e.register(host.as_ptr() as *mut u8, 4096).map_err(e2s)?)
+    };
+    let kinds = [dev_mr.descriptor(), host_mr.descriptor()]
+        .map(|desc| fabriclib::MrDesc::parse(&desc.to_bytes()).map(|p| p.memory));
+    match kinds {
+        [Ok(MrMemory::Device), Ok(MrMemory::Host)] => {
+            Ok(Passed("device region: Device, host region: Host, read back from their blobs".into()))
+        }
+        other => Err(format!("memory kinds read back as {other:?}")),
+    }
+}
+
 fn domains_without_fi_hmem_refuse_device_memory() -> TestResult {
     use fabriclib::domain::Memory;
     use fabriclib::domain::fabric::FabricEndpoint;
@@ -341,6 +364,7 @@ const TESTS: &[(&str, Test)] = &[
     ("driver_and_devices", driver_and_devices),
     ("device_pointers_are_detected", device_pointers_are_detected),
     ("dmabuf_export", dmabuf_export),
+    ("descriptors_carry_the_memory_kind", descriptors_carry_the_memory_kind),
     ("device_memory_refused_without_fi_hmem", device_memory_refused_without_fi_hmem),
     ("kernel_bumps_a_watcher", kernel_bumps_a_watcher),
     ("kernel_waits_for_landed_pages", kernel_waits_for_landed_pages),

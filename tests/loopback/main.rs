@@ -16,6 +16,7 @@ mod lifetimes;
 mod netns;
 mod nics;
 mod peer;
+mod recv;
 mod soak;
 mod util;
 
@@ -26,7 +27,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
-use util::{Peer, Rng, WAIT, fnv64, to_hex};
+use util::{Peer, Rng, WAIT, fnv64};
 
 type TestResult = Result<(), String>;
 
@@ -283,65 +284,6 @@ fn scatter_and_barrier(prov: &str, domains: usize) -> TestResult {
     }
 }
 
-/// A receive pool on `l` whose messages arrive on the returned channel, and a
-/// peer that echoes every message it receives (into a pool of `echo_pool`,
-/// "LEN COUNT") back to it with `0xEC` prepended.
-fn echo_peer(
-    l: &Local,
-    prov: &str,
-    domains: usize,
-    echo_pool: &str,
-) -> Result<(Peer, Receiver<Vec<u8>>, NetAddr), String> {
-    let mut p = Peer::spawn(prov, domains, 4096)?;
-    let (tx, rx) = channel::<Vec<u8>>();
-    let tx = std::sync::Mutex::new(tx);
-    l.engine
-        .submit_recvs(8192, 32, move |m| {
-            if let Ok(m) = m {
-                tx.lock().unwrap().send(m.to_vec()).unwrap();
-            }
-        })
-        .map_err(e2s)?;
-    p.send(&format!("PARENT {}", to_hex(&l.engine.address().to_bytes())));
-    p.send(&format!("ECHO {echo_pool}"));
-    p.wait_for("ECHOING")?;
-    let to = addr(&p);
-    Ok((p, rx, to))
-}
-
-fn send_recv(prov: &str, domains: usize) -> TestResult {
-    let l = local(prov, domains, 4096, 4)?;
-    let (_p, rx, to) = echo_peer(&l, prov, domains, "8192 32")?;
-    let mut rng = Rng(5);
-    // 200 round trips, one at a time, random sizes and bytes (up to the
-    // engine's message limit: 8000 bytes, 4096 on shm).
-    let max = l.engine.max_send_size().min(8000) as u64;
-    for i in 0..200 {
-        let mut msg = vec![0u8; 1 + rng.below(max) as usize];
-        rng.fill(&mut msg);
-        l.engine.submit_send(&to, &msg, OnDone::Nothing).map_err(e2s)?;
-        let echo = rx.recv_timeout(WAIT).map_err(|e| format!("round trip {i}: {e}"))?;
-        if echo[0] != 0xEC || echo[1..] != msg[..] {
-            return Err(format!("round trip {i}: echo differs ({} vs {} bytes)", echo.len(), msg.len() + 1));
-        }
-    }
-    // 20 in flight at once: every one comes back exactly once.
-    let mut sent: Vec<Vec<u8>> = (0..20u8).map(|i| vec![i; 100 + i as usize]).collect();
-    for m in &sent {
-        l.engine.submit_send(&to, m, OnDone::Nothing).map_err(e2s)?;
-    }
-    let mut got: Vec<Vec<u8>> = (0..20)
-        .map(|_| rx.recv_timeout(WAIT).map(|m| m[1..].to_vec()))
-        .collect::<Result<_, _>>()
-        .map_err(|e| e.to_string())?;
-    got.sort();
-    sent.sort();
-    if got != sent {
-        return Err("pipelined echoes differ".into());
-    }
-    Ok(())
-}
-
 fn four_threads(prov: &str, domains: usize) -> TestResult {
     const Q: usize = 1 << 20;
     let l = Arc::new(local(prov, domains, 4 * Q, 6)?);
@@ -441,10 +383,10 @@ fn bad_input(prov: &str, domains: usize) -> TestResult {
     e.expect_imm_count(1, 5, OnDone::Nothing).map_err(e2s)?;
     expect(e.expect_imm_count(1, 5, OnDone::Nothing), Status::AlreadyExists, "second expectation")?;
     expect(e.submit_send(&addr(&p), &vec![0u8; 70_000], OnDone::Nothing), Status::InvalidArgument, "oversized send")?;
-    // shm: a send over its 4 KiB inject size would wait on the receiver's
+    // shm: a send over its 4 KiB inject size (less the 8-byte sender header) would wait on the receiver's
     // answer (and a dead receiver would stall every later one): refused.
     let max = e.max_send_size();
-    if max != if prov == "shm" { 4096 } else { 64 * 1024 } {
+    if max != if prov == "shm" { 4096 - 8 } else { 64 * 1024 } {
         return Err(format!("max_send_size {max} on {prov}"));
     }
     expect(e.submit_send(&addr(&p), &vec![0u8; max + 1], OnDone::Nothing), Status::InvalidArgument, "send over max")?;
@@ -511,41 +453,6 @@ fn destroy_with_10000_pending(prov: &str, domains: usize) -> TestResult {
     p.hash().map(|_| ())
 }
 
-/// Random bytes into a receive pool, including messages larger than its
-/// buffers: the receiver reports truncation to its callback and keeps
-/// serving; well-formed traffic afterwards round-trips intact.
-fn garbage_into_receive_pool(prov: &str, domains: usize) -> TestResult {
-    let l = local(prov, domains, 4096, 11)?;
-    let (_p, rx, to) = echo_peer(&l, prov, domains, "1024 4")?;
-    let mut rng = Rng(12);
-    let mut echoed = 0;
-    for _ in 0..100 {
-        // A third of them overflow the peer's 1024-byte buffers.
-        let mut msg = vec![0u8; 1 + rng.below(3000) as usize];
-        rng.fill(&mut msg);
-        l.engine.submit_send(&to, &msg, OnDone::Nothing).map_err(e2s)?;
-        if msg.len() <= 1024 {
-            echoed += 1;
-        }
-    }
-    for i in 0..echoed {
-        let m = rx.recv_timeout(WAIT).map_err(|e| format!("echo {i} of {echoed}: {e}"))?;
-        if m[0] != 0xEC || m.len() > 1025 {
-            return Err(format!("echo {i}: {} bytes, first {:#x}", m.len(), m[0]));
-        }
-    }
-    if rx.recv_timeout(Duration::from_millis(300)).is_ok() {
-        return Err("an oversized message was echoed".into());
-    }
-    let msg = b"still serving".to_vec();
-    l.engine.submit_send(&to, &msg, OnDone::Nothing).map_err(e2s)?;
-    let m = rx.recv_timeout(WAIT).map_err(|e| e.to_string())?;
-    if m[1..] != msg[..] {
-        return Err("the echo after the garbage differs".into());
-    }
-    Ok(())
-}
-
 type Test = fn(&str, usize) -> TestResult;
 const TESTS: &[(&str, Test)] = &[
     ("single_writes", single_writes),
@@ -553,11 +460,13 @@ const TESTS: &[(&str, Test)] = &[
     ("handles_dropped_after_submit", lifetimes::handles_dropped_after_submit),
     ("paged_writes_10000_random_pages", paged_writes),
     ("scatter_and_barrier_to_3_peers", scatter_and_barrier),
-    ("send_recv_round_trips", send_recv),
+    ("send_recv_round_trips", recv::send_recv),
+    ("messages_name_their_sender", recv::messages_name_their_sender),
+    ("receive_pools_removed_lose_nothing", recv::pools_removed_lose_nothing),
     ("submits_from_4_threads", four_threads),
     ("bad_input", bad_input),
     ("destroy_with_10000_pending", destroy_with_10000_pending),
-    ("garbage_into_receive_pool", garbage_into_receive_pool),
+    ("garbage_into_receive_pool", recv::garbage_into_receive_pool),
     ("cancel_storm_1000", faults::cancel_storm),
     ("deadline_with_stopped_peer", faults::deadline_with_stopped_peer),
     ("kill9_mid_paged_write_and_scatter", faults::kill9_mid_transfer),

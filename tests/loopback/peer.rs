@@ -6,10 +6,10 @@
 //!
 //! Commands: `EXPECT imm count` (answers `FIRED imm status` when the count is
 //! reached), `HASH [off len]` (answers `HASH <fnv64 of the region or range>`), `ECHO len count`
-//! (posts receive buffers; every message is sent back to the test process
+//! (posts receive buffers; every message is sent back to its sender
 //! with a `0xEC` byte prepended, then answers `ECHOING`), `QUIT`.
-use super::util::{fnv64, from_hex, to_hex};
-use fabriclib::{EngineConfig, NetAddr, OnDone, TransferEngine};
+use super::util::{fnv64, to_hex};
+use fabriclib::{EngineConfig, OnDone, TransferEngine};
 use std::io::{BufRead, Write};
 use std::sync::{Arc, Mutex};
 
@@ -54,12 +54,10 @@ pub fn main(args: &[String]) -> ! {
         None => String::new(),
     };
     say(format!("INFO {} {}{more}", to_hex(&engine.address().to_bytes()), to_hex(&mr.descriptor().to_bytes())));
-    let mut parent: Option<NetAddr> = None;
     for line in std::io::stdin().lock().lines() {
         let line = line.unwrap();
         let w: Vec<&str> = line.split_whitespace().collect();
         match w.as_slice() {
-            ["PARENT", hex] => parent = Some(NetAddr::parse(&from_hex(hex)).unwrap()),
             ["EXPECT", imm, count] => {
                 let (imm, count): (u32, u32) = (imm.parse().unwrap(), count.parse().unwrap());
                 let say2 = say.clone();
@@ -83,22 +81,22 @@ pub fn main(args: &[String]) -> ! {
                 say(format!("HASH {:016x}", fnv64(bytes)))
             }
             ["ECHO", len, count] => {
-                let to = parent.clone().expect("PARENT first");
+                // Back to whoever sent it: the message names its sender.
                 let e2 = Arc::downgrade(&engine);
-                let r = engine.submit_recvs(len.parse().unwrap(), count.parse().unwrap(), move |msg| {
-                    let (Ok(msg), Some(e)) = (msg, e2.upgrade()) else {
+                let r = engine.add_recv_pool(len.parse().unwrap(), count.parse().unwrap(), move |m| {
+                    let (Ok(msg), Some(from), Some(e)) = (m.data, m.from, e2.upgrade()) else {
                         return;
                     };
                     let mut reply = vec![0xEC];
                     reply.extend_from_slice(msg);
                     // Retry while the submission queue is full.
-                    while let Err(err) = e.submit_send(&to, &reply, OnDone::Nothing) {
+                    while let Err(err) = e.submit_send(&from.addr, &reply, OnDone::Nothing) {
                         assert_eq!(err.status, fabriclib::Status::Again, "{err}");
                         std::thread::yield_now();
                     }
                 });
                 say(match r {
-                    Ok(()) => "ECHOING".into(),
+                    Ok(_) => "ECHOING".into(),
                     Err(e) => format!("ERROR {e}"),
                 });
             }

@@ -136,6 +136,18 @@ impl CtxPool {
             *n = 0;
         }
     }
+    /// The contexts of the receives in flight whose token `which` picks.
+    pub(super) fn receives(&mut self, which: &mut dyn FnMut(u64) -> bool) -> Vec<*mut c_void> {
+        let mut out = Vec::new();
+        for chunk in self.chunks.iter_mut() {
+            for s in chunk.iter_mut().filter(|s| s.state == SlotState::Busy && s.peer == NO_PEER) {
+                if which(s.token) {
+                    out.push(s as *mut CtxSlot as *mut c_void);
+                }
+            }
+        }
+        out
+    }
     pub(super) fn in_use(&self) -> usize {
         self.busy
     }

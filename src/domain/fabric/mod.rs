@@ -300,6 +300,18 @@ impl Domain for FabricDomain {
         self.ctx.in_use()
     }
 
+    fn cancel_recvs(&mut self, which: &mut dyn FnMut(u64) -> bool) {
+        for ctx in self.ctx.receives(which) {
+            // SAFETY: ep is open and ctx is the context of a receive posted on it;
+            // a canceled one completes with FI_ECANCELED (or with its message, if
+            // one raced the cancel), which frees the slot as any completion does.
+            let r = unsafe { fi_cancel(&mut (*self.fe.ep).fid, ctx) };
+            if r != 0 {
+                crate::log!(Warn, "fi_cancel of a receive: {}", strerror(r as i32));
+            }
+        }
+    }
+
     fn abandon(&mut self, peer: PeerId, out: &mut Vec<u64>) {
         self.ctx.abandon(peer, out);
         // The peer stays in the address vector: removing it with operations
@@ -351,4 +363,42 @@ fn failure(errno: i32) -> Error {
 pub fn strerror(errno: i32) -> String {
     // SAFETY: fi_strerror returns a static string.
     unsafe { CStr::from_ptr(fi_strerror(errno.abs())) }.to_string_lossy().into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::Memory;
+
+    /// A withdrawn receive (a removed pool's buffer) comes back as a failed
+    /// completion of its token, on both software providers, and leaves
+    /// nothing in flight.
+    #[test]
+    fn withdrawn_receives_come_back_failed() {
+        for prov in ["tcp;ofi_rxm", "shm"] {
+            let bind = Bind::parse("127.0.0.1");
+            let mut d = FabricDomain::open_with(prov, Some(&bind), &Choice::First, 16, false).unwrap();
+            let mut buf = vec![0u8; 4 * 256];
+            let mr = d.register(buf.as_mut_ptr(), buf.len(), Memory::Host).unwrap();
+            for t in 0..4u64 {
+                // SAFETY: slot t of buf, registered, outlives the receive (it is polled back below).
+                let at = unsafe { buf.as_mut_ptr().add(t as usize * 256) };
+                assert_eq!(d.post_recv(Chan::User, at, 256, mr.desc, 100 + t).unwrap(), Post::Posted);
+            }
+            d.cancel_recvs(&mut |t| t % 2 == 0);
+            let (mut back, start) = (Vec::new(), std::time::Instant::now());
+            while back.len() < 2 && start.elapsed() < std::time::Duration::from_secs(5) {
+                let mut out = Vec::new();
+                d.poll(&mut out).unwrap();
+                back.extend(out.into_iter().map(|c| match c {
+                    Completion::Failed { token, .. } => token,
+                    other => panic!("{prov}: {other:?}"),
+                }));
+            }
+            back.sort();
+            assert_eq!(back, [100, 102], "{prov}: the withdrawn receives");
+            assert_eq!(d.in_flight(), 2, "{prov}: the other two stay posted");
+            d.deregister(&mr);
+        }
+    }
 }

@@ -275,6 +275,7 @@ mod tests {
         Arc::new(MrDesc {
             base: 0,
             len: 64,
+            memory: Default::default(),
             owner,
             keys: vec![RemoteKey { remote_base: 0, key: 1 }],
             held: Default::default(),

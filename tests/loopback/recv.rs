@@ -1,0 +1,216 @@
+//! Messages: sends into receive pools, each delivered once with its sender;
+//! truncation, garbage, and pools removed while messages are on their way.
+use super::*;
+use fabriclib::RecvPoolId;
+
+/// What a receive pool's callback got: the message (or the status of a call
+/// without one), and who sent it.
+type Got = (Result<Vec<u8>, Status>, Option<NetAddr>);
+
+/// A receive pool on `l` of `count` buffers of `len` bytes whose calls
+/// arrive on the returned channel.
+fn pool(l: &Local, len: usize, count: usize) -> Result<(RecvPoolId, Receiver<Got>), String> {
+    let (tx, rx) = channel::<Got>();
+    let tx = std::sync::Mutex::new(tx);
+    let id = l
+        .engine
+        .add_recv_pool(len, count, move |m| {
+            let got = (m.data.map(<[u8]>::to_vec).map_err(|e| e.status), m.from.map(|o| o.addr.clone()));
+            let _ = tx.lock().unwrap().send(got);
+        })
+        .map_err(e2s)?;
+    Ok((id, rx))
+}
+
+/// A peer that echoes every message it receives (into a pool of
+/// `echo_pool`, "LEN COUNT") back to its sender, with `0xEC` prepended.
+fn echo(prov: &str, domains: usize, echo_pool: &str) -> Result<Peer, String> {
+    let mut p = Peer::spawn(prov, domains, 4096)?;
+    p.send(&format!("ECHO {echo_pool}"));
+    p.wait_for("ECHOING")?;
+    Ok(p)
+}
+
+/// The next message a pool got, within a wait.
+type Next = Box<dyn Fn(Duration) -> Result<Vec<u8>, String>>;
+
+/// A receive pool on `l` whose messages arrive on the returned channel, and
+/// an echoing peer; every message must name that peer as its sender.
+fn echo_peer(l: &Local, prov: &str, domains: usize, echo_pool: &str) -> Result<(Peer, Next, NetAddr), String> {
+    let (_, rx) = pool(l, 8192, 32)?;
+    let p = echo(prov, domains, echo_pool)?;
+    let to = addr(&p);
+    let from = to.clone();
+    let next: Next = Box::new(move |wait: Duration| match rx.recv_timeout(wait) {
+        Ok((Ok(m), Some(f))) if f == from => Ok(m),
+        Ok((data, f)) => Err(format!("a call with {:?} from {f:?}", data.map(|d| d.len()))),
+        Err(e) => Err(e.to_string()),
+    });
+    Ok((p, next, to))
+}
+
+pub fn send_recv(prov: &str, domains: usize) -> TestResult {
+    let l = local(prov, domains, 4096, 4)?;
+    let (_p, next, to) = echo_peer(&l, prov, domains, "8192 32")?;
+    let mut rng = Rng(5);
+    // 200 round trips, one at a time, random sizes and bytes (up to the
+    // engine's message limit: 8000 bytes, 4088 on shm).
+    let max = l.engine.max_send_size().min(8000) as u64;
+    for i in 0..200 {
+        let mut msg = vec![0u8; 1 + rng.below(max) as usize];
+        rng.fill(&mut msg);
+        l.engine.submit_send(&to, &msg, OnDone::Nothing).map_err(e2s)?;
+        let echo = next(WAIT).map_err(|e| format!("round trip {i}: {e}"))?;
+        if echo[0] != 0xEC || echo[1..] != msg[..] {
+            return Err(format!("round trip {i}: echo differs ({} vs {} bytes)", echo.len(), msg.len() + 1));
+        }
+    }
+    // 20 in flight at once: every one comes back exactly once.
+    let mut sent: Vec<Vec<u8>> = (0..20u8).map(|i| vec![i; 100 + i as usize]).collect();
+    for m in &sent {
+        l.engine.submit_send(&to, m, OnDone::Nothing).map_err(e2s)?;
+    }
+    let mut got: Vec<Vec<u8>> = (0..20).map(|_| next(WAIT).map(|m| m[1..].to_vec())).collect::<Result<_, _>>()?;
+    got.sort();
+    sent.sort();
+    if got != sent {
+        return Err("pipelined echoes differ".into());
+    }
+    Ok(())
+}
+
+/// Two peers echo to whoever sent (they learn it from the message alone:
+/// they were never told this engine's address); every echo here names the
+/// peer it came from, a truncated one too.
+pub fn messages_name_their_sender(prov: &str, domains: usize) -> TestResult {
+    let l = local(prov, domains, 4096, 41)?;
+    let (_, rx) = pool(&l, 100, 8)?;
+    let ps = [echo(prov, domains, "4000 8")?, echo(prov, domains, "4000 8")?];
+    let addrs = [addr(&ps[0]), addr(&ps[1])];
+    for round in 0..10u8 {
+        for (k, a) in addrs.iter().enumerate() {
+            l.engine.submit_send(a, &[round, k as u8], OnDone::Nothing).map_err(e2s)?;
+        }
+        for _ in 0..2 {
+            match rx.recv_timeout(WAIT).map_err(|e| format!("round {round}: {e}"))? {
+                (Ok(m), Some(f)) if m.len() == 3 && m[1] == round && f == addrs[m[2] as usize] => {}
+                (data, f) => return Err(format!("round {round}: {data:?} from {f:?}")),
+            }
+        }
+    }
+    // 150 bytes echo as 151: over this pool's 100, reported with the sender.
+    l.engine.submit_send(&addrs[1], &[7u8; 150], OnDone::Nothing).map_err(e2s)?;
+    match rx.recv_timeout(WAIT).map_err(|e| e.to_string())? {
+        (Err(Status::Truncated), Some(f)) if f == addrs[1] => Ok(()),
+        (data, f) => Err(format!("the oversized echo: {:?} from {f:?}", data.map(|d| d.len()))),
+    }
+}
+
+/// The calls pool `rx` gets within `wait`.
+fn drain(rx: &Receiver<Got>, wait: Duration) -> Vec<Got> {
+    let mut out = Vec::new();
+    while let Ok(g) = rx.recv_timeout(wait) {
+        out.push(g);
+    }
+    out
+}
+
+/// The pool's last call is `Canceled` and comes once its messages have; no
+/// call follows. Messages sent after a removal land in the next pool, every
+/// one exactly once, whether the removed buffers were withdrawn (libfabric)
+/// or not (verbs); with no pool at all they wait for the next one.
+pub fn pools_removed_lose_nothing(prov: &str, domains: usize) -> TestResult {
+    let l = local(prov, domains, 4096, 43)?;
+    let p = echo(prov, domains, "1024 16")?;
+    let to = addr(&p);
+    let exchange = |from: u8, n: u8| -> Result<Vec<Vec<u8>>, String> {
+        let sent: Vec<Vec<u8>> = (from..from + n).map(|i| vec![i; 1 + i as usize]).collect();
+        for m in &sent {
+            l.engine.submit_send(&to, m, OnDone::Nothing).map_err(e2s)?;
+        }
+        Ok(sent.into_iter().map(|m| [&[0xEC][..], &m].concat()).collect())
+    };
+    let take = |rx: &Receiver<Got>, n: usize, what: &str| -> Result<Vec<Vec<u8>>, String> {
+        let mut got = Vec::new();
+        for i in 0..n {
+            match rx.recv_timeout(WAIT).map_err(|e| format!("{what}: message {i} of {n}: {e}"))? {
+                (Ok(m), Some(f)) if f == to => got.push(m),
+                other => return Err(format!("{what}: message {i}: {other:?}")),
+            }
+        }
+        got.sort();
+        Ok(got)
+    };
+    let ended = |rx: &Receiver<Got>, what: &str| -> TestResult {
+        let rest = drain(rx, Duration::from_millis(200));
+        match rest.as_slice() {
+            [(Err(Status::Canceled), None)] => Ok(()),
+            other => Err(format!("{what} after its removal: {other:?}")),
+        }
+    };
+    let (a, rx_a) = pool(&l, 1024, 4)?;
+    let want = exchange(0, 10)?;
+    if take(&rx_a, 10, "pool A")? != want {
+        return Err("pool A: the echoes differ".into());
+    }
+    l.engine.remove_recv_pool(a).map_err(e2s)?;
+    ended(&rx_a, "pool A")?;
+    let (b, rx_b) = pool(&l, 1024, 4)?;
+    let want = exchange(10, 20)?;
+    if take(&rx_b, 20, "pool B")? != want {
+        return Err("pool B: the echoes differ".into());
+    }
+    // No pool at all: the echoes wait (in the provider, or in a removed
+    // pool's buffer) for the next pool.
+    l.engine.remove_recv_pool(b).map_err(e2s)?;
+    ended(&rx_b, "pool B")?;
+    let want = exchange(30, 3)?;
+    std::thread::sleep(Duration::from_millis(200));
+    let (c, rx_c) = pool(&l, 1024, 4)?;
+    if take(&rx_c, 3, "pool C")? != want {
+        return Err("pool C: the echoes that waited differ".into());
+    }
+    if let Some(g) = drain(&rx_a, Duration::ZERO).into_iter().chain(drain(&rx_b, Duration::ZERO)).next() {
+        return Err(format!("a removed pool was called again: {g:?}"));
+    }
+    match l.engine.remove_recv_pool(a) {
+        Err(e) if e.status == Status::NotFound => {}
+        other => return Err(format!("pool A removed twice: {other:?}")),
+    }
+    l.engine.remove_recv_pool(c).map_err(e2s)?;
+    ended(&rx_c, "pool C")
+}
+/// Random bytes into a receive pool, including messages larger than its
+/// buffers: the receiver reports truncation to its callback and keeps
+/// serving; well-formed traffic afterwards round-trips intact.
+pub fn garbage_into_receive_pool(prov: &str, domains: usize) -> TestResult {
+    let l = local(prov, domains, 4096, 11)?;
+    let (_p, next, to) = echo_peer(&l, prov, domains, "1024 4")?;
+    let mut rng = Rng(12);
+    let mut echoed = 0;
+    for _ in 0..100 {
+        // A third of them overflow the peer's 1024-byte buffers.
+        let mut msg = vec![0u8; 1 + rng.below(3000) as usize];
+        rng.fill(&mut msg);
+        l.engine.submit_send(&to, &msg, OnDone::Nothing).map_err(e2s)?;
+        if msg.len() <= 1024 {
+            echoed += 1;
+        }
+    }
+    for i in 0..echoed {
+        let m = next(WAIT).map_err(|e| format!("echo {i} of {echoed}: {e}"))?;
+        if m[0] != 0xEC || m.len() > 1025 {
+            return Err(format!("echo {i}: {} bytes, first {:#x}", m.len(), m[0]));
+        }
+    }
+    if next(Duration::from_millis(300)).is_ok() {
+        return Err("an oversized message was echoed".into());
+    }
+    let msg = b"still serving".to_vec();
+    l.engine.submit_send(&to, &msg, OnDone::Nothing).map_err(e2s)?;
+    let m = next(WAIT)?;
+    if m[1..] != msg[..] {
+        return Err("the echo after the garbage differs".into());
+    }
+    Ok(())
+}
