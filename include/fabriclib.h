@@ -361,7 +361,9 @@ enum fabriclib_status
   FABRICLIB_STATUS_BUFFER_TOO_SMALL = 11,
   // A received message did not fit the receive buffer.
   FABRICLIB_STATUS_TRUNCATED = 12,
-  // The request was canceled (`fabriclib_cancel`, `fabriclib_cancel_peer`); its buffers are free again.
+  // The request was canceled (`fabriclib_cancel`, `fabriclib_cancel_peer`,
+  // `fabriclib_peer_remove`; a receive pool's last call after
+  // `fabriclib_recv_pool_remove`); its buffers are free again.
   FABRICLIB_STATUS_CANCELED = 13,
   // The request's deadline passed before it completed (its buffers are
   // free again), or a wait's timeout passed first (`fabriclib_flag_await`).
@@ -1034,7 +1036,8 @@ fabriclib_status fabriclib_engine_address(const struct fabriclib_engine *engine,
 fabriclib_status fabriclib_engine_provider(const struct fabriclib_engine *engine, const char **out);
 
 // Writes the largest message `fabriclib_submit_send` takes on this engine
-// to `*out`: 64 KiB, or 4 KiB on `shm`, whose larger
+// to `*out`: 64 KiB, or 4088 bytes on `shm` (4 KiB less the 8-byte header
+// that names the sender), whose larger
 // messages wait on the receiver's answer (a receiver that died would stall
 // every later one; libfabric 1.17). Any thread.
 //
@@ -1261,6 +1264,32 @@ fabriclib_status fabriclib_peer_state(const struct fabriclib_engine *engine,
                                       size_t addr_len,
                                       fabriclib_peer_liveness *state);
 
+// Forgets the peer engine named by `addr` (its address, any of its groups'
+// addresses, or its groups blob) in every group of this engine, and
+// writes how many requests that ended to `*ended` unless it is NULL. Its
+// pending requests end with `FABRICLIB_STATUS_CANCELED`, as for
+// `fabriclib_cancel_peer`; then it is no longer pinged, never reported up
+// or down again, and its messages no longer name it
+// (`fabriclib_message.from`) until it greets this engine again, as a new
+// peer. Descriptors it owns (`fabriclib_remote_mr`) stay valid: a request
+// that names one later greets the engine afresh. The provider's own state
+// for it (libfabric's address entry and connection, verbs' queue pairs)
+// stays until the engine is destroyed. Any thread, fabriclib callbacks
+// included (it waits for the worker's answer).
+//
+// Returns: `OK`; `NOT_FOUND` (no group of this engine has been in contact
+// with that engine, or it was removed already); `INVALID_ARGUMENT` (a NULL
+// pointer argument, or a peer set lists the peer: remove the set first,
+// `fabriclib_remove_peer_set`); `BAD_HANDLE` (a destroyed or foreign
+// engine); `MALFORMED` (an address that does not parse); `SHUTDOWN`.
+// Blocks: until the engine's worker answers (each group's, in turn):
+// microseconds while it runs; in manual-progress mode the call progresses the
+// engine itself until answered.
+fabriclib_status fabriclib_peer_remove(const struct fabriclib_engine *engine,
+                                       const uint8_t *addr,
+                                       size_t addr_len,
+                                       size_t *ended);
+
 // Resolves `count` peer engine addresses (`addrs[i]` of `addr_lens[i]`
 // bytes) once, so scatters and barriers to them skip per-destination
 // lookups. Writes a non-zero peer set handle to `*out`. Any thread.
@@ -1404,10 +1433,10 @@ fabriclib_status fabriclib_submit_barrier(const struct fabriclib_engine *engine,
                                           const struct fabriclib_submit_opts *opts,
                                           uint64_t *request_id);
 
-// Sends a copy of `len` bytes at `msg` (at most 65536; 4096 on `shm`: see
+// Sends a copy of `len` bytes at `msg` (at most 65536; 4088 on `shm`: see
 // `fabriclib_engine_max_send`) to the engine whose
 // address is `addr` (`addr_len` bytes); `msg` may be reused at once. The peer
-// must have a receive buffer posted (`fabriclib_submit_recvs`) at least
+// must have a receive buffer posted (`fabriclib_recv_pool_add`) at least
 // `len` bytes long. Any thread; the end is reported through `opts`.
 //
 // Every `fabriclib_submit_*` function (and `fabriclib_expect_imm_count`)

@@ -386,6 +386,13 @@ class Engine {
   void peer_add(const Bytes &addr) const {
     detail::check(fabriclib_peer_add(get(), addr.data(), addr.size(), nullptr, nullptr), "fabriclib_peer_add");
   }
+  /// `fabriclib_peer_remove`: forgets the engine at `addr`; its pending
+  /// requests end CANCELED. Returns how many ended.
+  size_t peer_remove(const Bytes &addr) const {
+    size_t n = 0;
+    detail::check(fabriclib_peer_remove(get(), addr.data(), addr.size(), &n), "fabriclib_peer_remove");
+    return n;
+  }
 
   /// `fabriclib_submit_single_write`: `len` bytes from `src` at `src_offset`
   /// to `dst` at `dst_offset`, with an immediate if given.

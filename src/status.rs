@@ -35,7 +35,9 @@ pub enum Status {
     BufferTooSmall = 11,
     /// A received message did not fit the receive buffer.
     Truncated = 12,
-    /// The request was canceled (`fabriclib_cancel`, `fabriclib_cancel_peer`); its buffers are free again.
+    /// The request was canceled (`fabriclib_cancel`, `fabriclib_cancel_peer`,
+    /// `fabriclib_peer_remove`; a receive pool's last call after
+    /// `fabriclib_recv_pool_remove`); its buffers are free again.
     Canceled = 13,
     /// The request's deadline passed before it completed (its buffers are
     /// free again), or a wait's timeout passed first (`fabriclib_flag_await`).

@@ -1,5 +1,5 @@
 //! `fabriclib_engine`: create, destroy, address.
-use super::{fabriclib_config, fabriclib_status, ffi, give, handle, put, release, write_blob};
+use super::{fabriclib_config, fabriclib_status, ffi, give, handle, put, put_opt, release, write_blob};
 use crate::config::EngineConfig;
 use crate::engine::TransferEngine;
 
@@ -141,10 +141,7 @@ pub extern "C" fn fabriclib_engine_progress(
     ffi(|| {
         let e = handle(engine)?;
         let busy = progressing(engine, || e.engine.progress());
-        if !progressed.is_null() {
-            put(progressed, busy)?;
-        }
-        Ok(())
+        put_opt(progressed, busy)
     })
 }
 
@@ -172,10 +169,7 @@ pub extern "C" fn fabriclib_engine_flag_await(
         let f = super::flags::flag_word(flag, "fabriclib_engine_flag_await")?;
         let timeout = super::flags::timeout(timeout_us);
         let v = progressing(engine, || e.engine.await_flag(f, timeout))?;
-        if !value.is_null() {
-            put(value, v)?;
-        }
-        Ok(())
+        put_opt(value, v)
     })
 }
 

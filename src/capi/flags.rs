@@ -1,7 +1,7 @@
 //! Completion flags and failed requests, for callers that watch a flag
 //! rather than take a callback: waiting on a flag, and why a request failed.
 use super::submit::FABRICLIB_NO_TIMEOUT;
-use super::{fabriclib_engine, fabriclib_status, ffi, handle, non_null, put};
+use super::{fabriclib_engine, fabriclib_status, ffi, handle, non_null, put, put_opt};
 use crate::completion::notify::RequestId;
 use crate::error::{Error, Result, Status};
 use std::ffi::c_char;
@@ -24,12 +24,7 @@ pub extern "C" fn fabriclib_flag_await(flag: *const u32, timeout_us: u64, value:
     ffi(|| {
         let f = flag_word(flag, "fabriclib_flag_await")?;
         match crate::completion::flag::wait(f, timeout(timeout_us)) {
-            Some(v) => {
-                if !value.is_null() {
-                    put(value, v)?;
-                }
-                Ok(())
-            }
+            Some(v) => put_opt(value, v),
             None => Err(Error::new(Status::TimedOut, "fabriclib_flag_await: the request did not end in time")),
         }
     })

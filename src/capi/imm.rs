@@ -69,10 +69,7 @@ pub extern "C" fn fabriclib_imm_count_reset(
 ) -> fabriclib_status {
     ffi(|| {
         let n = handle(engine)?.engine.imm_count(imm, true)?;
-        if !previous.is_null() {
-            put(previous, n)?;
-        }
-        Ok(())
+        put_opt(previous, n)
     })
 }
 

@@ -39,9 +39,7 @@ pub extern "C" fn fabriclib_mapped_alloc(
         let m = Mapped::new(MemoryKind::from_code(memory)?, device, len)?;
         let (h, d) = (m.host(), m.device().unwrap_or(0));
         MAPPED.lock().unwrap_or_else(|e| e.into_inner()).insert(h as usize, m);
-        if !device_ptr.is_null() {
-            put(device_ptr, d)?;
-        }
+        put_opt(device_ptr, d)?;
         put(host, h.cast())
     })
 }

@@ -96,6 +96,11 @@ pub(crate) fn put<T>(out: *mut T, v: T) -> Result<()> {
     Ok(())
 }
 
+/// Writes `v` to `out` unless `out` is NULL (an optional out-pointer).
+pub(crate) fn put_opt<T>(out: *mut T, v: T) -> Result<()> {
+    if out.is_null() { Ok(()) } else { put(out, v) }
+}
+
 /// Boxes a new handle and writes it to `out`. A NULL `out` is refused before
 /// anything is boxed (the value is dropped, not leaked).
 pub(crate) fn give<T: Handle>(out: *mut *mut T, h: T) -> Result<()> {

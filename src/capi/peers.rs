@@ -109,6 +109,41 @@ pub extern "C" fn fabriclib_peer_state(
     })
 }
 
+/// Forgets the peer engine named by `addr` (its address, any of its groups'
+/// addresses, or its groups blob) in every group of this engine, and
+/// writes how many requests that ended to `*ended` unless it is NULL. Its
+/// pending requests end with `FABRICLIB_STATUS_CANCELED`, as for
+/// `fabriclib_cancel_peer`; then it is no longer pinged, never reported up
+/// or down again, and its messages no longer name it
+/// (`fabriclib_message.from`) until it greets this engine again, as a new
+/// peer. Descriptors it owns (`fabriclib_remote_mr`) stay valid: a request
+/// that names one later greets the engine afresh. The provider's own state
+/// for it (libfabric's address entry and connection, verbs' queue pairs)
+/// stays until the engine is destroyed. Any thread, fabriclib callbacks
+/// included (it waits for the worker's answer).
+///
+/// Returns: `OK`; `NOT_FOUND` (no group of this engine has been in contact
+/// with that engine, or it was removed already); `INVALID_ARGUMENT` (a NULL
+/// pointer argument, or a peer set lists the peer: remove the set first,
+/// `fabriclib_remove_peer_set`); `BAD_HANDLE` (a destroyed or foreign
+/// engine); `MALFORMED` (an address that does not parse); `SHUTDOWN`.
+/// Blocks: until the engine's worker answers (each group's, in turn):
+/// microseconds while it runs; in manual-progress mode the call progresses the
+/// engine itself until answered.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_peer_remove(
+    engine: *const fabriclib_engine,
+    addr: *const u8,
+    addr_len: usize,
+    ended: *mut usize,
+) -> fabriclib_status {
+    ffi(|| {
+        let e = handle(engine)?;
+        let n = e.engine.remove_peer(&super::engine_of(addr, addr_len, "addr")?)?;
+        put_opt(ended, n)
+    })
+}
+
 /// Resolves `count` peer engine addresses (`addrs[i]` of `addr_lens[i]`
 /// bytes) once, so scatters and barriers to them skip per-destination
 /// lookups. Writes a non-zero peer set handle to `*out`. Any thread.

@@ -1,7 +1,7 @@
 //! Receive pools: the buffers that `fabriclib_submit_send` messages land
 //! in, each message handed to a callback with its sender.
 use super::submit::UserData;
-use super::{fabriclib_engine, fabriclib_status, ffi, handle, put};
+use super::{fabriclib_engine, fabriclib_status, ffi, handle, put_opt};
 use crate::engine::RecvPoolId;
 use crate::error::{Error, Result, Status};
 use crate::worker::recv::Received;
@@ -138,7 +138,7 @@ pub extern "C" fn fabriclib_recv_pool_add(
             // SAFETY: the caller's callback with its user_data; msg and what it points to live during the call.
             unsafe { cb(ud.0, status as i32, &msg) }
         })?;
-        if pool.is_null() { Ok(()) } else { put(pool, id.0) }
+        put_opt(pool, id.0)
     })
 }
 

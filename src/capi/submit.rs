@@ -1,7 +1,8 @@
 //! The data path: sends, receives, immediate expectations, writes, peer
 //! sets, scatter and barrier.
 use super::{
-    address, bytes, fabriclib_engine, fabriclib_mr, fabriclib_remote_mr, fabriclib_status, ffi, handle, non_null, put,
+    address, bytes, fabriclib_engine, fabriclib_mr, fabriclib_remote_mr, fabriclib_status, ffi, handle, non_null,
+    put_opt,
 };
 use crate::completion::notify::{Deadline, OnDone, RawFlag, RequestId, RequestOpts};
 use crate::engine::{Pages, PeerSet, ScatterDst};
@@ -225,12 +226,7 @@ fn notify_of(d: &fabriclib_submit_opts) -> Result<OnDone> {
 
 /// Writes a submitted request's id to `out` (if not NULL).
 pub(crate) fn id_out(out: *mut u64, id: Result<RequestId>) -> Result<()> {
-    let id = id?;
-    if !out.is_null() {
-        // SAFETY: non-null; the caller passes a pointer to a uint64_t.
-        unsafe { *out = id.0 };
-    }
-    Ok(())
+    put_opt(out, id?.0)
 }
 
 fn imm_opt(imm: *const u32) -> Option<u32> {
@@ -516,9 +512,6 @@ pub extern "C" fn fabriclib_cancel_peer(
     ffi(|| {
         let e = handle(engine)?;
         let n = e.engine.cancel_peer(&super::engine_of(addr, addr_len, "addr")?)?;
-        if !canceled.is_null() {
-            put(canceled, n)?;
-        }
-        Ok(())
+        put_opt(canceled, n)
     })
 }

@@ -50,6 +50,18 @@ impl PeerStates {
         PeerStates { cb, engines: Mutex::new(HashMap::new()) }
     }
 
+    /// Our group `group` forgot every pair with engine `engine` (it was
+    /// removed): a later contact with it is reported afresh, as a new peer.
+    pub fn forget(&self, group: usize, engine: u64) {
+        let mut engines = self.engines.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = engines.get_mut(&engine) {
+            e.pairs.retain(|(g, _), _| *g != group);
+            if e.pairs.is_empty() {
+                engines.remove(&engine);
+            }
+        }
+    }
+
     /// Our group `group` sees its pair with the peer's group at `peer` in
     /// `state` (`err`: why it is down). `main`: the peer engine's main
     /// address, if that group told it. Calls the application's callback if

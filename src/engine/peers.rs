@@ -36,6 +36,33 @@ impl TransferEngine {
         Ok(n)
     }
 
+    /// Forgets the engine whose address, or any of whose groups' addresses,
+    /// is `peer`, in every group of this engine; returns how many requests
+    /// ended. Its pending requests end with `Canceled` (as `cancel_peer`);
+    /// then it is no longer pinged, never reported up or down again, and
+    /// messages from it no longer name it (until it greets this engine
+    /// again: it is a new peer then). Descriptors it owns stay valid: a
+    /// request that names one later greets the engine afresh. `NotFound` if
+    /// no group knows it; `InvalidArgument` if a peer set lists it (remove
+    /// the set first). The provider's own state for it (libfabric's address
+    /// entry and connection, verbs' queue pairs) stays until the engine is
+    /// destroyed.
+    pub fn remove_peer(&self, peer: &NetAddr) -> Result<usize> {
+        let engine = peer.engine_id();
+        let sets = self.peer_sets.lock().unwrap();
+        if let Some((id, _)) = sets.iter().find(|(_, m)| m.iter().any(|a| a.engine_id() == engine)) {
+            bail!(InvalidArgument, "remove_peer: peer set {id} lists this peer; remove the set first");
+        }
+        if self.peer_state(peer)?.is_none() {
+            bail!(NotFound, "remove_peer: no group of this engine knows that peer");
+        }
+        let mut n = 0;
+        for g in 0..self.groups.len() {
+            n += self.rpc_to(g, |reply| Ctrl::RemovePeer { engine, reply })?;
+        }
+        Ok(n)
+    }
+
     /// Greets the engine at `peer` now (requests to a new peer do so
     /// themselves). A peer that is down — for example one that was restarted
     /// at the same address and epoch cannot be, so this is for a peer whose

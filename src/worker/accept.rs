@@ -45,6 +45,16 @@ impl<D: Domain> Worker<D> {
         for j in 0..n {
             let dst = req.dst_mut(j);
             let peer = match self.requests.dsts.take(dst) {
+                Some(Ok(held::UNLINKED)) => {
+                    // Its owner was removed (`remove_peer`): looked up afresh.
+                    let owner = self.requests.dsts.get(dst).owner.clone();
+                    let p = self.peer_of(&owner);
+                    match p {
+                        Ok(p) => self.requests.dsts.relink(dst, p),
+                        Err(_) => self.requests.dsts.put(dst),
+                    }
+                    p
+                }
                 Some(p) => p,
                 None => {
                     let held::Dst::Owned(d) = &*dst else { unreachable!("the table has every held descriptor") };

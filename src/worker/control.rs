@@ -101,6 +101,9 @@ impl<D: Domain> Worker<D> {
                 }
                 let _ = reply.send(Ok(n));
             }
+            Ctrl::RemovePeer { engine, reply } => {
+                let _ = reply.send(Ok(self.remove_peer(engine)));
+            }
             Ctrl::AddPeer { addr, reply } => {
                 let _ = reply.send(self.add_peer(&addr));
             }

@@ -81,7 +81,7 @@ impl<D: Domain> Worker<D> {
                 Ctrl::RemoveRecvPool { reply, .. } => drop(reply.send(Err(err.clone()))),
                 Ctrl::RemovePeerSet { reply, .. } => drop(reply.send(Err(err.clone()))),
                 Ctrl::Cancel { reply, .. } | Ctrl::AddPeer { reply, .. } => drop(reply.send(Err(err.clone()))),
-                Ctrl::CancelPeer { reply, .. } => drop(reply.send(Err(err.clone()))),
+                Ctrl::CancelPeer { reply, .. } | Ctrl::RemovePeer { reply, .. } => drop(reply.send(Err(err.clone()))),
                 Ctrl::ImmCount { reply, .. } => drop(reply.send(Err(err.clone()))),
                 Ctrl::MirrorImm { reply, .. } => drop(reply.send(Err(err.clone()))),
                 Ctrl::PeerState { reply, .. } => drop(reply.send(Err(err.clone()))),

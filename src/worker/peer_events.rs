@@ -60,6 +60,26 @@ impl<D: Domain> Worker<D> {
         Ok(())
     }
 
+    /// `remove_peer`: ends every request to (or through) the engine
+    /// `engine` with `Canceled`, as `cancel_peer` does, and forgets its
+    /// entries (`Peers::remove`): no keepalive, no report, no sender name
+    /// for it any more; the descriptors it owns look it up afresh when next
+    /// used. Returns how many requests ended.
+    pub(super) fn remove_peer(&mut self, engine: u64) -> usize {
+        self.accept_queued();
+        let mut n = 0;
+        for p in self.peers.of_engine(engine) {
+            n += self.end_all(p, || Error::new(Status::Canceled, "canceled: its peer was removed"));
+            self.requests.dsts.unlink(p);
+            self.peers.remove(p);
+        }
+        if let Some(ps) = self.peer_states.clone() {
+            let g = self.group;
+            self.notifier.run(Box::new(move || ps.forget(g, engine)));
+        }
+        n
+    }
+
     /// Peer `p`'s liveness record says its engine is gone: it is down.
     pub(super) fn peer_gone(&mut self, p: u32) {
         self.peers.down_gone(p);

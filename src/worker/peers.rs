@@ -108,6 +108,8 @@ pub(super) struct Peer {
     main: Option<NetAddr>,
     /// Its address as receive callbacks name the sender (recv.rs).
     origin: Arc<Origin>,
+    /// The application removed it (`remove`): out of every lookup.
+    removed: bool,
     /// Its liveness record, where keys do not fence a restart (shm): read
     /// before every post to it (liveness.rs).
     watch: Option<Watch>,
@@ -176,9 +178,32 @@ impl Peers {
         self.index.get(addr).copied()
     }
 
-    /// The entries of every group of engine `engine` (`NetAddr::engine_id`).
+    /// The entries of every group of engine `engine` (`NetAddr::engine_id`),
+    /// removed ones aside.
     pub(super) fn of_engine(&self, engine: u64) -> Vec<u32> {
-        (0..self.list.len() as u32).filter(|&p| self.list[p as usize].addr.engine_id() == engine).collect()
+        let of = |q: &Peer| q.addr.engine_id() == engine && !q.removed;
+        (0..self.list.len() as u32).filter(|&p| of(&self.list[p as usize])).collect()
+    }
+
+    /// Forgets entry `p` (`remove_peer`): it leaves every lookup (by
+    /// address, epoch, provider id), is never pinged or reported again, and
+    /// a request to its address, or its greeting, makes a new entry. Its
+    /// slot stays, marked, so that indices held elsewhere never name another
+    /// peer; its requests were ended first (`Worker::remove_peer`).
+    pub(super) fn remove(&mut self, p: u32) {
+        let q = &mut self.list[p as usize];
+        q.removed = true;
+        q.state = State::Down(Error::new(Status::Canceled, "the peer was removed (remove_peer)"));
+        q.watch = None;
+        if self.index.get(&q.addr) == Some(&p) {
+            self.index.remove(&q.addr);
+        }
+        if self.by_epoch.get(&q.addr.epoch) == Some(&p) {
+            self.by_epoch.remove(&q.addr.epoch);
+        }
+        for map in self.by_id.iter_mut() {
+            map.retain(|_, e| *e != p);
+        }
     }
 
     pub(super) fn get(&self, p: u32) -> &State {
@@ -281,6 +306,7 @@ impl Peers {
             farewell: Farewell::None,
             main: None,
             origin: Origin::of(addr),
+            removed: false,
             watch,
             unfenced,
         };

@@ -220,6 +220,12 @@ pub enum Ctrl {
         cb: RecvCallback,
         reply: Sender<crate::error::Result<u64>>,
     },
+    /// Removes every entry of a peer engine (`remove_peer`); replies how
+    /// many requests ended.
+    RemovePeer {
+        engine: u64,
+        reply: Sender<crate::error::Result<usize>>,
+    },
     /// Removes receive pool `id` (recv.rs).
     RemoveRecvPool {
         id: u64,

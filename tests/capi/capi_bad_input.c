@@ -566,14 +566,20 @@ int main(void) {
     EXPECT(fabriclib_peer_state(e, addr, addr_len, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_peer_state(e, evil, 40, &state), FABRICLIB_STATUS_MALFORMED);
     EXPECT(fabriclib_peer_state(other, addr, addr_len, &state), FABRICLIB_STATUS_NOT_FOUND); /* never in contact */
+    size_t ended = 99;
+    EXPECT(fabriclib_peer_remove(other, addr, addr_len, &ended), FABRICLIB_STATUS_NOT_FOUND); /* never in contact */
+    EXPECT(fabriclib_peer_remove(e, NULL, addr_len, &ended), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_peer_remove(e, addr, addr_len - 1, &ended), FABRICLIB_STATUS_MALFORMED);
+    EXPECT(fabriclib_peer_remove(NULL, addr, addr_len, &ended), FABRICLIB_STATUS_INVALID_ARGUMENT);
     for (int i = 0; i < 500; i++) { /* garbage addresses into every entry point that takes one */
         size_t len = (size_t)(rand() % 60);
         for (size_t j = 0; j < len; j++) evil[j] = (uint8_t)rand();
         if (i % 2) { memcpy(evil, addr, addr_len); evil[rand() % addr_len] ^= (uint8_t)(1 + rand() % 255); len = addr_len; }
-        fabriclib_status st[4] = {
+        fabriclib_status st[5] = {
             fabriclib_cancel_peer(e, evil, len, &canceled), fabriclib_peer_state(e, evil, len, &state),
-            fabriclib_submit_send(e, evil, len, "x", 1, NULL, NULL), fabriclib_add_peer_set(e, (uint8_t *[]){evil}, &len, 1, &group)};
-        for (int k = 0; k < 4; k++) {
+            fabriclib_submit_send(e, evil, len, "x", 1, NULL, NULL), fabriclib_add_peer_set(e, (uint8_t *[]){evil}, &len, 1, &group),
+            fabriclib_peer_remove(e, evil, len, &ended)};
+        for (int k = 0; k < 5; k++) {
             checks++;
             /* A corrupted byte may land in a provider address and still parse: then anything but a crash is fine. */
             if (st[k] != FABRICLIB_STATUS_MALFORMED && st[k] != FABRICLIB_STATUS_INVALID_ARGUMENT && !(i % 2))

@@ -197,6 +197,7 @@ int initiator(const std::string &provider, int from_peer, int to_peer) {
   CHECK(inbox.from == peer, "the answer's sender is not the target's address");
   e.remove_recv_pool(pool);
   CHECK(e.remove_recv_pool(std::nothrow, pool) == FABRICLIB_STATUS_NOT_FOUND, "a pool removed twice");
+  CHECK(e.peer_remove(peer) == 0, "removing the idle target ended requests");
   fabriclib_caps caps = e.caps();
   CHECK(caps.nic_count == 1 && caps.group_count == 1 && caps.max_send > 0, "caps");
   std::printf("initiator: %zu pages written, callback and messages ok (%s)\n", PAGES, e.provider().c_str());

@@ -17,6 +17,7 @@ mod netns;
 mod nics;
 mod peer;
 mod recv;
+mod removal;
 mod soak;
 mod util;
 
@@ -490,6 +491,7 @@ const TESTS: &[(&str, Test)] = &[
     ("manual_progress", imm::manual_progress),
     ("calls_from_callbacks", faults::calls_from_callbacks),
     ("connect_reports_readiness", faults::connect_reports_readiness),
+    ("peers_removed_end_their_requests", removal::peers_removed_end_their_requests),
     ("groups_write_across_groups", groups::groups_write_across_groups),
     ("groups_nic_counts_must_match", groups::groups_nic_counts_must_match),
     ("groups_take_memory_of_their_numa_node", groups::groups_take_memory_of_their_numa_node),

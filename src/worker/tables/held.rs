@@ -152,11 +152,15 @@ impl Regions {
 
 struct Entry {
     desc: Arc<MrDesc>,
-    /// Its owner's entry in the peer table (never removed, so it stays right).
+    /// Its owner's entry in the peer table (slots are never reused, so it
+    /// stays right), or `UNLINKED` once that peer was removed.
     peer: u32,
     /// Requests in the worker that write to it.
     uses: u32,
 }
+
+/// The owner of a held descriptor whose peer was removed: looked up afresh.
+pub(in crate::worker) const UNLINKED: u32 = u32::MAX;
 
 /// Entries below which `Worker::sweep_dsts` does not look.
 const SWEEP_MIN: usize = 64;
@@ -202,6 +206,28 @@ impl Dsts {
             *dst = Dst::Held(i);
         } else {
             self.table.remove(i);
+        }
+    }
+
+    /// Entries whose owner was peer entry `p`, removed (`remove_peer`),
+    /// forget it: `take` says `UNLINKED` for them until `relink`.
+    pub(in crate::worker) fn unlink(&mut self, p: u32) {
+        for e in self.table.list.iter_mut().flatten().filter(|e| e.peer == p) {
+            e.peer = UNLINKED;
+        }
+    }
+
+    /// `dst` (taken, `UNLINKED`) belongs to peer entry `p` now.
+    pub(in crate::worker) fn relink(&mut self, dst: &Dst, p: u32) {
+        if let Some(e) = self.get_entry(dst) {
+            e.peer = p;
+        }
+    }
+
+    fn get_entry(&mut self, dst: &Dst) -> Option<&mut Entry> {
+        match dst {
+            Dst::Held(i) => self.table.get_mut(*i),
+            Dst::Owned(_) => None,
         }
     }
 
