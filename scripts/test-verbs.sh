@@ -27,7 +27,7 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j2 --target capi_two_process kv_transfer >/dev/null
 start=$(date +%s)
 FABRICLIB_VERBS_REQUIRED=1 FABRICLIB_TEST_PROVIDERS=verbs FABRICLIB_TEST_NICS=${FABRICLIB_TEST_NICS:-2} \
-FABRICLIB_SOAK_OPS=${FABRICLIB_VERBS_SOAK_OPS:-10000} \
+FABRICLIB_SOAK_OPS=${FABRICLIB_VERBS_SOAK_OPS:-6000} \
 RXEVM_DEVICES=2 scripts/rxe-vm.sh bash -c "
   set -e
   target/release/fabriclib-info --verbs-only

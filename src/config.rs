@@ -128,8 +128,9 @@ pub struct EngineConfig {
     /// How long the watcher thread busy-polls its words after the last
     /// change it saw, in microseconds (`u64::MAX`: always, the lowest
     /// latency, one core); then it looks every `watcher_nap_us`. Default
-    /// `WATCHER_SPIN_AUTO`: four times the recent gap between changes
-    /// (50 µs..10 ms), yielding the CPU as it spins (watcher.rs).
+    /// `WATCHER_SPIN_AUTO`: where the process may use 5 CPUs or more, four
+    /// times the recent gap between changes (50 µs..10 ms), yielding the CPU
+    /// as it spins; on fewer, no spin (`watcher::Spin::auto`: measured).
     pub watcher_spin_us: u64,
     /// The watcher thread's look interval once idle, in microseconds.
     pub watcher_nap_us: u64,

@@ -16,6 +16,7 @@ mod gpu;
 mod groups;
 mod handoff;
 mod idle;
+mod layers;
 mod mem;
 mod raw;
 mod raw_verbs;
@@ -35,6 +36,9 @@ usage: fabriclib-bench [options]                 run the client; spawns its serv
        fabriclib-bench idle [--idle-ms N] [--quiet-ms N] [--samples N] [--provider LIST] [--json FILE]
                                                   CPU of an idle engine with an armed expectation, and the
                                                   first write after a quiet spell, per idle policy
+       fabriclib-bench layers [--layers N] [--compute-us N] [--rounds N] [--provider P] [--json FILE]
+                                                  a layer loop driving writes through a watcher: layer
+                                                  latency and the loop's stretch per watcher spin setting
        fabriclib-bench groups [--provider P] [--groups 1,2,4] [--pages N] [--size S] [--iters N] [--reps N]
                             [--json FILE]
                                                   N groups of one NIC (a worker each) against one group of
@@ -591,6 +595,8 @@ fn main() {
         gpu::run(&args[1..])
     } else if args.first().map(String::as_str) == Some("idle") {
         idle::run(&args[1..])
+    } else if args.first().map(String::as_str) == Some("layers") {
+        layers::run(&args[1..])
     } else if args.first().map(String::as_str) == Some("groups") {
         groups::run(&args[1..])
     } else if args.first().map(String::as_str) == Some("bare") {

@@ -150,6 +150,25 @@ fn groups_against_one_worker_move_every_stream() {
 }
 
 #[test]
+fn the_layer_loop_lands_every_layer_under_each_spin_setting() {
+    let json = std::env::temp_dir().join(format!("fabriclib-layers-{}.json", std::process::id()));
+    let out = bench()
+        .args(["layers", "--provider", "shm", "--layers", "20", "--compute-us", "100", "--rounds", "1"])
+        .args(["--json", json.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let so = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{so}{}", String::from_utf8_lossy(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    let rows = doc["rows"].as_array().unwrap();
+    let names: Vec<&str> = rows.iter().map(|r| r["spin"].as_str().unwrap()).collect();
+    assert_eq!(names, ["auto", "fixed-10ms", "fixed-200us", "fixed-50us", "nap"]);
+    // Every layer landed (else the run fails), after its store.
+    assert!(rows.iter().all(|r| r["landed_p50_us"].as_f64().unwrap() > 0.0 && r["stretch"].as_f64().unwrap() >= 1.0));
+}
+
+#[test]
 fn the_bare_loop_reports_its_bandwidth() {
     let out = bench()
         .args(["bare", "--provider", "shm", "--size", "4K", "--pages", "16", "--iters", "4", "--window", "8"])

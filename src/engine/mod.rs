@@ -171,7 +171,9 @@ impl TransferEngine {
             events,
             watchers: crate::watcher::Watchers::new(
                 match cfg.watcher_spin_us {
-                    crate::config::WATCHER_SPIN_AUTO => crate::watcher::Spin::Auto,
+                    crate::config::WATCHER_SPIN_AUTO => {
+                        crate::watcher::Spin::auto(std::thread::available_parallelism().map_or(1, |n| n.get()))
+                    }
                     u64::MAX => crate::watcher::Spin::Fixed(std::time::Duration::MAX),
                     us => crate::watcher::Spin::Fixed(std::time::Duration::from_micros(us)),
                 },
