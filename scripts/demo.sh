@@ -5,6 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DFABRICLIB_CARGO_PROFILE=release >/dev/null
 cmake --build build -j2 --target kv_transfer
 exec build/kv_transfer demo "$@"

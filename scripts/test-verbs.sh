@@ -22,22 +22,26 @@ binary() {
 verbs=$(binary verbs)
 loopback=$(binary loopback)
 for b in "$verbs" "$loopback"; do [ -x "$b" ] || { echo "test-verbs: a test binary is missing" >&2; exit 1; }; done
-cargo build --locked --release -p fabriclib-bench
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+# The tools in the cargo profile asked for (scripts/test.sh: dev, what
+# `cargo test` built; release by default).
+profile=${FABRICLIB_CARGO_PROFILE:-release}
+tools=target/$([ "$profile" = dev ] && echo debug || echo "$profile")
+cargo build --locked --profile "$profile" -p fabriclib-bench
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DFABRICLIB_CARGO_PROFILE="$profile" >/dev/null
 cmake --build build -j2 --target capi_two_process kv_transfer >/dev/null
 start=$(date +%s)
 FABRICLIB_VERBS_REQUIRED=1 FABRICLIB_TEST_PROVIDERS=verbs FABRICLIB_TEST_NICS=${FABRICLIB_TEST_NICS:-2} \
 FABRICLIB_SOAK_OPS=${FABRICLIB_VERBS_SOAK_OPS:-6000} \
 RXEVM_DEVICES=2 scripts/rxe-vm.sh bash -c "
   set -e
-  target/release/fabriclib-info --verbs-only
+  $tools/fabriclib-info --verbs-only
   echo '== tests/verbs.rs'
   $verbs --test-threads 1 --nocapture 2>&1
   echo '== the C API between two processes, and the KV-cache demo, on verbs'
   build/capi_two_process verbs
   build/kv_transfer demo --provider verbs --layers 4 --pages 64
   echo '== fabriclib-bench on verbs against bare verbs (smoke: every row runs, every byte verified)'
-  target/release/fabriclib-bench --suite smoke --provider verbs
+  $tools/fabriclib-bench --suite smoke --provider verbs
   echo '== tests/loopback on the verbs backend'
   $loopback 2>&1
 "

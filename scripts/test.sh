@@ -27,7 +27,11 @@ echo "== cargo test (unit tests, parser fuzzing, multi-process loopback, fabricl
 cargo test --locked --workspace
 
 echo "== C API tests and install test (ctest)"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+# The library and tools as `cargo test` built them (dev profile): no second,
+# release build of the crate here (scripts/demo.sh and the benchmarks build
+# release).
+export FABRICLIB_CARGO_PROFILE=dev
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DFABRICLIB_CARGO_PROFILE=dev >/dev/null
 cmake --build build -j2
 (cd build && ctest --output-on-failure)
 
