@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define CHECK(call)                                                                                        \
@@ -22,16 +23,37 @@
         }                                                                                                  \
     } while (0)
 
+/* Seconds on the monotonic clock. */
+static inline double example_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* An engine on `provider`, bound to 127.0.0.1, whose workers idle as
+ * `idle` says (FABRICLIB_IDLE_*). */
+static inline fabriclib_engine *example_engine(const char *provider, fabriclib_idle idle) {
+    fabriclib_config *cfg;
+    fabriclib_engine *e;
+    CHECK(fabriclib_config_new(&cfg));
+    CHECK(fabriclib_config_set_provider(cfg, provider));
+    CHECK(fabriclib_config_set_bind_address(cfg, "127.0.0.1"));
+    CHECK(fabriclib_config_set_idle_policy(cfg, idle));
+    CHECK(fabriclib_engine_create(cfg, &e));
+    fabriclib_config_free(cfg);
+    return e;
+}
+
 /* Sends (out != 0) or receives exactly n bytes. */
-static void oob_xfer(int fd, void *p, size_t n, int out) {
+static inline void oob_xfer(int fd, void *p, size_t n, int out) {
     for (size_t done = 0; done < n;) {
         ssize_t r = out ? write(fd, (char *)p + done, n - done) : read(fd, (char *)p + done, n - done);
         if (r <= 0) { perror("oob socket"); exit(1); }
         done += (size_t)r;
     }
 }
-static void oob_put_blob(int fd, const void *p, size_t n) { oob_xfer(fd, &n, sizeof n, 1); oob_xfer(fd, (void *)p, n, 1); }
-static size_t oob_get_blob(int fd, void *p, size_t cap) {
+static inline void oob_put_blob(int fd, const void *p, size_t n) { oob_xfer(fd, &n, sizeof n, 1); oob_xfer(fd, (void *)p, n, 1); }
+static inline size_t oob_get_blob(int fd, void *p, size_t cap) {
     size_t n;
     oob_xfer(fd, &n, sizeof n, 0);
     if (n > cap) { fprintf(stderr, "oob: a %zu-byte blob does not fit %zu bytes\n", n, cap); exit(1); }
@@ -39,7 +61,7 @@ static size_t oob_get_blob(int fd, void *p, size_t cap) {
     return n;
 }
 
-static struct sockaddr_in oob_addr(int port) {
+static inline struct sockaddr_in oob_addr(int port) {
     struct sockaddr_in sa;
     memset(&sa, 0, sizeof sa);
     sa.sin_family = AF_INET;
@@ -49,7 +71,7 @@ static struct sockaddr_in oob_addr(int port) {
 }
 
 /* Listens on 127.0.0.1:port and returns the first connection (*listener: close it after). */
-static int oob_accept(int port, int *listener) {
+static inline int oob_accept(int port, int *listener) {
     int ls = socket(AF_INET, SOCK_STREAM, 0), one = 1;
     struct sockaddr_in sa = oob_addr(port);
     setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -59,7 +81,7 @@ static int oob_accept(int port, int *listener) {
 }
 
 /* Connects to 127.0.0.1:port, retrying for up to 10 s while the other side starts. */
-static int oob_connect(int port) {
+static inline int oob_connect(int port) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in sa = oob_addr(port);
     for (int tries = 0; connect(fd, (struct sockaddr *)&sa, sizeof sa); tries++) {

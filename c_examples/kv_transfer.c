@@ -24,39 +24,24 @@
 static int layers = 32, pages = 64, page_kib = 32, port = 18515;
 static const char *provider = "tcp;ofi_rxm";
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
 /* Byte i of prefill's page p of layer l: decode recomputes it to verify. */
 static uint8_t kv_byte(int l, int p, size_t i) { return (uint8_t)(l * 37 + p * 11 + i * 7 + (i >> 8)); }
 /* Decode's page slot for prefill's page p of layer l: a scrambled page table. */
 static uint32_t slot_of(int l, int p) { return (uint32_t)(l * pages + (p * 29 + l) % pages); }
 
-static fabriclib_engine *make_engine(void) {
-    fabriclib_config *cfg;
-    fabriclib_engine *e;
-    CHECK(fabriclib_config_new(&cfg));
-    CHECK(fabriclib_config_set_provider(cfg, provider));
-    CHECK(fabriclib_config_set_bind_address(cfg, "127.0.0.1"));
-    CHECK(fabriclib_engine_create(cfg, &e));
-    fabriclib_config_free(cfg);
-    return e;
-}
 
 /* Decode: one completion time per layer, written by the callback thread. */
 static _Atomic(double) *layer_done;
 static void on_layer(void *user_data, fabriclib_status st) {
     int l = (int)(intptr_t)user_data;
     if (st) fprintf(stderr, "layer %d: %s\n", l, fabriclib_status_str(st));
-    atomic_store(&layer_done[l], st ? -1.0 : now());
+    atomic_store(&layer_done[l], st ? -1.0 : example_now());
 }
 
 static int decode(void) {
     size_t page = (size_t)page_kib << 10, total = (size_t)layers * pages * page, n;
     uint8_t *kv = calloc(1, total), blob[512];
-    fabriclib_engine *e = make_engine();
+    fabriclib_engine *e = example_engine(provider, FABRICLIB_IDLE_SPIN);
     fabriclib_mr *mr;
     CHECK(fabriclib_mr_register(e, kv, total, &mr));
     layer_done = calloc((size_t)layers, sizeof *layer_done);
@@ -73,7 +58,7 @@ static int decode(void) {
     oob_xfer(fd, &t0, sizeof t0, 0); /* prefill's start time (same machine: CLOCK_MONOTONIC) */
     for (int l = 0; l < layers; l++) {
         while (atomic_load(&layer_done[l]) == 0.0) {
-            if (now() - t0 > 120) { fprintf(stderr, "layer %d never completed\n", l); return 1; }
+            if (example_now() - t0 > 120) { fprintf(stderr, "layer %d never completed\n", l); return 1; }
             usleep(50);
         }
     }
@@ -110,7 +95,7 @@ static int prefill(void) {
     for (int l = 0; l < layers; l++)
         for (int p = 0; p < pages; p++)
             for (size_t i = 0; i < page; i++) kv[((size_t)l * pages + p) * page + i] = kv_byte(l, p, i);
-    fabriclib_engine *e = make_engine();
+    fabriclib_engine *e = example_engine(provider, FABRICLIB_IDLE_SPIN);
     fabriclib_mr *mr;
     fabriclib_remote_mr *dst;
     CHECK(fabriclib_mr_register(e, kv, total, &mr));
@@ -120,7 +105,7 @@ static int prefill(void) {
     CHECK(fabriclib_remote_mr_parse(blob, n, &dst));
     uint32_t *src_idx = malloc(sizeof(uint32_t) * pages), *dst_idx = malloc(sizeof(uint32_t) * pages);
     _Atomic uint32_t *flags = calloc((size_t)layers, sizeof *flags);
-    double t0 = now();
+    double t0 = example_now();
     oob_xfer(fd, &t0, sizeof t0, 1);
     for (int l = 0; l < layers; l++) { /* as each layer's KV is ready */
         for (int p = 0; p < pages; p++) { src_idx[p] = (uint32_t)(l * pages + p); dst_idx[p] = slot_of(l, p); }
@@ -131,11 +116,11 @@ static int prefill(void) {
         while ((st = fabriclib_submit_paged_writes(e, page, &imm, mr, &sp, dst, &dp, &done, NULL)) == FABRICLIB_STATUS_AGAIN) {}
         CHECK(st);
     }
-    double submitted = now();
+    double submitted = example_now();
     for (int l = 0; l < layers; l++) /* our source buffers are free again */
         while (!(atomic_load(&flags[l]) & FABRICLIB_FLAG_DONE)) usleep(20);
     printf("prefill: submitted %d layers in %.3f ms, source free after %.3f ms\n", layers, (submitted - t0) * 1e3,
-           (now() - t0) * 1e3);
+           (example_now() - t0) * 1e3);
     int verdict = 1;
     oob_xfer(fd, &verdict, sizeof verdict, 0);
     close(fd);
