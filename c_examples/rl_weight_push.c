@@ -5,7 +5,7 @@
  * trainer marks the version complete.
  *
  *   rl_weight_push demo [--trainers T] [--ranks R] [--model dense|moe]
- *                       [--scale D] [--versions V] [--provider P]
+ *                       [--scale D] [--versions V] [--provider P] [--elastic V]
  *
  * The parameter list is a real architecture's (dense: Llama-3-8B's shapes;
  * moe: Qwen1.5-MoE-A2.7B's, 60 experts), every dimension but the counts
@@ -21,7 +21,13 @@
  * element); every rank checks every byte of every version.
  *
  * A coordinator (this process) forks the ranks and trainers and passes
- * addresses, descriptors and the lockstep of versions over socketpairs. */
+ * addresses, descriptors and the lockstep of versions over socketpairs.
+ *
+ * --elastic V: once every write of version V is submitted, the last rank is
+ * killed (SIGKILL). Only the writes to it may fail (PEER_DOWN); every other
+ * rank still checks every byte. For version V + 1 a new rank starts in its
+ * slot, and the trainers write to it after parsing its descriptor: nothing
+ * else is exchanged. */
 #include <fabriclib.h>
 #include "example_util.h"
 #include <stdint.h>
@@ -29,6 +35,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <dirent.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -41,6 +49,9 @@ typedef struct {
 } tensor;
 
 static int trainers = 2, ranks = 2, versions = 3, scale = 16;
+/* --elastic V: the last rank is killed once version V is submitted; a new
+ * one joins in its slot for version V + 1 (0: never). */
+static int kill_version = 0, first_version = 1;
 static const char *provider = "tcp;ofi_rxm", *model = "dense";
 static tensor *ts;
 static size_t nts;
@@ -180,10 +191,14 @@ static route *routes(int k, size_t *n) {
 
 /* Coordinator <-> child messages. */
 typedef struct {
-    int kind; /* 'R' ready, 'G' go, 'D' done (trainer), 'V' verified (rank) */
+    /* 'R' ready, 'V' verified (rank); 'J' join (a rank's descriptor
+     * follows; `version` is its slot), 'G' go, 'P' proceed (`mask`: the
+     * ranks killed since go) to a trainer; 'S' submitted, 'D' done from it. */
+    int kind;
     int version;
     double secs;
-    uint64_t bad;
+    uint64_t bad;  /* bytes that differ (rank); writes to live ranks that failed (trainer) */
+    uint64_t mask; /* 'P': dead ranks; 'D': writes to dead ranks that failed */
 } msg;
 static void put_msg(int fd, msg m) { oob_xfer(fd, &m, sizeof m, 1); }
 static msg get_msg(int fd) {
@@ -210,7 +225,7 @@ static int rank_main(int r, int fd) {
     CHECK(fabriclib_mr_register(e, buf, rlen[r], &mr));
     CHECK(fabriclib_mr_descriptor(mr, blob, sizeof blob, &n));
     oob_put_blob(fd, blob, n);
-    for (int v = 1; v <= versions; v++) {
+    for (int v = first_version; v <= versions; v++) {
         uint32_t flag = 0;
         fabriclib_submit_opts o = {.struct_size = sizeof o, .flag = &flag};
         CHECK(fabriclib_expect_imm_count(e, imm_of(v), (uint32_t)trainers, &o, NULL));
@@ -259,8 +274,13 @@ static int trainer_main(int k, int fd) {
     idx = malloc((most_rows + 1) * sizeof *idx);
     for (uint64_t i = 0; i < most_rows; i++) idx[i] = (uint32_t)i;
     uint32_t *flags = calloc(nr + (size_t)ranks + 1, sizeof *flags);
+    int *flag_rank = calloc(nr + (size_t)ranks + 1, sizeof *flag_rank);
     for (int v = 1; v <= versions; v++) {
         msg go = get_msg(fd);
+        for (; go.kind == 'J'; go = get_msg(fd)) { /* a new rank in slot go.version: its descriptor is all it takes */
+            fabriclib_remote_mr_free(dst[go.version]);
+            CHECK(fabriclib_remote_mr_parse(blob, oob_get_blob(fd, blob, sizeof blob), &dst[go.version]));
+        }
         if (go.kind != 'G' || go.version != v) { fprintf(stderr, "trainer %d: out of step\n", k); return 1; }
         for (size_t i = 0; i < nts; i++) { /* this version's shard */
             uint64_t a, b;
@@ -280,7 +300,7 @@ static int trainer_main(int k, int fd) {
                 if (x->rows) {
                     fabriclib_pages sp = {idx, x->rows, x->sstride, x->src}, dp = {idx, x->rows, x->dstride, x->dst};
                     CHECK(fabriclib_submit_paged_writes(e, x->len, NULL, mr, &sp, dst[r], &dp, &o, NULL));
-                    nf++;
+                    flag_rank[nf++] = r;
                     continue;
                 }
                 for (uint64_t off = 0; off < x->len; off += caps.max_msg_size) {
@@ -289,23 +309,34 @@ static int trainer_main(int k, int fd) {
                 }
             }
             if (ns) {
-                fabriclib_submit_opts o = {.struct_size = sizeof o, .flag = &flags[nf++], .flags = FABRICLIB_SUBMIT_DELIVERED};
+                fabriclib_submit_opts o = {.struct_size = sizeof o, .flag = &flags[nf], .flags = FABRICLIB_SUBMIT_DELIVERED};
                 CHECK(fabriclib_submit_scatter(e, 0, NULL, mr, sc, ns, &o, NULL));
+                flag_rank[nf++] = r;
             }
         }
+        /* Everything is on its way; the coordinator may kill a rank now. */
+        put_msg(fd, (msg){.kind = 'S', .version = v});
+        msg go_on = get_msg(fd);
+        uint64_t dead = go_on.mask, live_failed = 0, dead_failed = 0;
         for (size_t i = 0; i < nf; i++) {
             CHECK(fabriclib_engine_flag_await(e, &flags[i], FABRICLIB_NO_TIMEOUT, NULL));
-            if (flags[i] & FABRICLIB_FLAG_STATUS_MASK) {
-                fprintf(stderr, "trainer %d: a write ended %s\n", k, fabriclib_status_str((int)(flags[i] & FABRICLIB_FLAG_STATUS_MASK)));
-                return 1;
+            fabriclib_status st = (fabriclib_status)(flags[i] & FABRICLIB_FLAG_STATUS_MASK);
+            if (st && (dead >> flag_rank[i] & 1) && st == FABRICLIB_STATUS_PEER_DOWN) dead_failed++;
+            else if (st) {
+                fprintf(stderr, "trainer %d: a write to rank %d ended %s\n", k, flag_rank[i], fabriclib_status_str(st));
+                live_failed++;
             }
         }
-        /* Every byte delivered: one barrier tells each rank. */
-        uint32_t bar = 0;
-        fabriclib_submit_opts o = {.struct_size = sizeof o, .flag = &bar};
-        CHECK(fabriclib_submit_barrier(e, 0, imm_of(v), (fabriclib_remote_mr_list)dst, (size_t)ranks, &o, NULL));
-        CHECK(fabriclib_engine_flag_await(e, &bar, FABRICLIB_NO_TIMEOUT, NULL));
-        put_msg(fd, (msg){.kind = 'D', .version = v, .secs = example_now() - t, .bad = bar & FABRICLIB_FLAG_STATUS_MASK});
+        /* Every byte to a live rank delivered: one barrier tells each. */
+        for (int r = 0; r < ranks; r++) {
+            if (dead >> r & 1) continue;
+            uint32_t bar = 0;
+            fabriclib_submit_opts o = {.struct_size = sizeof o, .flag = &bar};
+            CHECK(fabriclib_submit_barrier(e, 0, imm_of(v), (fabriclib_remote_mr_list)&dst[r], 1, &o, NULL));
+            CHECK(fabriclib_engine_flag_await(e, &bar, FABRICLIB_NO_TIMEOUT, NULL));
+            live_failed += (bar & FABRICLIB_FLAG_STATUS_MASK) != 0;
+        }
+        put_msg(fd, (msg){.kind = 'D', .version = v, .secs = example_now() - t, .bad = live_failed, .mask = dead_failed});
     }
     for (int r = 0; r < ranks; r++) fabriclib_remote_mr_free(dst[r]);
     fabriclib_mr_deregister(mr);
@@ -313,9 +344,24 @@ static int trainer_main(int k, int fd) {
     return 0;
 }
 
+/* libfabric's shm provider leaves a killed process's region in /dev/shm
+ * ("<pid>:..."); the coordinator that killed it removes it. */
+static void remove_shm_leftovers(pid_t pid) {
+    char prefix[32], path[300];
+    snprintf(prefix, sizeof prefix, "%d:", (int)pid);
+    DIR *d = opendir("/dev/shm");
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (strncmp(e->d_name, prefix, strlen(prefix))) continue;
+        snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
+        unlink(path);
+    }
+    if (d) closedir(d);
+}
+
 static pid_t spawn(int (*fn)(int, int), int who, int *fd) {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) { perror("socketpair"); exit(1); }
+    fflush(stdout); /* else the child prints what is buffered again */
     pid_t pid = fork(); /* before any fabriclib call in this process */
     if (pid == 0) {
         close(sv[0]);
@@ -328,7 +374,7 @@ static pid_t spawn(int (*fn)(int, int), int who, int *fd) {
 
 int main(int argc, char **argv) {
     if (argc < 2 || strcmp(argv[1], "demo")) {
-        fprintf(stderr, "usage: %s demo [--trainers T] [--ranks R] [--model dense|moe] [--scale D] [--versions V] [--provider P]\n", argv[0]);
+        fprintf(stderr, "usage: %s demo [--trainers T] [--ranks R] [--model dense|moe] [--scale D] [--versions V] [--provider P] [--elastic V]\n", argv[0]);
         return 2;
     }
     for (int i = 2; i + 1 < argc; i += 2) {
@@ -337,10 +383,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--versions")) versions = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--scale")) scale = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--model")) model = argv[i + 1];
+        else if (!strcmp(argv[i], "--elastic")) kill_version = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--provider")) provider = !strcmp(argv[i + 1], "tcp") ? "tcp;ofi_rxm" : argv[i + 1];
         else { fprintf(stderr, "unknown option %s\n", argv[i]); return 2; }
     }
-    if (trainers < 1 || ranks < 1 || versions < 1 || scale < 1 || (strcmp(model, "dense") && strcmp(model, "moe"))) {
+    if (trainers < 1 || ranks < 1 || ranks > 64 || versions < 1 || scale < 1 || kill_version < 0 ||
+        (kill_version && (ranks < 2 || kill_version >= versions)) || (strcmp(model, "dense") && strcmp(model, "moe"))) {
         fprintf(stderr, "bad arguments\n");
         return 2;
     }
@@ -349,7 +397,6 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < nts; i++) total += ts[i].rows * ts[i].cols * 2;
     printf("%s model / %d: %zu tensors, %.1f MiB; %d trainers (FSDP) -> %d inference ranks (TP), %s\n", model, scale,
            nts, total / 1048576.0, trainers, ranks, provider);
-    fflush(stdout); /* before the forks: else each child prints it again */
     int *rfd = calloc((size_t)ranks, sizeof *rfd), *tfd = calloc((size_t)trainers, sizeof *tfd);
     pid_t *pids = calloc((size_t)(ranks + trainers), sizeof *pids);
     for (int r = 0; r < ranks; r++) pids[r] = spawn(rank_main, r, &rfd[r]);
@@ -359,25 +406,50 @@ int main(int argc, char **argv) {
         size_t n = oob_get_blob(rfd[r], blob, sizeof blob);
         for (int k = 0; k < trainers; k++) oob_put_blob(tfd[k], blob, n);
     }
-    int failed = 0;
+    int failed = 0, last = ranks - 1;
+    uint64_t dead = 0;
     for (int v = 1; v <= versions; v++) {
+        if (dead) { /* a new rank takes the killed one's slot: its descriptor is all the trainers need */
+            first_version = v;
+            close(rfd[last]);
+            pids[last] = spawn(rank_main, last, &rfd[last]);
+            size_t n = oob_get_blob(rfd[last], blob, sizeof blob);
+            for (int k = 0; k < trainers; k++) put_msg(tfd[k], (msg){.kind = 'J', .version = last}), oob_put_blob(tfd[k], blob, n);
+            dead = 0;
+        }
         for (int r = 0; r < ranks; r++) failed |= get_msg(rfd[r]).kind != 'R';
         for (int k = 0; k < trainers; k++) put_msg(tfd[k], (msg){.kind = 'G', .version = v});
+        for (int k = 0; k < trainers; k++) failed |= get_msg(tfd[k]).kind != 'S';
+        if (v == kill_version) { /* mid-push: every write is submitted, some are on the wire */
+            int st;
+            kill(pids[last], SIGKILL);
+            waitpid(pids[last], &st, 0);
+            remove_shm_leftovers(pids[last]);
+            dead = 1ull << last;
+        }
+        for (int k = 0; k < trainers; k++) put_msg(tfd[k], (msg){.kind = 'P', .version = v, .mask = dead});
         double slowest = 0;
+        uint64_t dead_failed = 0;
         for (int k = 0; k < trainers; k++) {
             msg m = get_msg(tfd[k]);
             failed |= m.kind != 'D' || m.bad;
             slowest = m.secs > slowest ? m.secs : slowest;
+            dead_failed += m.mask;
         }
         uint64_t bad = 0;
         for (int r = 0; r < ranks; r++) {
+            if (dead >> r & 1) continue;
             msg m = get_msg(rfd[r]);
             failed |= m.kind != 'V';
             bad += m.bad;
         }
         failed |= bad != 0;
-        printf("version %d: pushed in %.1f ms (%.2f GB/s per trainer), %s\n", v, slowest * 1e3,
-               total / (double)trainers / slowest / 1e9, bad ? "BYTES DIFFER" : "every byte verified on every rank");
+        printf("version %d: pushed in %.1f ms (%.2f GB/s per trainer), %s", v, slowest * 1e3,
+               total / (double)trainers / slowest / 1e9, bad ? "BYTES DIFFER" : "every byte verified on every live rank");
+        if (dead) printf("; rank %d killed mid-push: %llu of its writes ended PEER_DOWN, none to another rank failed", last,
+                         (unsigned long long)dead_failed);
+        if (v > 1 && v == kill_version + 1) printf("; a new rank %d joined by its descriptor", last);
+        printf("\n");
     }
     for (int i = 0; i < ranks + trainers; i++) {
         int st;

@@ -126,7 +126,7 @@ impl<D: Domain> Worker<D> {
         let Some(a) = self.requests.slots.get(slot).filter(|a| a.parked) else {
             return;
         };
-        let (one, many) = (a.peer, a.unit_peers.clone());
+        let (one, many, epoch) = (a.peer, a.unit_peers.clone(), a.epoch);
         let (mut ready, mut down) = (true, None);
         for &p in many.as_deref().unwrap_or(std::slice::from_ref(&one)) {
             match self.peer_ready(p) {
@@ -141,7 +141,11 @@ impl<D: Domain> Worker<D> {
             return;
         }
         let n = self.domains.len();
-        let a = self.requests.slots.get(slot).unwrap();
+        // A peer found down just now (shm: its liveness record says its
+        // process died) has already ended its requests, this one included.
+        let Some(a) = self.requests.slots.current(slot, epoch) else {
+            return;
+        };
         a.parked = false;
         if let Some(e) = down {
             return self.end(slot, e);

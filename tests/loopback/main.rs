@@ -492,6 +492,7 @@ const TESTS: &[(&str, Test)] = &[
     ("calls_from_callbacks", faults::calls_from_callbacks),
     ("connect_reports_readiness", faults::connect_reports_readiness),
     ("peers_removed_end_their_requests", removal::peers_removed_end_their_requests),
+    ("a_peer_found_dead_at_admission", removal::a_peer_found_dead_at_admission),
     ("groups_write_across_groups", groups::groups_write_across_groups),
     ("groups_nic_counts_must_match", groups::groups_nic_counts_must_match),
     ("groups_take_memory_of_their_numa_node", groups::groups_take_memory_of_their_numa_node),

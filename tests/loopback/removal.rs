@@ -1,6 +1,8 @@
-//! Peers the application forgets (`remove_peer`): what is pending on them
-//! ends with `Canceled`, they are never pinged or reported again, and the
-//! descriptors they own stay valid (the next request greets them afresh).
+//! Peers that go away. Forgotten by the application (`remove_peer`): what is
+//! pending on them ends with `Canceled`, they are never pinged or reported
+//! again, and the descriptors they own stay valid (the next request greets
+//! them afresh). Found dead just as a request to them is admitted: the
+//! request ends `PeerDown`, and the worker goes on.
 use super::faults::{Ends, still_serves, wait_peer_event, with_peer_events};
 use super::*;
 use fabriclib::PeerState;
@@ -68,4 +70,49 @@ pub fn peers_removed_end_their_requests(prov: &str, domains: usize) -> TestResul
         (2, []) => Ok(()),
         (n, said) => Err(format!("the live peer reported up {n} times; the removed one: {said:?}")),
     }
+}
+
+/// shm: a peer whose process died is found dead by the check of its
+/// liveness record as a request to it is admitted, before any keepalive
+/// tick noticed (manual progress: this process decides when the worker
+/// runs). The request ends `PeerDown`; the worker goes on (it used to panic
+/// there: the request had already ended with its peer).
+pub fn a_peer_found_dead_at_admission(prov: &str, domains: usize) -> TestResult {
+    if prov != "shm" {
+        eprintln!("    (shm only: its liveness records)");
+        return Ok(());
+    }
+    let cfg = EngineConfig { nic_count: domains, manual_progress: true, ..Default::default() };
+    let l = local_with(cfg, prov, 4096, 93)?;
+    let drive = |f: &AtomicU32| -> TestResult {
+        let t = Instant::now();
+        while f.load(Ordering::Acquire) & FLAG_DONE == 0 {
+            l.engine.progress();
+            if t.elapsed() > WAIT {
+                return Err("a request did not end".into());
+            }
+        }
+        Ok(())
+    };
+    let mut p = Peer::spawn(prov, domains, 4096)?;
+    let d = desc(&p);
+    let up = flag();
+    l.engine.submit_single_write(64, None, &l.mr, 0, &d, 0, OnDone::Flag(up.clone())).map_err(e2s)?;
+    drive(&up)?;
+    if up.load(Ordering::Acquire) & 0xffff != Status::Ok as u32 {
+        return Err(format!("the first write ended {:#x}", up.load(Ordering::Acquire)));
+    }
+    p.kill9();
+    let f = flag();
+    l.engine.submit_single_write(64, None, &l.mr, 0, &d, 0, OnDone::Flag(f.clone())).map_err(e2s)?;
+    drive(&f)?;
+    let st = f.load(Ordering::Acquire) & 0xffff;
+    if st != Status::PeerDown as u32 {
+        return Err(format!("the write to the dead peer ended {st:#x}, not PeerDown"));
+    }
+    // The worker goes on: a request to another peer still lands.
+    let q = Peer::spawn(prov, domains, 4096)?;
+    let g = flag();
+    l.engine.submit_single_write(64, None, &l.mr, 0, &desc(&q), 0, OnDone::Flag(g.clone())).map_err(e2s)?;
+    drive(&g)
 }
