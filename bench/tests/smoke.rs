@@ -129,19 +129,37 @@ fn unknown_provider_fails_cleanly() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("no-such-provider"));
 }
 
-#[test]
-fn groups_against_one_worker_move_every_stream() {
-    let dir = std::env::temp_dir().join(format!("fabriclib-groups-{}", std::process::id()));
-    let json = dir.with_extension("json");
-    let out = bench()
-        .args(["groups", "--provider", "shm", "--groups", "1,2", "--pages", "8", "--size", "4K", "--iters", "2"])
-        .args(["--reps", "1", "--json", json.to_str().unwrap()])
-        .output()
-        .unwrap();
+/// Runs the benchmark with `args` and `--json FILE`; it must succeed; the JSON it wrote.
+fn bench_json(name: &str, args: &[&str]) -> serde_json::Value {
+    let json = std::env::temp_dir().join(format!("fabriclib-{name}-{}.json", std::process::id()));
+    let out = bench().args(args).args(["--json", json.to_str().unwrap()]).output().unwrap();
     let so = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{so}{}", String::from_utf8_lossy(&out.stderr));
-    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let doc = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let _ = std::fs::remove_file(&json);
+    doc
+}
+
+#[test]
+fn groups_against_one_worker_move_every_stream() {
+    let doc = bench_json(
+        "groups",
+        &[
+            "groups",
+            "--provider",
+            "shm",
+            "--groups",
+            "1,2",
+            "--pages",
+            "8",
+            "--size",
+            "4K",
+            "--iters",
+            "2",
+            "--reps",
+            "1",
+        ],
+    );
     let rows = doc["groups"].as_array().unwrap();
     assert_eq!(rows.iter().map(|r| r["n"].as_u64().unwrap()).collect::<Vec<_>>(), [1, 2]);
     assert!(
@@ -151,16 +169,10 @@ fn groups_against_one_worker_move_every_stream() {
 
 #[test]
 fn the_layer_loop_lands_every_layer_under_each_spin_setting() {
-    let json = std::env::temp_dir().join(format!("fabriclib-layers-{}.json", std::process::id()));
-    let out = bench()
-        .args(["layers", "--provider", "shm", "--layers", "20", "--compute-us", "100", "--rounds", "1"])
-        .args(["--json", json.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let so = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{so}{}", String::from_utf8_lossy(&out.stderr));
-    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let _ = std::fs::remove_file(&json);
+    let doc = bench_json(
+        "layers",
+        &["layers", "--provider", "shm", "--layers", "20", "--compute-us", "100", "--rounds", "1"],
+    );
     let rows = doc["rows"].as_array().unwrap();
     let names: Vec<&str> = rows.iter().map(|r| r["spin"].as_str().unwrap()).collect();
     assert_eq!(names, ["auto", "fixed-10ms", "fixed-200us", "fixed-50us", "nap"]);
