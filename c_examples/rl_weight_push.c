@@ -6,6 +6,7 @@
  *
  *   rl_weight_push demo [--trainers T] [--ranks R] [--model dense|moe]
  *                       [--scale D] [--versions V] [--provider P] [--elastic V]
+ *                       [--json FILE]
  *
  * The parameter list is a real architecture's (dense: Llama-3-8B's shapes;
  * moe: Qwen1.5-MoE-A2.7B's, 60 experts), every dimension but the counts
@@ -52,6 +53,7 @@ static int trainers = 2, ranks = 2, versions = 3, scale = 16;
 /* --elastic V: the last rank is killed once version V is submitted; a new
  * one joins in its slot for version V + 1 (0: never). */
 static int kill_version = 0, first_version = 1;
+static const char *json_path; /* --json FILE: what is printed, as JSON */
 static const char *provider = "tcp;ofi_rxm", *model = "dense";
 static tensor *ts;
 static size_t nts;
@@ -361,7 +363,7 @@ static void remove_shm_leftovers(pid_t pid) {
 static pid_t spawn(int (*fn)(int, int), int who, int *fd) {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) { perror("socketpair"); exit(1); }
-    fflush(stdout); /* else the child prints what is buffered again */
+    fflush(NULL); /* else the child writes what is buffered (stdout, --json) again */
     pid_t pid = fork(); /* before any fabriclib call in this process */
     if (pid == 0) {
         close(sv[0]);
@@ -374,7 +376,7 @@ static pid_t spawn(int (*fn)(int, int), int who, int *fd) {
 
 int main(int argc, char **argv) {
     if (argc < 2 || strcmp(argv[1], "demo")) {
-        fprintf(stderr, "usage: %s demo [--trainers T] [--ranks R] [--model dense|moe] [--scale D] [--versions V] [--provider P] [--elastic V]\n", argv[0]);
+        fprintf(stderr, "usage: %s demo [--trainers T] [--ranks R] [--model dense|moe] [--scale D] [--versions V] [--provider P] [--elastic V] [--json FILE]\n", argv[0]);
         return 2;
     }
     for (int i = 2; i + 1 < argc; i += 2) {
@@ -384,6 +386,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--scale")) scale = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--model")) model = argv[i + 1];
         else if (!strcmp(argv[i], "--elastic")) kill_version = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--json")) json_path = argv[i + 1];
         else if (!strcmp(argv[i], "--provider")) provider = !strcmp(argv[i + 1], "tcp") ? "tcp;ofi_rxm" : argv[i + 1];
         else { fprintf(stderr, "unknown option %s\n", argv[i]); return 2; }
     }
@@ -406,6 +409,23 @@ int main(int argc, char **argv) {
         size_t n = oob_get_blob(rfd[r], blob, sizeof blob);
         for (int k = 0; k < trainers; k++) oob_put_blob(tfd[k], blob, n);
     }
+    /* The routing tables, as each trainer builds them (for the report). */
+    size_t entries = 0;
+    double table_ms = 0;
+    for (int k = 0; k < trainers; k++) {
+        size_t nr;
+        layout(k);
+        double t0 = example_now();
+        free(routes(k, &nr));
+        double ms = (example_now() - t0) * 1e3;
+        entries += nr, table_ms = ms > table_ms ? ms : table_ms;
+    }
+    FILE *js = json_path ? fopen(json_path, "w") : NULL;
+    if (json_path && !js) { perror(json_path); return 2; }
+    if (js)
+        fprintf(js, "{\"model\": \"%s\", \"scale\": %d, \"bytes\": %llu, \"tensors\": %zu, \"trainers\": %d, \"ranks\": %d, "
+                    "\"provider\": \"%s\", \"routing_entries\": %zu, \"routing_bytes\": %zu, \"routing_build_ms\": %.3f, \"versions\": [",
+                model, scale, (unsigned long long)total, nts, trainers, ranks, provider, entries, entries * sizeof(route), table_ms);
     int failed = 0, last = ranks - 1;
     uint64_t dead = 0;
     for (int v = 1; v <= versions; v++) {
@@ -450,12 +470,18 @@ int main(int argc, char **argv) {
                          (unsigned long long)dead_failed);
         if (v > 1 && v == kill_version + 1) printf("; a new rank %d joined by its descriptor", last);
         printf("\n");
+        if (js)
+            fprintf(js, "%s{\"version\": %d, \"push_ms\": %.3f, \"gbps_per_trainer\": %.4f, \"verified\": %s, \"killed_rank\": %d, "
+                        "\"dead_rank_writes_failed\": %llu}", v > 1 ? ", " : "", v, slowest * 1e3,
+                    total / (double)trainers / slowest / 1e9, bad ? "false" : "true", dead ? last : -1,
+                    (unsigned long long)dead_failed);
     }
     for (int i = 0; i < ranks + trainers; i++) {
         int st;
         waitpid(pids[i], &st, 0);
         failed |= !WIFEXITED(st) || WEXITSTATUS(st);
     }
+    if (js) fprintf(js, "], \"ok\": %s}\n", failed ? "false" : "true"), fclose(js);
     printf("%s\n", failed ? "FAILED" : "ok");
     return failed;
 }
