@@ -67,50 +67,49 @@ static void add(const char *name, int layer, uint64_t rows, uint64_t cols, enum 
     t->rows = rows, t->cols = cols, t->split = s;
 }
 
-/* The parameter list: a weight [out, in] row-major, bf16 (2 bytes). */
+/* A layer's attention: its norms replicated, q/k/v column-parallel, o row-parallel. */
+static void add_attention(int l, uint64_t h, uint64_t kv) {
+    add("input_layernorm", l, h, 1, REP);
+    add("self_attn.q_proj", l, h, h, COL);
+    add("self_attn.k_proj", l, kv, h, COL);
+    add("self_attn.v_proj", l, kv, h, COL);
+    add("self_attn.o_proj", l, h, h, ROW);
+    add("post_attention_layernorm", l, h, 1, REP);
+}
+
+/* An MLP (or an expert) at `prefix`: gate and up column-parallel, down row-parallel. */
+static void add_mlp(const char *prefix, int l, uint64_t inter, uint64_t h) {
+    char n[64];
+    snprintf(n, sizeof n, "%s.gate_proj", prefix), add(n, l, inter, h, COL);
+    snprintf(n, sizeof n, "%s.up_proj", prefix), add(n, l, inter, h, COL);
+    snprintf(n, sizeof n, "%s.down_proj", prefix), add(n, l, h, inter, ROW);
+}
+
+/* The parameter list: a weight [out, in] row-major, bf16 (2 bytes).
+ * dense: Llama-3-8B; moe: Qwen1.5-MoE-A2.7B (60 routed experts, a shared
+ * expert, a router). */
 static void build_model(void) {
     uint64_t d = (uint64_t)scale;
-    if (!strcmp(model, "dense")) { /* Llama-3-8B */
-        uint64_t h = 4096 / d, inter = 14336 / d, kv = 1024 / d, vocab = 128256 / d;
-        add("embed_tokens", -1, vocab, h, COL);
-        for (int l = 0; l < 32; l++) {
-            add("input_layernorm", l, h, 1, REP);
-            add("self_attn.q_proj", l, h, h, COL);
-            add("self_attn.k_proj", l, kv, h, COL);
-            add("self_attn.v_proj", l, kv, h, COL);
-            add("self_attn.o_proj", l, h, h, ROW);
-            add("post_attention_layernorm", l, h, 1, REP);
-            add("mlp.gate_proj", l, inter, h, COL);
-            add("mlp.up_proj", l, inter, h, COL);
-            add("mlp.down_proj", l, h, inter, ROW);
+    int dense = !strcmp(model, "dense");
+    uint64_t h = (dense ? 4096 : 2048) / d, vocab = (dense ? 128256 : 151936) / d;
+    add("embed_tokens", -1, vocab, h, COL);
+    for (int l = 0; l < (dense ? 32 : 24); l++) {
+        add_attention(l, h, dense ? 1024 / d : h);
+        if (dense) {
+            add_mlp("mlp", l, 14336 / d, h);
+            continue;
         }
-        add("norm", -1, h, 1, REP);
-        add("lm_head", -1, vocab, h, COL);
-    } else { /* Qwen1.5-MoE-A2.7B: 60 routed experts, a shared expert, a router */
-        uint64_t h = 2048 / d, moe = 1408 / d, shared = 5632 / d, vocab = 151936 / d;
-        add("embed_tokens", -1, vocab, h, COL);
-        for (int l = 0; l < 24; l++) {
+        add("mlp.gate", l, 60, h, REP);
+        for (int e = 0; e < 60; e++) {
             char n[48];
-            add("input_layernorm", l, h, 1, REP);
-            add("self_attn.q_proj", l, h, h, COL);
-            add("self_attn.k_proj", l, h, h, COL);
-            add("self_attn.v_proj", l, h, h, COL);
-            add("self_attn.o_proj", l, h, h, ROW);
-            add("post_attention_layernorm", l, h, 1, REP);
-            add("mlp.gate", l, 60, h, REP);
-            for (int e = 0; e < 60; e++) {
-                snprintf(n, sizeof n, "mlp.experts.%d.gate_proj", e), add(n, l, moe, h, COL);
-                snprintf(n, sizeof n, "mlp.experts.%d.up_proj", e), add(n, l, moe, h, COL);
-                snprintf(n, sizeof n, "mlp.experts.%d.down_proj", e), add(n, l, h, moe, ROW);
-            }
-            add("mlp.shared_expert.gate_proj", l, shared, h, COL);
-            add("mlp.shared_expert.up_proj", l, shared, h, COL);
-            add("mlp.shared_expert.down_proj", l, h, shared, ROW);
-            add("mlp.shared_expert_gate", l, 1, h, REP);
+            snprintf(n, sizeof n, "mlp.experts.%d", e);
+            add_mlp(n, l, 1408 / d, h);
         }
-        add("norm", -1, h, 1, REP);
-        add("lm_head", -1, vocab, h, COL);
+        add_mlp("mlp.shared_expert", l, 5632 / d, h);
+        add("mlp.shared_expert_gate", l, 1, h, REP);
     }
+    add("norm", -1, h, 1, REP);
+    add("lm_head", -1, vocab, h, COL);
 }
 
 /* Part k of n of [0, len): [lo, hi). */

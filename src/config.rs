@@ -247,7 +247,7 @@ impl std::fmt::Display for Bind {
 }
 
 /// Most DomainGroups one engine may have (a group's index fits the low bits
-/// of its epoch: wire.rs).
+/// of its epoch: src/wire/).
 pub use crate::wire::MAX_GROUPS;
 
 /// What one group's worker runs with, resolved once from the engine's

@@ -195,6 +195,7 @@ impl Drop for Record {
         // SAFETY: page stays mapped until munmap below; closed first, so a
         // reader never takes the unlocked word for a live engine.
         unsafe { (*self.page).closed.store(1, Ordering::Release) };
+        // SAFETY: as above: the page is still mapped.
         if unsafe { word(self.page) }.load(Ordering::Acquire) & FUTEX_TID_MASK != 0 {
             let _ = ask(|tx| Keep::Unlock(self.page as usize, tx));
         }

@@ -391,8 +391,8 @@ mod tests {
                 }),
             )
             .unwrap();
-        // SAFETY: as above; the memory stays alive while `keep` is held.
         let keep = h.mem.clone();
+        // SAFETY: as above; the memory stays alive while `keep` is held.
         let word = unsafe { &*(keep.host() as *const AtomicU64) };
         *slot.lock().unwrap() = Some(h);
         word.store(1, Ordering::Release);

@@ -53,14 +53,15 @@ impl TransferEngine {
         if let Some((id, _)) = sets.iter().find(|(_, m)| m.iter().any(|a| a.engine_id() == engine)) {
             bail!(InvalidArgument, "remove_peer: peer set {id} lists this peer; remove the set first");
         }
-        if self.peer_state(peer)?.is_none() {
+        let (mut entries, mut ended) = (0, 0);
+        for g in 0..self.groups.len() {
+            let (e, n) = self.rpc_to(g, |reply| Ctrl::RemovePeer { engine, reply })?;
+            (entries, ended) = (entries + e, ended + n);
+        }
+        if entries == 0 {
             bail!(NotFound, "remove_peer: no group of this engine knows that peer");
         }
-        let mut n = 0;
-        for g in 0..self.groups.len() {
-            n += self.rpc_to(g, |reply| Ctrl::RemovePeer { engine, reply })?;
-        }
-        Ok(n)
+        Ok(ended)
     }
 
     /// Greets the engine at `peer` now (requests to a new peer do so

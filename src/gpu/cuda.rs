@@ -290,10 +290,11 @@ impl Cuda {
             // SAFETY: valid out-pointer; a current context (with_context).
             self.check("cuMemHostAlloc", unsafe { (self.mem_host_alloc)(&mut host, len, flags) })?;
             let mut dev: CuDevicePtr = 0;
-            // SAFETY: host came from cuMemHostAlloc with DEVICEMAP.
-            if let Err(e) = self
-                .check("cuMemHostGetDevicePointer", unsafe { (self.mem_host_get_device_pointer)(&mut dev, host, 0) })
-            {
+            if let Err(e) = self.check(
+                "cuMemHostGetDevicePointer",
+                // SAFETY: host came from cuMemHostAlloc with DEVICEMAP; dev is a writable CuDevicePtr.
+                unsafe { (self.mem_host_get_device_pointer)(&mut dev, host, 0) },
+            ) {
                 // SAFETY: allocated above.
                 unsafe { (self.mem_free_host)(host) };
                 return Err(e);

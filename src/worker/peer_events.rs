@@ -64,11 +64,11 @@ impl<D: Domain> Worker<D> {
     /// `engine` with `Canceled`, as `cancel_peer` does, and forgets its
     /// entries (`Peers::remove`): no keepalive, no report, no sender name
     /// for it any more; the descriptors it owns look it up afresh when next
-    /// used. Returns how many requests ended.
-    pub(super) fn remove_peer(&mut self, engine: u64) -> usize {
+    /// used. Returns how many entries it had and how many requests ended.
+    pub(super) fn remove_peer(&mut self, engine: u64) -> (usize, usize) {
         self.accept_queued();
-        let mut n = 0;
-        for p in self.peers.of_engine(engine) {
+        let (entries, mut n) = (self.peers.of_engine(engine), 0);
+        for &p in &entries {
             n += self.end_all(p, || Error::new(Status::Canceled, "canceled: its peer was removed"));
             self.requests.dsts.unlink(p);
             self.peers.remove(p);
@@ -77,7 +77,7 @@ impl<D: Domain> Worker<D> {
             let g = self.group;
             self.notifier.run(Box::new(move || ps.forget(g, engine)));
         }
-        n
+        (entries.len(), n)
     }
 
     /// Peer `p`'s liveness record says its engine is gone: it is down.

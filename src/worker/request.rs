@@ -221,10 +221,10 @@ pub enum Ctrl {
         reply: Sender<crate::error::Result<u64>>,
     },
     /// Removes every entry of a peer engine (`remove_peer`); replies how
-    /// many requests ended.
+    /// many entries it had and how many requests ended.
     RemovePeer {
         engine: u64,
-        reply: Sender<crate::error::Result<usize>>,
+        reply: Sender<crate::error::Result<(usize, usize)>>,
     },
     /// Removes receive pool `id` (recv.rs).
     RemoveRecvPool {

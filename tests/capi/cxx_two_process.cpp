@@ -210,28 +210,28 @@ int main(int argc, char **argv) {
   std::string provider = argc > 1 ? argv[1] : "tcp";
   int down[2], up[2];  // initiator -> target, target -> initiator
   if (pipe(down) || pipe(up)) return 2;
+  // One side of the test; an exception escaping it fails the side.
+  auto side = [&provider](const char *who, int (*fn)(const std::string &, int, int), int from, int to) {
+    int rc = 1;
+    try {
+      rc = fn(provider, from, to);
+    } catch (const fabriclib::Error &x) {
+      std::fprintf(stderr, "%s: %s\n", who, x.what());
+    }
+    return rc;
+  };
   std::fflush(stdout);
   pid_t child = fork();
   if (child == 0) {
     close(down[1]);
     close(up[0]);
-    int rc = 1;
-    try {
-      rc = target(provider, up[1], down[0]);
-    } catch (const fabriclib::Error &x) {
-      std::fprintf(stderr, "target: %s\n", x.what());
-    }
+    int rc = side("target", target, up[1], down[0]);
     std::fflush(stdout);
     _exit(rc);
   }
   close(down[0]);
   close(up[1]);
-  int rc = 1;
-  try {
-    rc = initiator(provider, up[0], down[1]);
-  } catch (const fabriclib::Error &x) {
-    std::fprintf(stderr, "initiator: %s\n", x.what());
-  }
+  int rc = side("initiator", initiator, up[0], down[1]);
   int st = 0;
   waitpid(child, &st, 0);
   bool ok = rc == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0;

@@ -119,6 +119,7 @@ fn device_memory_refused_without_fi_hmem() -> TestResult {
         // Detected by itself, and said explicitly: both refused, never registered as host memory.
         // SAFETY: device memory that outlives the engine's use (the registration fails).
         let auto = unsafe { e.register(d as *mut u8, 1 << 20) };
+        // SAFETY: as above.
         let explicit = unsafe { e.register_memory(d as *mut u8, 1 << 20, Some(0)) };
         for r in [auto, explicit] {
             match r {
@@ -298,8 +299,9 @@ fn kernel_waits_for_landed_pages() -> TestResult {
     }
     // SAFETY: the flag word, stored by the worker.
     let fv = unsafe { &*(flag.host() as *const AtomicU32) }.load(Ordering::Acquire);
-    // SAFETY: stop the mirror before its word goes; free the output.
+    // SAFETY: stop the mirror before its word goes.
     unsafe { r.mirror_imm_count(7, std::ptr::null()) }.map_err(e2s)?;
+    // SAFETY: `out` came from mem_alloc and nothing uses it any more.
     unsafe { c.mem_free(0, out) }.map_err(e2s)?;
     if state != 1 {
         return Err(format!("the kernel timed out waiting for the mirrored counter (state {state})"));

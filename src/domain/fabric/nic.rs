@@ -95,6 +95,7 @@ pub fn spread(names: &[String], index: usize) -> Option<String> {
 pub unsafe fn describe(info: *const fi_info) -> Nic {
     // SAFETY: per the caller; nic and its attributes may be null.
     let name = unsafe { name(info) };
+    // SAFETY: per the caller; each pointer below is checked for null before it is read.
     let from_provider = unsafe {
         let nic = (*info).nic;
         if !nic.is_null() && !(*nic).bus_attr.is_null() && (*(*nic).bus_attr).bus_type == fi_bus_type_FI_BUS_PCI {
