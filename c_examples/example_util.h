@@ -30,14 +30,14 @@ static inline double example_now(void) {
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-/* An engine on `provider`, bound to 127.0.0.1, whose workers idle as
- * `idle` says (FABRICLIB_IDLE_*). */
-static inline fabriclib_engine *example_engine(const char *provider, fabriclib_idle idle) {
+/* An engine on `provider`, bound to `bind` (NULL: 127.0.0.1), whose
+ * workers idle as `idle` says (FABRICLIB_IDLE_*). */
+static inline fabriclib_engine *example_engine(const char *provider, const char *bind, fabriclib_idle idle) {
     fabriclib_config *cfg;
     fabriclib_engine *e;
     CHECK(fabriclib_config_new(&cfg));
     CHECK(fabriclib_config_set_provider(cfg, provider));
-    CHECK(fabriclib_config_set_bind_address(cfg, "127.0.0.1"));
+    CHECK(fabriclib_config_set_bind_address(cfg, bind ? bind : "127.0.0.1"));
     CHECK(fabriclib_config_set_idle_policy(cfg, idle));
     CHECK(fabriclib_engine_create(cfg, &e));
     fabriclib_config_free(cfg);
@@ -61,33 +61,48 @@ static inline size_t oob_get_blob(int fd, void *p, size_t cap) {
     return n;
 }
 
-static inline struct sockaddr_in oob_addr(int port) {
+/* "ADDR:PORT" (IPv4), or a port on 127.0.0.1 when `port` >= 0. */
+static inline struct sockaddr_in oob_addr(const char *addr_port, int port) {
     struct sockaddr_in sa;
+    char ip[64] = "127.0.0.1";
     memset(&sa, 0, sizeof sa);
     sa.sin_family = AF_INET;
+    if (port < 0) {
+        const char *colon = strrchr(addr_port, ':');
+        if (!colon || colon - addr_port >= (long)sizeof ip) { fprintf(stderr, "not ADDR:PORT: %s\n", addr_port); exit(2); }
+        memcpy(ip, addr_port, (size_t)(colon - addr_port)), ip[colon - addr_port] = 0;
+        port = atoi(colon + 1);
+    }
     sa.sin_port = htons((uint16_t)port);
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (inet_pton(AF_INET, ip, &sa.sin_addr) != 1) { fprintf(stderr, "not an IPv4 address: %s\n", ip); exit(2); }
     return sa;
+}
+
+/* Listens on `addr_port` ("ADDR:PORT"; NULL: 127.0.0.1:port). */
+static inline int oob_listen(const char *addr_port, int port) {
+    int ls = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    struct sockaddr_in sa = oob_addr(addr_port, addr_port ? -1 : port);
+    setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(ls, (struct sockaddr *)&sa, sizeof sa) || listen(ls, 64)) { perror("oob bind"); exit(1); }
+    return ls;
 }
 
 /* Listens on 127.0.0.1:port and returns the first connection (*listener: close it after). */
 static inline int oob_accept(int port, int *listener) {
-    int ls = socket(AF_INET, SOCK_STREAM, 0), one = 1;
-    struct sockaddr_in sa = oob_addr(port);
-    setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(ls, (struct sockaddr *)&sa, sizeof sa) || listen(ls, 1)) { perror("oob bind"); exit(1); }
-    *listener = ls;
-    return accept(ls, NULL, NULL);
+    *listener = oob_listen(NULL, port);
+    return accept(*listener, NULL, NULL);
 }
 
-/* Connects to 127.0.0.1:port, retrying for up to 10 s while the other side starts. */
-static inline int oob_connect(int port) {
+/* Connects to `addr_port` ("ADDR:PORT"; NULL: 127.0.0.1:port), retrying
+ * for up to 10 s while the other side starts. */
+static inline int oob_connect_to(const char *addr_port, int port) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = oob_addr(port);
+    struct sockaddr_in sa = oob_addr(addr_port, addr_port ? -1 : port);
     for (int tries = 0; connect(fd, (struct sockaddr *)&sa, sizeof sa); tries++) {
         if (tries > 1000) { perror("oob connect"); exit(1); }
         usleep(10000);
     }
     return fd;
 }
+static inline int oob_connect(int port) { return oob_connect_to(NULL, port); }
 #endif

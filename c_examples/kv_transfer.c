@@ -41,7 +41,7 @@ static void on_layer(void *user_data, fabriclib_status st) {
 static int decode(void) {
     size_t page = (size_t)page_kib << 10, total = (size_t)layers * pages * page, n;
     uint8_t *kv = calloc(1, total), blob[512];
-    fabriclib_engine *e = example_engine(provider, FABRICLIB_IDLE_SPIN);
+    fabriclib_engine *e = example_engine(provider, NULL, FABRICLIB_IDLE_SPIN);
     fabriclib_mr *mr;
     CHECK(fabriclib_mr_register(e, kv, total, &mr));
     layer_done = calloc((size_t)layers, sizeof *layer_done);
@@ -95,7 +95,7 @@ static int prefill(void) {
     for (int l = 0; l < layers; l++)
         for (int p = 0; p < pages; p++)
             for (size_t i = 0; i < page; i++) kv[((size_t)l * pages + p) * page + i] = kv_byte(l, p, i);
-    fabriclib_engine *e = example_engine(provider, FABRICLIB_IDLE_SPIN);
+    fabriclib_engine *e = example_engine(provider, NULL, FABRICLIB_IDLE_SPIN);
     fabriclib_mr *mr;
     fabriclib_remote_mr *dst;
     CHECK(fabriclib_mr_register(e, kv, total, &mr));

@@ -6,23 +6,23 @@
  *
  *   rl_weight_push demo [--trainers T] [--ranks R] [--model dense|moe]
  *                       [--scale D] [--versions V] [--provider P] [--elastic V]
- *                       [--json FILE]
+ *                       [--no-raw] [--json FILE] [--bind ADDR] [--connect ADDR:PORT]
+ *   rl_weight_push ranks --listen ADDR:PORT [--bind ADDR]
  *
- * The parameter list is a real architecture's (dense: Llama-3-8B's shapes;
- * moe: Qwen1.5-MoE-A2.7B's, 60 experts), every dimension but the counts
- * divided by D (default 16) so that it fits the machine. Trainers hold it
- * sharded the FSDP way (every tensor's rows split over T); inference ranks
- * need it tensor-parallel over R (q, k, v, gate, up, embeddings and the
- * head split by rows — column-parallel; o and down split by columns —
- * row-parallel; norms and routers replicated). A routing table computed
+ * The model and the two layouts are in rl_model.h. A routing table computed
  * once from both layouts turns each trainer's shard into, per rank, one
- * scatter of contiguous ranges and one paged write per row-parallel tensor
- * (a row's slice is a page: source stride = the row, destination stride =
- * the rank's slice). Every version fills the shards with f(version, tensor,
- * element); every rank checks every byte of every version.
+ * scatter of contiguous ranges and one paged write per row-parallel slice
+ * length. Every version fills the shards with f(version, tensor, element);
+ * every rank checks every byte of every version.
  *
- * A coordinator (this process) forks the ranks and trainers and passes
- * addresses, descriptors and the lockstep of versions over socketpairs.
+ * After each version the same writes go again through raw libfabric
+ * (raw_fabric.h: no engine, the same processes, buffers and provider) into
+ * zeroed buffers, checked again: the baseline the push is measured against,
+ * in the same run (--no-raw: skip it; never with --elastic or verbs).
+ *
+ * A coordinator (this process) forks the trainers and, unless --connect
+ * names a `ranks` process on another host, the ranks; it passes addresses,
+ * descriptors and the lockstep of versions over sockets.
  *
  * --elastic V: once every write of version V is submitted, the last rank is
  * killed (SIGKILL). Only the writes to it may fail (PEER_DOWN); every other
@@ -31,170 +31,29 @@
  * else is exchanged. */
 #include <fabriclib.h>
 #include "example_util.h"
+#include "raw_fabric.h"
+#include "rl_model.h"
+#include <dirent.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <dirent.h>
-#include <signal.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-enum split { COL, ROW, REP }; /* tensor-parallel: by rows, by columns, replicated */
-typedef struct {
-    char name[96];
-    uint64_t rows, cols;
-    enum split split;
-} tensor;
-
-static int trainers = 2, ranks = 2, versions = 3, scale = 16;
-/* --elastic V: the last rank is killed once version V is submitted; a new
- * one joins in its slot for version V + 1 (0: never). */
-static int kill_version = 0, first_version = 1;
 static const char *json_path; /* --json FILE: what is printed, as JSON */
-static const char *provider = "tcp;ofi_rxm", *model = "dense";
-static tensor *ts;
-static size_t nts;
-
-
-static void add(const char *name, int layer, uint64_t rows, uint64_t cols, enum split s) {
-    ts = realloc(ts, (nts + 1) * sizeof *ts);
-    tensor *t = &ts[nts++];
-    if (layer >= 0) snprintf(t->name, sizeof t->name, "layers.%d.%s", layer, name);
-    else snprintf(t->name, sizeof t->name, "%s", name);
-    t->rows = rows, t->cols = cols, t->split = s;
-}
-
-/* A layer's attention: its norms replicated, q/k/v column-parallel, o row-parallel. */
-static void add_attention(int l, uint64_t h, uint64_t kv) {
-    add("input_layernorm", l, h, 1, REP);
-    add("self_attn.q_proj", l, h, h, COL);
-    add("self_attn.k_proj", l, kv, h, COL);
-    add("self_attn.v_proj", l, kv, h, COL);
-    add("self_attn.o_proj", l, h, h, ROW);
-    add("post_attention_layernorm", l, h, 1, REP);
-}
-
-/* An MLP (or an expert) at `prefix`: gate and up column-parallel, down row-parallel. */
-static void add_mlp(const char *prefix, int l, uint64_t inter, uint64_t h) {
-    char n[64];
-    snprintf(n, sizeof n, "%s.gate_proj", prefix), add(n, l, inter, h, COL);
-    snprintf(n, sizeof n, "%s.up_proj", prefix), add(n, l, inter, h, COL);
-    snprintf(n, sizeof n, "%s.down_proj", prefix), add(n, l, h, inter, ROW);
-}
-
-/* The parameter list: a weight [out, in] row-major, bf16 (2 bytes).
- * dense: Llama-3-8B; moe: Qwen1.5-MoE-A2.7B (60 routed experts, a shared
- * expert, a router). */
-static void build_model(void) {
-    uint64_t d = (uint64_t)scale;
-    int dense = !strcmp(model, "dense");
-    uint64_t h = (dense ? 4096 : 2048) / d, vocab = (dense ? 128256 : 151936) / d;
-    add("embed_tokens", -1, vocab, h, COL);
-    for (int l = 0; l < (dense ? 32 : 24); l++) {
-        add_attention(l, h, dense ? 1024 / d : h);
-        if (dense) {
-            add_mlp("mlp", l, 14336 / d, h);
-            continue;
-        }
-        add("mlp.gate", l, 60, h, REP);
-        for (int e = 0; e < 60; e++) {
-            char n[48];
-            snprintf(n, sizeof n, "mlp.experts.%d", e);
-            add_mlp(n, l, 1408 / d, h);
-        }
-        add_mlp("mlp.shared_expert", l, 5632 / d, h);
-        add("mlp.shared_expert_gate", l, 1, h, REP);
-    }
-    add("norm", -1, h, 1, REP);
-    add("lm_head", -1, vocab, h, COL);
-}
-
-/* Part k of n of [0, len): [lo, hi). */
-static void part(uint64_t len, int k, int n, uint64_t *lo, uint64_t *hi) {
-    *lo = len * (uint64_t)k / (uint64_t)n;
-    *hi = len * (uint64_t)(k + 1) / (uint64_t)n;
-}
-
-/* Element `i` (row-major index in the whole tensor) of tensor `t` in version `v`. */
-static uint16_t value(int v, size_t t, uint64_t i) {
-    uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ ((uint64_t)t << 32 | (uint64_t)v);
-    x ^= x >> 31;
-    x *= 0xBF58476D1CE4E5B9ull;
-    return (uint16_t)(x ^ (x >> 29));
-}
-
-/* Bytes of tensor t that trainer k holds (rows lo..hi), and rank r (its TP slice). */
-static uint64_t trainer_bytes(const tensor *t, int k) {
-    uint64_t lo, hi;
-    part(t->rows, k, trainers, &lo, &hi);
-    return (hi - lo) * t->cols * 2;
-}
-static uint64_t rank_bytes(const tensor *t, int r) {
-    uint64_t lo, hi;
-    if (t->split == REP) return t->rows * t->cols * 2;
-    part(t->split == COL ? t->rows : t->cols, r, ranks, &lo, &hi);
-    return (hi - lo) * (t->split == COL ? t->cols : t->rows) * 2;
-}
-
-/* Where each tensor starts in a trainer's and in each rank's buffer. */
-static uint64_t *toff, *roff; /* [nts], [ranks * nts] */
-static uint64_t tlen, *rlen;
-static void layout(int k) {
-    toff = calloc(nts, 8), roff = calloc((size_t)ranks * nts, 8), rlen = calloc((size_t)ranks, 8), tlen = 0;
-    for (size_t i = 0; i < nts; i++) toff[i] = tlen, tlen += trainer_bytes(&ts[i], k);
-    for (int r = 0; r < ranks; r++)
-        for (size_t i = 0; i < nts; i++) roff[r * nts + i] = rlen[r], rlen[r] += rank_bytes(&ts[i], r);
-}
-
-/* One routing entry: a contiguous range (rows == 0), or `rows` pages of
- * `len` bytes: source stride `sstride`, destination stride `dstride`. */
-typedef struct {
-    int rank;
-    uint64_t src, dst, len, rows, sstride, dstride;
-} route;
-
-/* Trainer k's routing table: its shard of every tensor, onto every rank. */
-static route *routes(int k, size_t *n) {
-    route *rt = NULL;
-    size_t cap = 0;
-    *n = 0;
-#define PUSH(...)                                                                    \
-    do {                                                                             \
-        if (*n == cap) rt = realloc(rt, (cap = cap ? 2 * cap : 256) * sizeof *rt);   \
-        rt[(*n)++] = (route){__VA_ARGS__};                                           \
-    } while (0)
-    for (size_t i = 0; i < nts; i++) {
-        const tensor *t = &ts[i];
-        uint64_t a, b, row = t->cols * 2;
-        part(t->rows, k, trainers, &a, &b);
-        for (int r = 0; r < ranks && b > a; r++) {
-            uint64_t src = toff[i], dst = roff[r * nts + i], lo, hi;
-            if (t->split == REP) {
-                PUSH(.rank = r, .src = src, .dst = dst + a * row, .len = (b - a) * row);
-            } else if (t->split == COL) {
-                part(t->rows, r, ranks, &lo, &hi);
-                uint64_t s = a > lo ? a : lo, e = b < hi ? b : hi;
-                if (e > s) PUSH(.rank = r, .src = src + (s - a) * row, .dst = dst + (s - lo) * row, .len = (e - s) * row);
-            } else { /* ROW: rows a..b, columns lo..hi of each */
-                part(t->cols, r, ranks, &lo, &hi);
-                uint64_t slice = (hi - lo) * 2;
-                PUSH(.rank = r, .src = src + lo * 2, .dst = dst + a * slice, .len = slice, .rows = b - a,
-                     .sstride = row, .dstride = slice);
-            }
-        }
-    }
-#undef PUSH
-    return rt;
-}
+static const char *bind_addr; /* --bind ADDR: this host's address for the engines (default 127.0.0.1) */
+static int first_version = 1; /* a rank that joins later starts there */
 
 /* Coordinator <-> child messages. */
 typedef struct {
     /* 'R' ready, 'V' verified (rank); 'J' join (a rank's descriptor
      * follows; `version` is its slot), 'G' go, 'P' proceed (`mask`: the
-     * ranks killed since go) to a trainer; 'S' submitted, 'D' done from it. */
+     * ranks killed since go) to a trainer; 'S' submitted, 'D' done from it.
+     * The raw pass: 'Z' zero your buffer (rank; it answers 'R'), 'X' push
+     * (trainer; it answers 'D'). */
     int kind;
     int version;
     double secs;
@@ -208,17 +67,26 @@ static msg get_msg(int fd) {
     return m;
 }
 
-/* T + R engines share this machine's cores with the fills and checks:
- * their workers sleep when idle rather than spin (the default spins a core
- * each, and an engine starved of CPU for the peer timeout is taken for dead
- * by its peers). */
-#define IDLE FABRICLIB_IDLE_BLOCK
-
 static uint32_t imm_of(int v) { return 0x52000000u | (uint32_t)v; }
+
+/* Bytes of rank r's buffer that differ from version v. */
+static uint64_t check(int r, int v, const uint8_t *buf) {
+    uint64_t bad = 0;
+    for (size_t i = 0; i < nts; i++) {
+        const tensor *t = &ts[i];
+        const uint16_t *p = (const uint16_t *)(buf + roff[r * nts + i]);
+        uint64_t lo = 0, hi = 0, r0 = 0, r1 = t->rows, c0 = 0, c1 = t->cols;
+        if (t->split == COL) part(t->rows, r, opt.ranks, &lo, &hi), r0 = lo, r1 = hi;
+        if (t->split == ROW) part(t->cols, r, opt.ranks, &lo, &hi), c0 = lo, c1 = hi;
+        for (uint64_t y = r0; y < r1; y++)
+            for (uint64_t x = c0; x < c1; x++) bad += *p++ != value(v, i, y * t->cols + x);
+    }
+    return bad;
+}
 
 /* Inference rank r: its tensor-parallel buffers; checks every version. */
 static int rank_main(int r, int fd) {
-    fabriclib_engine *e = example_engine(provider, IDLE);
+    fabriclib_engine *e = example_engine(opt.provider, bind_addr, (fabriclib_idle)opt.idle);
     layout(0);
     uint8_t *buf = calloc(1, rlen[r]), blob[FABRICLIB_MAX_DESCRIPTOR_LEN];
     fabriclib_mr *mr;
@@ -226,93 +94,116 @@ static int rank_main(int r, int fd) {
     CHECK(fabriclib_mr_register(e, buf, rlen[r], &mr));
     CHECK(fabriclib_mr_descriptor(mr, blob, sizeof blob, &n));
     oob_put_blob(fd, blob, n);
-    for (int v = first_version; v <= versions; v++) {
+    raw_ep *raw = NULL;
+    if (opt.raw) { /* the baseline's endpoint on the same buffer */
+        raw = raw_open(opt.provider, bind_addr ? bind_addr : "127.0.0.1");
+        raw_register(raw, buf, rlen[r]);
+        oob_xfer(fd, &raw->self, sizeof raw->self, 1);
+    }
+    for (int v = first_version; v <= opt.versions; v++) {
         uint32_t flag = 0;
         fabriclib_submit_opts o = {.struct_size = sizeof o, .flag = &flag};
-        CHECK(fabriclib_expect_imm_count(e, imm_of(v), (uint32_t)trainers, &o, NULL));
+        CHECK(fabriclib_expect_imm_count(e, imm_of(v), (uint32_t)opt.trainers, &o, NULL));
         put_msg(fd, (msg){.kind = 'R', .version = v});
         CHECK(fabriclib_engine_flag_await(e, &flag, FABRICLIB_NO_TIMEOUT, NULL));
-        uint64_t bad = (flag & FABRICLIB_FLAG_STATUS_MASK) ? rlen[r] : 0;
-        for (size_t i = 0; i < nts && !bad; i++) {
-            const tensor *t = &ts[i];
-            const uint16_t *p = (const uint16_t *)(buf + roff[r * nts + i]);
-            uint64_t lo = 0, hi = 0, r0 = 0, r1 = t->rows, c0 = 0, c1 = t->cols;
-            if (t->split == COL) part(t->rows, r, ranks, &lo, &hi), r0 = lo, r1 = hi;
-            if (t->split == ROW) part(t->cols, r, ranks, &lo, &hi), c0 = lo, c1 = hi;
-            for (uint64_t y = r0; y < r1; y++)
-                for (uint64_t x = c0; x < c1; x++) bad += *p++ != value(v, i, y * t->cols + x);
-        }
+        uint64_t bad = (flag & FABRICLIB_FLAG_STATUS_MASK) ? rlen[r] : check(r, v, buf);
         put_msg(fd, (msg){.kind = 'V', .version = v, .bad = bad});
+        if (!raw) continue;
+        msg z = get_msg(fd); /* the raw pass: the same bytes again, into a zeroed buffer */
+        if (z.kind != 'Z' || z.version != v) { fprintf(stderr, "rank %d: out of step\n", r); return 1; }
+        memset(buf, 0, rlen[r]);
+        put_msg(fd, (msg){.kind = 'R', .version = v});
+        raw_wait_imm(raw, imm_of(v), (uint64_t)opt.trainers);
+        put_msg(fd, (msg){.kind = 'V', .version = v, .bad = check(r, v, buf)});
     }
+    if (raw) raw_close(raw);
     fabriclib_mr_deregister(mr);
     fabriclib_engine_destroy(e);
     free(buf);
     return 0;
 }
 
+/* The raw pass of trainer k: every write of its plan straight through
+ * libfabric, then one zero-byte write with the version's immediate to each
+ * rank once all have completed. Returns the seconds it took. */
+static double raw_push(raw_ep *raw, const uint8_t *buf, const rank_plan *p, const fi_addr_t *peer, const raw_remote *rr,
+                       int v) {
+    double t = example_now();
+    uint32_t imm = imm_of(v);
+    for (int r = 0; r < opt.ranks; r++) {
+        for (size_t i = 0; i < p[r].nranges; i++) {
+            const fabriclib_scatter_dst *d = &p[r].ranges[i];
+            raw_write(raw, buf + d->src_offset, d->len, peer[r], &rr[r], d->dst_offset, NULL);
+        }
+        for (size_t j = 0; j < p[r].nruns; j++)
+            for (size_t i = 0; i < p[r].runs[j].n; i++)
+                raw_write(raw, buf + 2 * (uint64_t)p[r].runs[j].src[i], p[r].runs[j].len, peer[r], &rr[r],
+                          2 * (uint64_t)p[r].runs[j].dst[i], NULL);
+    }
+    raw_drain(raw);
+    for (int r = 0; r < opt.ranks; r++) raw_write(raw, buf, 0, peer[r], &rr[r], 0, &imm);
+    raw_drain(raw);
+    return example_now() - t;
+}
+
 /* Trainer k: its FSDP shard, pushed to every rank each version. */
 static int trainer_main(int k, int fd) {
-    fabriclib_engine *e = example_engine(provider, IDLE);
+    fabriclib_engine *e = example_engine(opt.provider, bind_addr, (fabriclib_idle)opt.idle);
     layout(k);
     uint8_t *buf = malloc(tlen ? tlen : 1), blob[FABRICLIB_MAX_DESCRIPTOR_LEN];
     fabriclib_mr *mr;
-    fabriclib_remote_mr **dst = calloc((size_t)ranks, sizeof *dst);
+    fabriclib_remote_mr **dst = calloc((size_t)opt.ranks, sizeof *dst);
     CHECK(fabriclib_mr_register(e, buf, tlen, &mr));
-    for (int r = 0; r < ranks; r++) CHECK(fabriclib_remote_mr_parse(blob, oob_get_blob(fd, blob, sizeof blob), &dst[r]));
     fabriclib_caps caps = {.struct_size = sizeof caps};
     CHECK(fabriclib_engine_caps(e, &caps));
-    double t0 = example_now();
     size_t nr;
     route *rt = routes(k, &nr);
-    double built = example_now() - t0;
-    if (k == 0) printf("trainer 0: routing table of %zu entries (%zu bytes) built in %.2f ms\n", nr, nr * sizeof *rt, built * 1e3);
-    /* Per rank: one scatter of every contiguous range (cut to the largest
-     * work request), and the paged writes of the row-parallel slices. */
-    fabriclib_scatter_dst *sc = malloc((nr + tlen / caps.max_msg_size + 1) * sizeof *sc);
-    uint32_t *idx = NULL;
-    uint64_t most_rows = 0;
-    for (size_t i = 0; i < nr; i++) most_rows = rt[i].rows > most_rows ? rt[i].rows : most_rows;
-    idx = malloc((most_rows + 1) * sizeof *idx);
-    for (uint64_t i = 0; i < most_rows; i++) idx[i] = (uint32_t)i;
-    uint32_t *flags = calloc(nr + (size_t)ranks + 1, sizeof *flags);
-    int *flag_rank = calloc(nr + (size_t)ranks + 1, sizeof *flag_rank);
-    for (int v = 1; v <= versions; v++) {
+    rank_plan *p = plan(rt, nr, caps.max_msg_size);
+    for (int r = 0; r < opt.ranks; r++) {
+        CHECK(fabriclib_remote_mr_parse(blob, oob_get_blob(fd, blob, sizeof blob), &dst[r]));
+        for (size_t i = 0; i < p[r].nranges; i++) p[r].ranges[i].dst = dst[r];
+    }
+    raw_ep *raw = NULL;
+    raw_remote rr[64]; /* (at most 64 ranks) */
+    fi_addr_t peer[64];
+    if (opt.raw) {
+        raw = raw_open(opt.provider, bind_addr ? bind_addr : "127.0.0.1");
+        raw_register(raw, buf, tlen);
+        for (int r = 0; r < opt.ranks; r++) oob_xfer(fd, &rr[r], sizeof rr[r], 0), peer[r] = raw_insert(raw, &rr[r]);
+    }
+    size_t most = 0;
+    for (int r = 0; r < opt.ranks; r++) most += 1 + p[r].nruns;
+    uint32_t *flags = calloc(most, sizeof *flags);
+    int *flag_rank = calloc(most, sizeof *flag_rank);
+    for (int v = 1; v <= opt.versions; v++) {
         msg go = get_msg(fd);
         for (; go.kind == 'J'; go = get_msg(fd)) { /* a new rank in slot go.version: its descriptor is all it takes */
-            fabriclib_remote_mr_free(dst[go.version]);
-            CHECK(fabriclib_remote_mr_parse(blob, oob_get_blob(fd, blob, sizeof blob), &dst[go.version]));
+            int r = go.version;
+            fabriclib_remote_mr_free(dst[r]);
+            CHECK(fabriclib_remote_mr_parse(blob, oob_get_blob(fd, blob, sizeof blob), &dst[r]));
+            for (size_t i = 0; i < p[r].nranges; i++) p[r].ranges[i].dst = dst[r];
         }
         if (go.kind != 'G' || go.version != v) { fprintf(stderr, "trainer %d: out of step\n", k); return 1; }
         for (size_t i = 0; i < nts; i++) { /* this version's shard */
             uint64_t a, b;
-            part(ts[i].rows, k, trainers, &a, &b);
-            uint16_t *p = (uint16_t *)(buf + toff[i]);
-            for (uint64_t j = a * ts[i].cols; j < b * ts[i].cols; j++) *p++ = value(v, i, j);
+            part(ts[i].rows, k, opt.trainers, &a, &b);
+            uint16_t *q = (uint16_t *)(buf + toff[i]);
+            for (uint64_t j = a * ts[i].cols; j < b * ts[i].cols; j++) *q++ = value(v, i, j);
         }
         double t = example_now();
         size_t nf = 0;
-        memset(flags, 0, (nr + (size_t)ranks + 1) * sizeof *flags);
-        for (int r = 0; r < ranks; r++) {
-            size_t ns = 0;
-            for (size_t i = 0; i < nr; i++) {
-                const route *x = &rt[i];
-                if (x->rank != r) continue;
-                fabriclib_submit_opts o = {.struct_size = sizeof o, .flag = &flags[nf], .flags = FABRICLIB_SUBMIT_DELIVERED};
-                if (x->rows) {
-                    fabriclib_pages sp = {idx, x->rows, x->sstride, x->src}, dp = {idx, x->rows, x->dstride, x->dst};
-                    CHECK(fabriclib_submit_paged_writes(e, x->len, NULL, mr, &sp, dst[r], &dp, &o, NULL));
-                    flag_rank[nf++] = r;
-                    continue;
-                }
-                for (uint64_t off = 0; off < x->len; off += caps.max_msg_size) {
-                    uint64_t len = x->len - off < caps.max_msg_size ? x->len - off : caps.max_msg_size;
-                    sc[ns++] = (fabriclib_scatter_dst){len, x->src + off, dst[r], x->dst + off};
-                }
+        memset(flags, 0, most * sizeof *flags);
+        for (int r = 0; r < opt.ranks; r++) { /* every request DELIVERED: the barrier may follow them */
+            fabriclib_submit_opts o = {.struct_size = sizeof o, .flags = FABRICLIB_SUBMIT_DELIVERED};
+            for (size_t j = 0; j < p[r].nruns; j++) {
+                const page_run *u = &p[r].runs[j];
+                fabriclib_pages sp = {u->src, u->n, 2, 0}, dp = {u->dst, u->n, 2, 0};
+                o.flag = &flags[nf], flag_rank[nf++] = r;
+                CHECK(fabriclib_submit_paged_writes(e, u->len, NULL, mr, &sp, dst[r], &dp, &o, NULL));
             }
-            if (ns) {
-                fabriclib_submit_opts o = {.struct_size = sizeof o, .flag = &flags[nf], .flags = FABRICLIB_SUBMIT_DELIVERED};
-                CHECK(fabriclib_submit_scatter(e, 0, NULL, mr, sc, ns, &o, NULL));
-                flag_rank[nf++] = r;
+            if (p[r].nranges) {
+                o.flag = &flags[nf], flag_rank[nf++] = r;
+                CHECK(fabriclib_submit_scatter(e, 0, NULL, mr, p[r].ranges, p[r].nranges, &o, NULL));
             }
         }
         /* Everything is on its way; the coordinator may kill a rank now. */
@@ -329,7 +220,7 @@ static int trainer_main(int k, int fd) {
             }
         }
         /* Every byte to a live rank delivered: one barrier tells each. */
-        for (int r = 0; r < ranks; r++) {
+        for (int r = 0; r < opt.ranks; r++) {
             if (dead >> r & 1) continue;
             uint32_t bar = 0;
             fabriclib_submit_opts o = {.struct_size = sizeof o, .flag = &bar};
@@ -338,8 +229,14 @@ static int trainer_main(int k, int fd) {
             live_failed += (bar & FABRICLIB_FLAG_STATUS_MASK) != 0;
         }
         put_msg(fd, (msg){.kind = 'D', .version = v, .secs = example_now() - t, .bad = live_failed, .mask = dead_failed});
+        if (!raw) continue;
+        msg x = get_msg(fd);
+        if (x.kind != 'X' || x.version != v) { fprintf(stderr, "trainer %d: out of step\n", k); return 1; }
+        put_msg(fd, (msg){.kind = 'D', .version = v, .secs = raw_push(raw, buf, p, peer, rr, v)});
     }
-    for (int r = 0; r < ranks; r++) fabriclib_remote_mr_free(dst[r]);
+    if (raw) raw_close(raw);
+    plan_free(p), free(rt);
+    for (int r = 0; r < opt.ranks; r++) fabriclib_remote_mr_free(dst[r]);
     fabriclib_mr_deregister(mr);
     fabriclib_engine_destroy(e);
     return 0;
@@ -359,128 +256,225 @@ static void remove_shm_leftovers(pid_t pid) {
     if (d) closedir(d);
 }
 
-static pid_t spawn(int (*fn)(int, int), int who, int *fd) {
-    int sv[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) { perror("socketpair"); exit(1); }
+/* Runs fn(who, fd) in a child process on one end of a socketpair (or on
+ * `conn`, an accepted connection, when >= 0); *fd is the other end. */
+static pid_t spawn(int (*fn)(int, int), int who, int conn, int *fd) {
+    int sv[2] = {-1, conn};
+    if (conn < 0 && socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) { perror("socketpair"); exit(1); }
     fflush(NULL); /* else the child writes what is buffered (stdout, --json) again */
     pid_t pid = fork(); /* before any fabriclib call in this process */
     if (pid == 0) {
-        close(sv[0]);
+        if (sv[0] >= 0) close(sv[0]);
         exit(fn(who, sv[1]));
     }
     close(sv[1]);
-    *fd = sv[0];
+    if (fd) *fd = sv[0];
     return pid;
 }
 
+/* `ranks --listen ADDR:PORT`: the inference ranks of a run whose
+ * coordinator is on another host. Each connection names its rank and
+ * carries the run's options; the rank runs as in a local run. */
+static int ranks_main(const char *listen_at) {
+    int ls = oob_listen(listen_at, 0), started = 0, failed = 0;
+    printf("ranks: listening on %s\n", listen_at);
+    fflush(stdout);
+    pid_t *pids = NULL;
+    do {
+        int c = accept(ls, NULL, NULL), r;
+        if (c < 0) { perror("accept"); return 1; }
+        oob_xfer(c, &opt, sizeof opt, 0);
+        oob_xfer(c, &r, sizeof r, 0);
+        if (!started) build_model();
+        pids = realloc(pids, (size_t)(started + 1) * sizeof *pids);
+        pids[started++] = spawn(rank_main, r, c, NULL);
+    } while (started < opt.ranks);
+    for (int i = 0; i < started; i++) {
+        int st;
+        waitpid(pids[i], &st, 0);
+        failed |= !WIFEXITED(st) || WEXITSTATUS(st);
+    }
+    printf("ranks: %s\n", failed ? "FAILED" : "ok");
+    return failed;
+}
+
+static int usage(const char *argv0) {
+    fprintf(stderr,
+            "usage: %s demo [--trainers T] [--ranks R] [--model dense|moe] [--scale D] [--versions V] [--provider P]\n"
+            "               [--elastic V] [--no-raw] [--json FILE] [--bind ADDR] [--connect ADDR:PORT]\n"
+            "       %s ranks --listen ADDR:PORT [--bind ADDR]\n",
+            argv0, argv0);
+    return 2;
+}
+
 int main(int argc, char **argv) {
-    if (argc < 2 || strcmp(argv[1], "demo")) {
-        fprintf(stderr, "usage: %s demo [--trainers T] [--ranks R] [--model dense|moe] [--scale D] [--versions V] [--provider P] [--elastic V] [--json FILE]\n", argv[0]);
+    if (argc < 2 || (strcmp(argv[1], "demo") && strcmp(argv[1], "ranks"))) return usage(argv[0]);
+    const char *connect_to = NULL, *listen_at = NULL;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--no-raw")) { opt.raw = 0; continue; }
+        if (!val) return usage(argv[0]);
+        i++;
+        if (!strcmp(a, "--trainers")) opt.trainers = atoi(val);
+        else if (!strcmp(a, "--ranks")) opt.ranks = atoi(val);
+        else if (!strcmp(a, "--versions")) opt.versions = atoi(val);
+        else if (!strcmp(a, "--scale")) opt.scale = atoi(val);
+        else if (!strcmp(a, "--model")) snprintf(opt.model, sizeof opt.model, "%s", val);
+        else if (!strcmp(a, "--idle")) opt.idle = !strcmp(val, "spin") ? FABRICLIB_IDLE_SPIN : !strcmp(val, "auto") ? FABRICLIB_IDLE_AUTO : FABRICLIB_IDLE_BLOCK;
+        else if (!strcmp(a, "--elastic")) opt.kill_version = atoi(val);
+        else if (!strcmp(a, "--json")) json_path = val;
+        else if (!strcmp(a, "--bind")) bind_addr = val;
+        else if (!strcmp(a, "--connect")) connect_to = val;
+        else if (!strcmp(a, "--listen")) listen_at = val;
+        else if (!strcmp(a, "--provider")) snprintf(opt.provider, sizeof opt.provider, "%s", !strcmp(val, "tcp") ? "tcp;ofi_rxm" : val);
+        else { fprintf(stderr, "unknown option %s\n", a); return 2; }
+    }
+    if (!strcmp(argv[1], "ranks")) return listen_at ? ranks_main(listen_at) : usage(argv[0]);
+    int kv = opt.kill_version;
+    if (opt.trainers < 1 || opt.ranks < 1 || opt.ranks > 64 || opt.versions < 1 || opt.scale < 1 || kv < 0 ||
+        (kv && (opt.ranks < 2 || kv >= opt.versions || connect_to)) || (strcmp(opt.model, "dense") && strcmp(opt.model, "moe"))) {
+        fprintf(stderr, "bad arguments (--elastic needs 2 ranks, a later version, and local ranks)\n");
         return 2;
     }
-    for (int i = 2; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--trainers")) trainers = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--ranks")) ranks = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--versions")) versions = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--scale")) scale = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--model")) model = argv[i + 1];
-        else if (!strcmp(argv[i], "--elastic")) kill_version = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--json")) json_path = argv[i + 1];
-        else if (!strcmp(argv[i], "--provider")) provider = !strcmp(argv[i + 1], "tcp") ? "tcp;ofi_rxm" : argv[i + 1];
-        else { fprintf(stderr, "unknown option %s\n", argv[i]); return 2; }
-    }
-    if (trainers < 1 || ranks < 1 || ranks > 64 || versions < 1 || scale < 1 || kill_version < 0 ||
-        (kill_version && (ranks < 2 || kill_version >= versions)) || (strcmp(model, "dense") && strcmp(model, "moe"))) {
-        fprintf(stderr, "bad arguments\n");
-        return 2;
-    }
+    if (kv || !strcmp(opt.provider, "verbs")) opt.raw = 0; /* the baseline is libfabric's, and needs every rank alive */
     build_model();
     uint64_t total = 0;
     for (size_t i = 0; i < nts; i++) total += ts[i].rows * ts[i].cols * 2;
-    printf("%s model / %d: %zu tensors, %.1f MiB; %d trainers (FSDP) -> %d inference ranks (TP), %s\n", model, scale,
-           nts, total / 1048576.0, trainers, ranks, provider);
-    int *rfd = calloc((size_t)ranks, sizeof *rfd), *tfd = calloc((size_t)trainers, sizeof *tfd);
-    pid_t *pids = calloc((size_t)(ranks + trainers), sizeof *pids);
-    for (int r = 0; r < ranks; r++) pids[r] = spawn(rank_main, r, &rfd[r]);
-    for (int k = 0; k < trainers; k++) pids[ranks + k] = spawn(trainer_main, k, &tfd[k]);
-    uint8_t blob[FABRICLIB_MAX_DESCRIPTOR_LEN];
-    for (int r = 0; r < ranks; r++) {
-        size_t n = oob_get_blob(rfd[r], blob, sizeof blob);
-        for (int k = 0; k < trainers; k++) oob_put_blob(tfd[k], blob, n);
+    printf("%s model / %d: %zu tensors, %.1f MiB; %d trainers (FSDP) -> %d inference ranks (TP)%s, %s\n", opt.model, opt.scale,
+           nts, total / 1048576.0, opt.trainers, opt.ranks, connect_to ? " on another host" : "", opt.provider);
+    int R = opt.ranks, T = opt.trainers;
+    int *rfd = calloc((size_t)R, sizeof *rfd), *tfd = calloc((size_t)T, sizeof *tfd);
+    pid_t *pids = calloc((size_t)(R + T), sizeof *pids);
+    for (int r = 0; r < R; r++) {
+        if (!connect_to) {
+            pids[r] = spawn(rank_main, r, -1, &rfd[r]);
+            continue;
+        }
+        rfd[r] = oob_connect_to(connect_to, 0);
+        oob_xfer(rfd[r], &opt, sizeof opt, 1);
+        oob_xfer(rfd[r], &r, sizeof r, 1);
+        pids[r] = -1;
     }
+    for (int k = 0; k < T; k++) pids[R + k] = spawn(trainer_main, k, -1, &tfd[k]);
+    uint8_t blob[FABRICLIB_MAX_DESCRIPTOR_LEN];
+    raw_remote *rr = calloc((size_t)R, sizeof *rr);
+    for (int r = 0; r < R; r++) {
+        size_t n = oob_get_blob(rfd[r], blob, sizeof blob);
+        if (opt.raw) oob_xfer(rfd[r], &rr[r], sizeof rr[r], 0);
+        for (int k = 0; k < T; k++) oob_put_blob(tfd[k], blob, n);
+    }
+    for (int k = 0; k < T && opt.raw; k++) oob_xfer(tfd[k], rr, (size_t)R * sizeof *rr, 1);
     /* The routing tables, as each trainer builds them (for the report). */
     size_t entries = 0;
+    uint64_t table_bytes = 0;
     double table_ms = 0;
-    for (int k = 0; k < trainers; k++) {
+    for (int k = 0; k < T; k++) {
         size_t nr;
         layout(k);
         double t0 = example_now();
-        free(routes(k, &nr));
+        route *rt = routes(k, &nr);
+        rank_plan *p = plan(rt, nr, 1ull << 30);
         double ms = (example_now() - t0) * 1e3;
+        for (int r = 0; r < R; r++) table_bytes += p[r].bytes;
+        plan_free(p), free(rt);
         entries += nr, table_ms = ms > table_ms ? ms : table_ms;
     }
+    printf("routing tables: %zu entries, %.1f KiB of requests (ranges and page indices), built in %.2f ms per trainer\n",
+           entries, table_bytes / 1024.0, table_ms);
     FILE *js = json_path ? fopen(json_path, "w") : NULL;
     if (json_path && !js) { perror(json_path); return 2; }
     if (js)
         fprintf(js, "{\"model\": \"%s\", \"scale\": %d, \"bytes\": %llu, \"tensors\": %zu, \"trainers\": %d, \"ranks\": %d, "
-                    "\"provider\": \"%s\", \"routing_entries\": %zu, \"routing_bytes\": %zu, \"routing_build_ms\": %.3f, \"versions\": [",
-                model, scale, (unsigned long long)total, nts, trainers, ranks, provider, entries, entries * sizeof(route), table_ms);
-    int failed = 0, last = ranks - 1;
+                    "\"provider\": \"%s\", \"routing_entries\": %zu, \"routing_bytes\": %llu, \"routing_build_ms\": %.3f, \"versions\": [",
+                opt.model, opt.scale, (unsigned long long)total, nts, T, R, opt.provider, entries,
+                (unsigned long long)table_bytes, table_ms);
+    int failed = 0, last = R - 1;
     uint64_t dead = 0;
-    for (int v = 1; v <= versions; v++) {
+    double gbps = total / (double)T / 1e9, sum_engine = 0, sum_raw = 0;
+    for (int v = 1; v <= opt.versions; v++) {
         if (dead) { /* a new rank takes the killed one's slot: its descriptor is all the trainers need */
             first_version = v;
             close(rfd[last]);
-            pids[last] = spawn(rank_main, last, &rfd[last]);
+            pids[last] = spawn(rank_main, last, -1, &rfd[last]);
             size_t n = oob_get_blob(rfd[last], blob, sizeof blob);
-            for (int k = 0; k < trainers; k++) put_msg(tfd[k], (msg){.kind = 'J', .version = last}), oob_put_blob(tfd[k], blob, n);
+            for (int k = 0; k < T; k++) put_msg(tfd[k], (msg){.kind = 'J', .version = last}), oob_put_blob(tfd[k], blob, n);
             dead = 0;
         }
-        for (int r = 0; r < ranks; r++) failed |= get_msg(rfd[r]).kind != 'R';
-        for (int k = 0; k < trainers; k++) put_msg(tfd[k], (msg){.kind = 'G', .version = v});
-        for (int k = 0; k < trainers; k++) failed |= get_msg(tfd[k]).kind != 'S';
-        if (v == kill_version) { /* mid-push: every write is submitted, some are on the wire */
+        for (int r = 0; r < R; r++) failed |= get_msg(rfd[r]).kind != 'R';
+        for (int k = 0; k < T; k++) put_msg(tfd[k], (msg){.kind = 'G', .version = v});
+        for (int k = 0; k < T; k++) failed |= get_msg(tfd[k]).kind != 'S';
+        if (v == opt.kill_version) { /* mid-push: every write is submitted, some are on the wire */
             int st;
             kill(pids[last], SIGKILL);
             waitpid(pids[last], &st, 0);
             remove_shm_leftovers(pids[last]);
             dead = 1ull << last;
         }
-        for (int k = 0; k < trainers; k++) put_msg(tfd[k], (msg){.kind = 'P', .version = v, .mask = dead});
-        double slowest = 0;
-        uint64_t dead_failed = 0;
-        for (int k = 0; k < trainers; k++) {
+        for (int k = 0; k < T; k++) put_msg(tfd[k], (msg){.kind = 'P', .version = v, .mask = dead});
+        double slowest = 0, raw_slowest = 0;
+        uint64_t dead_failed = 0, bad = 0, raw_bad = 0;
+        for (int k = 0; k < T; k++) {
             msg m = get_msg(tfd[k]);
             failed |= m.kind != 'D' || m.bad;
             slowest = m.secs > slowest ? m.secs : slowest;
             dead_failed += m.mask;
         }
-        uint64_t bad = 0;
-        for (int r = 0; r < ranks; r++) {
+        for (int r = 0; r < R; r++) {
             if (dead >> r & 1) continue;
             msg m = get_msg(rfd[r]);
             failed |= m.kind != 'V';
             bad += m.bad;
         }
-        failed |= bad != 0;
-        printf("version %d: pushed in %.1f ms (%.2f GB/s per trainer), %s", v, slowest * 1e3,
-               total / (double)trainers / slowest / 1e9, bad ? "BYTES DIFFER" : "every byte verified on every live rank");
+        if (opt.raw) { /* the same writes through raw libfabric, into zeroed buffers */
+            for (int r = 0; r < R; r++) put_msg(rfd[r], (msg){.kind = 'Z', .version = v});
+            for (int r = 0; r < R; r++) failed |= get_msg(rfd[r]).kind != 'R';
+            for (int k = 0; k < T; k++) put_msg(tfd[k], (msg){.kind = 'X', .version = v});
+            for (int k = 0; k < T; k++) {
+                msg m = get_msg(tfd[k]);
+                failed |= m.kind != 'D';
+                raw_slowest = m.secs > raw_slowest ? m.secs : raw_slowest;
+            }
+            for (int r = 0; r < R; r++) {
+                msg m = get_msg(rfd[r]);
+                failed |= m.kind != 'V';
+                raw_bad += m.bad;
+            }
+            if (v > 1 || opt.versions == 1) sum_engine += slowest, sum_raw += raw_slowest; /* version 1 also connects */
+        }
+        failed |= bad != 0 || raw_bad != 0;
+        printf("version %d: pushed in %.1f ms (%.2f GB/s per trainer), %s", v, slowest * 1e3, gbps / slowest,
+               bad ? "BYTES DIFFER" : "every byte verified on every live rank");
+        if (opt.raw)
+            printf("; raw libfabric %.1f ms (%.2f GB/s)%s: %.2fx raw", raw_slowest * 1e3, gbps / raw_slowest,
+                   raw_bad ? " BYTES DIFFER" : ", verified", raw_slowest / slowest);
         if (dead) printf("; rank %d killed mid-push: %llu of its writes ended PEER_DOWN, none to another rank failed", last,
                          (unsigned long long)dead_failed);
-        if (v > 1 && v == kill_version + 1) printf("; a new rank %d joined by its descriptor", last);
+        if (v > 1 && v == opt.kill_version + 1) printf("; a new rank %d joined by its descriptor", last);
         printf("\n");
-        if (js)
+        if (js) {
             fprintf(js, "%s{\"version\": %d, \"push_ms\": %.3f, \"gbps_per_trainer\": %.4f, \"verified\": %s, \"killed_rank\": %d, "
-                        "\"dead_rank_writes_failed\": %llu}", v > 1 ? ", " : "", v, slowest * 1e3,
-                    total / (double)trainers / slowest / 1e9, bad ? "false" : "true", dead ? last : -1,
-                    (unsigned long long)dead_failed);
+                        "\"dead_rank_writes_failed\": %llu", v > 1 ? ", " : "", v, slowest * 1e3, gbps / slowest,
+                    bad ? "false" : "true", dead ? last : -1, (unsigned long long)dead_failed);
+            if (opt.raw)
+                fprintf(js, ", \"raw_ms\": %.3f, \"raw_gbps_per_trainer\": %.4f, \"raw_verified\": %s, \"vs_raw\": %.4f",
+                        raw_slowest * 1e3, gbps / raw_slowest, raw_bad ? "false" : "true", raw_slowest / slowest);
+            fprintf(js, "}");
+        }
     }
-    for (int i = 0; i < ranks + trainers; i++) {
+    if (opt.raw)
+        printf("versions %d..%d: the engine's push at %.2fx raw libfabric's (total time, same bytes, same run)\n",
+               opt.versions > 1 ? 2 : 1, opt.versions, sum_raw / sum_engine);
+    for (int i = 0; i < R + T; i++) {
         int st;
+        if (pids[i] < 0) continue; /* a rank on another host */
         waitpid(pids[i], &st, 0);
         failed |= !WIFEXITED(st) || WEXITSTATUS(st);
     }
-    if (js) fprintf(js, "], \"ok\": %s}\n", failed ? "false" : "true"), fclose(js);
+    if (js) {
+        if (opt.raw) fprintf(js, "], \"vs_raw\": %.4f, \"ok\": %s}\n", sum_raw / sum_engine, failed ? "false" : "true");
+        else fprintf(js, "], \"ok\": %s}\n", failed ? "false" : "true");
+        fclose(js);
+    }
     printf("%s\n", failed ? "FAILED" : "ok");
     return failed;
 }

@@ -25,14 +25,16 @@ for l in sys.stdin:
     m = json.loads(l)
     if m.get("reason") == "compiler-artifact" and m.get("target", {}).get("name") == "gpu" and m.get("executable"):
         print(m["executable"])' | tail -1)
-    cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-    cmake --build build -j2 --target capi_watchers >/dev/null
+    # A build directory of its own: the test command's build/ takes the dev
+    # profile, and what runs on the GPU machine is measured.
+    cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DFABRICLIB_CARGO_PROFILE=release >/dev/null
+    cmake --build build-gpu -j2 --target capi_watchers rl_weight_push >/dev/null
     mkdir -p "$dir"
     cp "$t" "$dir/gpu-suite"
-    cp target/release/fabriclib-bench build/capi_watchers "$dir/"
+    cp target/release/fabriclib-bench build-gpu/capi_watchers build-gpu/rl_weight_push "$dir/"
     local soname
-    soname=$(readelf -d build/lib/libfabriclib.so | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
-    cp -L build/lib/libfabriclib.so "$dir/$soname"
+    soname=$(readelf -d build-gpu/lib/libfabriclib.so | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+    cp -L build-gpu/lib/libfabriclib.so "$dir/$soname"
     # hwloc (topology) is a run-time dependency; the GPU machine may lack it.
     cp -L "$(ldconfig -p | sed -n 's/.*libhwloc.so.15 .*=> //p' | head -1)" "$dir/"
     # Without debug info the bundle stays well under what a device run carries.
