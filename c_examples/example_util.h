@@ -10,7 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -105,4 +108,25 @@ static inline int oob_connect_to(const char *addr_port, int port) {
     return fd;
 }
 static inline int oob_connect(int port) { return oob_connect_to(NULL, port); }
+
+/* Runs fn(who, fd) in a child process on one end of a socketpair, or on
+ * `conn` (an accepted connection) when it is >= 0; the parent gets the other
+ * end in *fd (if fd is not NULL). The child is killed if the parent dies.
+ * Fork before any fabriclib call in this process. */
+static inline pid_t example_spawn_on(int (*fn)(int, int), int who, int conn, int *fd) {
+    int sv[2] = {-1, conn};
+    if (conn < 0 && socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) { perror("socketpair"); exit(1); }
+    fflush(NULL); /* else the child writes what is buffered (stdout, a JSON file) again */
+    pid_t pid = fork();
+    if (pid < 0) { perror("fork"); exit(1); }
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* no child outlives a coordinator that failed */
+        if (sv[0] >= 0) close(sv[0]);
+        exit(fn(who, sv[1]));
+    }
+    close(sv[1]);
+    if (fd) *fd = sv[0];
+    return pid;
+}
+static inline pid_t example_spawn(int (*fn)(int, int), int who, int *fd) { return example_spawn_on(fn, who, -1, fd); }
 #endif

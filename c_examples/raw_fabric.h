@@ -172,6 +172,14 @@ static inline void raw_wait_imm(raw_ep *r, uint32_t imm, uint64_t n) {
     }
 }
 
+/* How many writes carrying `imm` have landed here so far (reads the queue once first). */
+static inline uint64_t raw_count(raw_ep *r, uint32_t imm) {
+    raw_poll(r);
+    for (size_t k = 0; k < r->nimm; k++)
+        if (r->imm[k] == imm) return r->count[k];
+    return 0;
+}
+
 static inline void raw_close(raw_ep *r) {
     if (r->mr) fi_close(&r->mr->fid);
     fi_close(&r->ep->fid), fi_close(&r->av->fid), fi_close(&r->cq->fid);

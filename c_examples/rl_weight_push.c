@@ -256,22 +256,6 @@ static void remove_shm_leftovers(pid_t pid) {
     if (d) closedir(d);
 }
 
-/* Runs fn(who, fd) in a child process on one end of a socketpair (or on
- * `conn`, an accepted connection, when >= 0); *fd is the other end. */
-static pid_t spawn(int (*fn)(int, int), int who, int conn, int *fd) {
-    int sv[2] = {-1, conn};
-    if (conn < 0 && socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) { perror("socketpair"); exit(1); }
-    fflush(NULL); /* else the child writes what is buffered (stdout, --json) again */
-    pid_t pid = fork(); /* before any fabriclib call in this process */
-    if (pid == 0) {
-        if (sv[0] >= 0) close(sv[0]);
-        exit(fn(who, sv[1]));
-    }
-    close(sv[1]);
-    if (fd) *fd = sv[0];
-    return pid;
-}
-
 /* `ranks --listen ADDR:PORT`: the inference ranks of a run whose
  * coordinator is on another host. Each connection names its rank and
  * carries the run's options; the rank runs as in a local run. */
@@ -287,7 +271,7 @@ static int ranks_main(const char *listen_at) {
         oob_xfer(c, &r, sizeof r, 0);
         if (!started) build_model();
         pids = realloc(pids, (size_t)(started + 1) * sizeof *pids);
-        pids[started++] = spawn(rank_main, r, c, NULL);
+        pids[started++] = example_spawn_on(rank_main, r, c, NULL);
     } while (started < opt.ranks);
     for (int i = 0; i < started; i++) {
         int st;
@@ -347,7 +331,7 @@ int main(int argc, char **argv) {
     pid_t *pids = calloc((size_t)(R + T), sizeof *pids);
     for (int r = 0; r < R; r++) {
         if (!connect_to) {
-            pids[r] = spawn(rank_main, r, -1, &rfd[r]);
+            pids[r] = example_spawn(rank_main, r, &rfd[r]);
             continue;
         }
         rfd[r] = oob_connect_to(connect_to, 0);
@@ -355,7 +339,7 @@ int main(int argc, char **argv) {
         oob_xfer(rfd[r], &r, sizeof r, 1);
         pids[r] = -1;
     }
-    for (int k = 0; k < T; k++) pids[R + k] = spawn(trainer_main, k, -1, &tfd[k]);
+    for (int k = 0; k < T; k++) pids[R + k] = example_spawn(trainer_main, k, &tfd[k]);
     uint8_t blob[FABRICLIB_MAX_DESCRIPTOR_LEN];
     raw_remote *rr = calloc((size_t)R, sizeof *rr);
     for (int r = 0; r < R; r++) {
@@ -395,7 +379,7 @@ int main(int argc, char **argv) {
         if (dead) { /* a new rank takes the killed one's slot: its descriptor is all the trainers need */
             first_version = v;
             close(rfd[last]);
-            pids[last] = spawn(rank_main, last, -1, &rfd[last]);
+            pids[last] = example_spawn(rank_main, last, &rfd[last]);
             size_t n = oob_get_blob(rfd[last], blob, sizeof blob);
             for (int k = 0; k < T; k++) put_msg(tfd[k], (msg){.kind = 'J', .version = last}), oob_put_blob(tfd[k], blob, n);
             dead = 0;

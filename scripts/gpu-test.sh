@@ -28,10 +28,10 @@ for l in sys.stdin:
     # A build directory of its own: the test command's build/ takes the dev
     # profile, and what runs on the GPU machine is measured.
     cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DFABRICLIB_CARGO_PROFILE=release >/dev/null
-    cmake --build build-gpu -j2 --target capi_watchers rl_weight_push >/dev/null
+    cmake --build build-gpu -j2 --target capi_watchers rl_weight_push moe_proxy >/dev/null
     mkdir -p "$dir"
     cp "$t" "$dir/gpu-suite"
-    cp target/release/fabriclib-bench build-gpu/capi_watchers build-gpu/rl_weight_push "$dir/"
+    cp target/release/fabriclib-bench build-gpu/capi_watchers build-gpu/rl_weight_push build-gpu/moe_proxy "$dir/"
     local soname
     soname=$(readelf -d build-gpu/lib/libfabriclib.so | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
     cp -L build-gpu/lib/libfabriclib.so "$dir/$soname"
