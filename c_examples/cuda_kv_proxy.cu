@@ -24,7 +24,7 @@
 // in its own slices and the prefill graph pauses during decode's.
 #include <fabriclib.h>
 #include "example_util.h"
-#include <cuda_runtime.h>
+#include "cuda_util.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,24 +37,9 @@
 static int layers = 16, pages = 32, page_kib = 16, compute_us = 400, port = 18711;
 static const char *provider = "shm";
 
-#define CUDA(call)                                                                    \
-    do {                                                                              \
-        cudaError_t e_ = (call);                                                      \
-        if (e_ != cudaSuccess) {                                                      \
-            fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_));               \
-            exit(1);                                                                  \
-        }                                                                             \
-    } while (0)
-
 // Byte i of prefill's page p of layer l, and decode's slot for that page (a scrambled page table).
 __host__ __device__ static uint8_t kv_byte(int l, int p, size_t i) { return (uint8_t)(l * 37 + p * 11 + i * 7 + (i >> 8)); }
 __host__ __device__ static uint32_t slot_of(int l, int p, int npages) { return (uint32_t)(l * npages + (p * 29 + l) % npages); }
-
-__device__ static uint64_t globaltimer() {
-    uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
 
 // Blocks of each layer's kernel that have written their share.
 __device__ unsigned int layer_blocks_done[1024];
@@ -151,12 +136,8 @@ static fabriclib_mr *kv_memory(fabriclib_engine *e, size_t bytes, uint8_t **dev,
     }
     printf("  (%s)\n", fabriclib_last_error_message());
     CUDA(cudaFree(d));
-    void *h = NULL;
-    CUDA(cudaHostAlloc(&h, bytes, cudaHostAllocMapped | cudaHostAllocPortable));
-    memset(h, 0, bytes);
-    CUDA(cudaHostGetDevicePointer(&d, h, 0));
+    uint8_t *h = mapped_host(bytes, dev);
     CHECK(fabriclib_mr_register(e, h, bytes, &mr));
-    *dev = (uint8_t *)d;
     *where = "pinned host memory mapped into the GPU";
     return mr;
 }
@@ -173,17 +154,9 @@ static int decode(void) {
     if (!counters_dev) { fprintf(stderr, "decode: no CUDA-mapped memory (is there a CUDA driver?)\n"); return 1; }
     for (int l = 0; l < layers; l++) CHECK(fabriclib_imm_mirror(e, (uint32_t)l, &counters[l]));
     // Results in pinned mapped memory (no page faults in the timed kernel).
-    unsigned long long *bad, *bad_dev;
-    uint64_t *landed, *landed_dev;
-    int *timed_out, *timed_out_dev;
-    CUDA(cudaHostAlloc((void **)&bad, sizeof *bad, cudaHostAllocMapped));
-    CUDA(cudaHostAlloc((void **)&landed, 8 * (size_t)layers, cudaHostAllocMapped));
-    CUDA(cudaHostAlloc((void **)&timed_out, sizeof *timed_out, cudaHostAllocMapped));
-    CUDA(cudaHostGetDevicePointer((void **)&bad_dev, bad, 0));
-    CUDA(cudaHostGetDevicePointer((void **)&landed_dev, landed, 0));
-    CUDA(cudaHostGetDevicePointer((void **)&timed_out_dev, timed_out, 0));
-    *bad = 0;
-    *timed_out = 0;
+    unsigned long long *bad_dev, *bad = mapped_host(sizeof *bad, &bad_dev);
+    uint64_t *landed_dev, *landed = mapped_host(8 * (size_t)layers, &landed_dev);
+    int *timed_out_dev, *timed_out = mapped_host(sizeof *timed_out, &timed_out_dev);
     cudaStream_t s;
     CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     // Waiting on the GPU before anything is sent.
@@ -275,19 +248,10 @@ static int prefill(void) {
     n = oob_get_blob(fd, blob, sizeof blob);
     CHECK(fabriclib_remote_mr_parse(blob, n, &px.dst));
 
-    fabriclib_watcher_opts o;
-    memset(&o, 0, sizeof o);
-    o.struct_size = sizeof o;
-    o.callback = on_layer_ready;
-    o.user_data = &px;
-    fabriclib_watcher *w;
-    CHECK(fabriclib_watcher_create(px.e, &o, &w));
-    uint64_t watcher_dev = 0;
-    CHECK(fabriclib_watcher_device_ptr(w, &watcher_dev));
+    volatile uint64_t *watcher;
+    fabriclib_watcher *w = example_watcher(px.e, on_layer_ready, &px, &watcher);
     // Timestamps in pinned mapped memory: a kernel's store there never page-faults.
-    uint64_t *signalled, *signalled_dev;
-    CUDA(cudaHostAlloc((void **)&signalled, 8 * (size_t)layers, cudaHostAllocMapped));
-    CUDA(cudaHostGetDevicePointer((void **)&signalled_dev, signalled, 0));
+    uint64_t *signalled_dev, *signalled = mapped_host(8 * (size_t)layers, &signalled_dev);
 
     // The forward pass as one CUDA graph: the watcher signal is a plain store inside it.
     cudaStream_t s;
@@ -296,7 +260,7 @@ static int prefill(void) {
     cudaGraphExec_t ge;
     CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     for (int l = 0; l < layers; l++)
-        prefill_layer<<<8, 256, 0, s>>>(kv, l, pages, page, compute_us, (volatile uint64_t *)watcher_dev, signalled_dev);
+        prefill_layer<<<8, 256, 0, s>>>(kv, l, pages, page, compute_us, watcher, signalled_dev);
     CUDA(cudaStreamEndCapture(s, &g));
     CUDA(cudaGraphInstantiate(&ge, g, 0));
     CUDA(cudaGraphLaunch(ge, s));

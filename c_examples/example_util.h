@@ -129,4 +129,28 @@ static inline pid_t example_spawn_on(int (*fn)(int, int), int who, int conn, int
     return pid;
 }
 static inline pid_t example_spawn(int (*fn)(int, int), int who, int *fd) { return example_spawn_on(fn, who, -1, fd); }
+
+/* All-to-all through the coordinator: reads `k` blobs from each of the `n`
+ * children on fd[], then sends every child all of them (child 0's k blobs
+ * first, then child 1's, ...), its own included. */
+#define EXAMPLE_BLOB_MAX 4096
+static inline void example_relay(const int *fd, int n, int k) {
+    uint8_t *b = (uint8_t *)malloc((size_t)n * (size_t)k * EXAMPLE_BLOB_MAX);
+    size_t *len = (size_t *)malloc((size_t)n * (size_t)k * sizeof *len);
+    for (int i = 0; i < n * k; i++) len[i] = oob_get_blob(fd[i / k], b + (size_t)i * EXAMPLE_BLOB_MAX, EXAMPLE_BLOB_MAX);
+    for (int r = 0; r < n; r++)
+        for (int i = 0; i < n * k; i++) oob_put_blob(fd[r], b + (size_t)i * EXAMPLE_BLOB_MAX, len[i]);
+    free(b), free(len);
+}
+
+static inline int example_cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The q-quantile (0..1) of n values, sorting them in place. */
+static inline double example_quantile(double *v, size_t n, double q) {
+    qsort(v, n, sizeof *v, example_cmp_double);
+    return n ? v[(size_t)(q * (double)(n - 1) + 0.5)] : 0;
+}
 #endif

@@ -36,6 +36,7 @@
  * processes: the lower bound, in the same run. */
 #include <fabriclib.h>
 #include "example_util.h"
+#include "moe_model.h"
 #include "raw_fabric.h"
 #include <sched.h>
 #include <stdint.h>
@@ -47,73 +48,32 @@
 #include <unistd.h>
 
 static struct {
-    int ep, experts, topk, hidden, tokens, steps, warmup, raw, idle;
+    moe_shape sh;
+    int steps, warmup, raw, idle;
     char provider[32];
-} opt = {.ep = 4, .experts = 256, .topk = 8, .hidden = 7168, .tokens = 128, .steps = 1000, .warmup = 20, .raw = 1,
+} opt = {.sh = {.ep = 4, .experts = 256, .topk = 8, .hidden = 7168, .tokens = 128}, .steps = 1000, .warmup = 20, .raw = 1,
          .idle = FABRICLIB_IDLE_SPIN, .provider = "tcp;ofi_rxm"};
 static const char *json_path;
 static int yield_waits; /* more spinning threads than CPUs: waits yield the core */
 
-#define META 64  /* a row's metadata: uint32 token index, uint16 experts[topk] */
-#define HDR 64   /* a block's header */
-#define IMM_DISPATCH 0x4D440000u /* | source rank */
-#define IMM_COMBINE 0x4D430000u  /* | expert rank */
-#define MAX_EP 64
-
-typedef struct {
-    uint64_t step, rows, sent_ns, pad[5];
-} header;
-
+typedef moe_header header;
 static uint64_t now_ns(void) { return (uint64_t)(example_now() * 1e9); }
 
-static uint64_t mix(uint64_t x) {
-    x ^= x >> 31, x *= 0xBF58476D1CE4E5B9ull, x ^= x >> 29, x *= 0x94D049BB133111EBull;
-    return x ^ (x >> 32);
-}
-
-/* Token j of rank s at step t: element i is seed + i * 0x9E37 (mod 2^16). */
-static uint16_t seed_of(uint64_t t, int s, int j) { return (uint16_t)mix(t << 40 ^ (uint64_t)s << 24 ^ (uint64_t)j); }
-#define STRIDE 0x9E37u
-
-/* The router: token j's top-K distinct experts (seeded by step, rank, token). */
-static void route_token(uint64_t t, int s, int j, uint16_t *ex) {
-    uint64_t h = mix(t * 0x100000001B3ull ^ (uint64_t)s << 32 ^ (uint64_t)j ^ 0xABCDEFull);
-    for (int k = 0; k < opt.topk;) {
-        h = mix(h + (uint64_t)k + 1);
-        uint16_t e = (uint16_t)(h % (uint64_t)opt.experts);
-        int dup = 0;
-        for (int q = 0; q < k; q++) dup |= ex[q] == e;
-        if (!dup) ex[k++] = e;
-    }
-}
-
-static int owner(int e) { return e / (opt.experts / opt.ep); }
-
-/* The factor rank d applies to a token with experts ex (0: none of d's). */
-static uint16_t factor(const uint16_t *ex, int d) {
-    uint16_t f = 0;
-    for (int k = 0; k < opt.topk; k++)
-        if (owner(ex[k]) == d) f = (uint16_t)(f + 2 * ex[k] + 1);
-    return f;
-}
-
-/* Rows of `len` uint16 that should read (seed + i * STRIDE) * f: returns how many elements differ. */
+/* Rows of `len` uint16 that should read (seed + i * MOE_STRIDE) * f: returns how many elements differ. */
 static uint64_t check_row(const uint16_t *x, int len, uint16_t seed, uint16_t f) {
     uint64_t bad = 0;
-    uint16_t v = (uint16_t)(seed * f), dv = (uint16_t)(STRIDE * f);
+    uint16_t v = (uint16_t)(seed * f), dv = (uint16_t)(MOE_STRIDE * f);
     for (int i = 0; i < len; i++, v = (uint16_t)(v + dv)) bad += x[i] != v;
     return bad;
 }
 
-/* One rank's region: send blocks (one per destination, [header | rows of
- * RB]), receive slots (one per source), out blocks (results per source,
- * [header | rows of OB]) and return slots (one per expert rank). */
-static size_t RB, OB, BD, BC; /* row and block sizes: dispatch, combine */
-static size_t off_send(int d) { return (size_t)d * BD; }
-static size_t off_recv(int s) { return (size_t)opt.ep * BD + (size_t)s * BD; }
-static size_t off_out(int s) { return 2 * (size_t)opt.ep * BD + (size_t)s * BC; }
-static size_t off_ret(int d) { return 2 * (size_t)opt.ep * BD + (size_t)opt.ep * BC + (size_t)d * BC; }
-static size_t region_len(void) { return 2 * (size_t)opt.ep * (BD + BC); }
+/* Block offsets in this rank's region (moe_model.h). */
+static size_t RB, OB, BD;
+static size_t off_send(int d) { return moe_send(opt.sh, d); }
+static size_t off_recv(int s) { return moe_recv(opt.sh, s); }
+static size_t off_out(int s) { return moe_out(opt.sh, s); }
+static size_t off_ret(int d) { return moe_ret(opt.sh, d); }
+static size_t region_len(void) { return moe_region(opt.sh); }
 
 /* Per-step samples, in microseconds. */
 typedef struct {
@@ -126,11 +86,11 @@ typedef struct {
 typedef struct {
     fabriclib_engine *e;
     fabriclib_mr *mr;
-    fabriclib_remote_mr *dst[MAX_EP];
-    uint64_t set, mirror[2][MAX_EP]; /* [dispatch|combine][source] */
+    fabriclib_remote_mr *dst[MOE_MAX_EP];
+    uint64_t set, mirror[2][MOE_MAX_EP]; /* [dispatch|combine][source] */
     raw_ep *raw;
-    fi_addr_t peer[MAX_EP];
-    raw_remote rr[MAX_EP];
+    fi_addr_t peer[MOE_MAX_EP];
+    raw_remote rr[MOE_MAX_EP];
     uint8_t *buf;
     int me;
 } transport;
@@ -138,15 +98,15 @@ typedef struct {
 /* Submits, in one go, block `off(d)` of length lens[d] to slot `slot_me` of every peer d. Returns its time (ns). */
 static uint64_t submit(transport *x, int raw, uint32_t imm, size_t (*off)(int), size_t (*slot)(int), const size_t *lens,
                        uint32_t *flag) {
-    fabriclib_scatter_dst d[MAX_EP];
+    fabriclib_scatter_dst d[MOE_MAX_EP];
     size_t n = 0;
     uint64_t t0 = now_ns();
     if (raw) {
-        for (int p = 0; p < opt.ep; p++)
+        for (int p = 0; p < opt.sh.ep; p++)
             if (p != x->me) raw_write(x->raw, x->buf + off(p), lens[p], x->peer[p], &x->rr[p], slot(x->me), &imm);
         return now_ns() - t0;
     }
-    for (int p = 0; p < opt.ep; p++)
+    for (int p = 0; p < opt.sh.ep; p++)
         if (p != x->me) d[n++] = (fabriclib_scatter_dst){lens[p], off(p), x->dst[p], slot(x->me)};
     fabriclib_submit_opts o = {.struct_size = sizeof o, .flag = flag};
     CHECK(fabriclib_submit_scatter(x->e, x->set, &imm, x->mr, d, n, &o, NULL));
@@ -163,10 +123,10 @@ static uint64_t arrived(transport *x, int raw, int which, uint32_t imm, int p) {
  * slowest peer's latency (ns): arrival seen here minus its header's send time. */
 static uint64_t wait_blocks(transport *x, int raw, int which, uint32_t imm, uint64_t *seen, size_t (*slot)(int)) {
     uint64_t slowest = 0;
-    int left = opt.ep - 1, done[MAX_EP] = {0};
+    int left = opt.sh.ep - 1, done[MOE_MAX_EP] = {0};
     double t0 = example_now();
     for (unsigned spins = 0; left; spins++) {
-        for (int p = 0; p < opt.ep; p++) {
+        for (int p = 0; p < opt.sh.ep; p++) {
             if (p == x->me || done[p] || arrived(x, raw, which, imm, p) <= seen[p]) continue;
             uint64_t lat = now_ns() - ((const header *)(x->buf + slot(p)))->sent_ns;
             slowest = lat > slowest ? lat : slowest;
@@ -203,35 +163,35 @@ static int rank_main(int me, int fd) {
     if (opt.raw) {
         x.raw = raw_open(opt.provider, "127.0.0.1");
         raw_register(x.raw, x.buf, region_len());
-        oob_xfer(fd, &x.raw->self, sizeof x.raw->self, 1);
+        oob_put_blob(fd, &x.raw->self, sizeof x.raw->self);
     }
     /* Every peer's descriptor and address (the coordinator relays them), then the peer set. */
-    const uint8_t *addrs[MAX_EP];
-    size_t addr_lens[MAX_EP], np = 0;
-    uint8_t (*peer_addr)[FABRICLIB_MAX_ADDRESS_LEN] = malloc(MAX_EP * sizeof *peer_addr);
-    for (int p = 0; p < opt.ep; p++) {
+    const uint8_t *addrs[MOE_MAX_EP];
+    size_t addr_lens[MOE_MAX_EP], np = 0;
+    uint8_t (*peer_addr)[FABRICLIB_MAX_ADDRESS_LEN] = malloc(MOE_MAX_EP * sizeof *peer_addr);
+    for (int p = 0; p < opt.sh.ep; p++) {
         size_t bl = oob_get_blob(fd, blob, sizeof blob), al = oob_get_blob(fd, peer_addr[p], sizeof peer_addr[p]);
-        if (opt.raw) oob_xfer(fd, &x.rr[p], sizeof x.rr[p], 0);
+        if (opt.raw) oob_get_blob(fd, &x.rr[p], sizeof x.rr[p]);
         if (p == me) continue;
         CHECK(fabriclib_remote_mr_parse(blob, bl, &x.dst[p]));
         addrs[np] = peer_addr[p], addr_lens[np++] = al;
         if (opt.raw) x.peer[p] = raw_insert(x.raw, &x.rr[p]);
     }
     CHECK(fabriclib_add_peer_set(x.e, (fabriclib_blob_list)addrs, addr_lens, np, &x.set));
-    for (int p = 0; p < opt.ep; p++) {
+    for (int p = 0; p < opt.sh.ep; p++) {
         if (p == me) continue;
         CHECK(fabriclib_imm_mirror(x.e, IMM_DISPATCH | (uint32_t)p, &x.mirror[0][p]));
         CHECK(fabriclib_imm_mirror(x.e, IMM_COMBINE | (uint32_t)p, &x.mirror[1][p]));
     }
     int total = opt.warmup + opt.steps, per_step = opt.raw ? 2 : 1;
     sample *smp = calloc((size_t)total * (size_t)per_step, sizeof *smp);
-    uint16_t *ex = malloc((size_t)opt.tokens * (size_t)opt.topk * sizeof *ex);
-    int *list = malloc((size_t)opt.ep * (size_t)opt.tokens * sizeof *list); /* [d][k]: the k-th token sent to d */
-    size_t rows[MAX_EP], lens[MAX_EP];
-    uint64_t seen[2][2][MAX_EP] = {{{0}}}; /* [raw][dispatch|combine][peer] */
+    uint16_t *ex = malloc((size_t)opt.sh.tokens * (size_t)opt.sh.topk * sizeof *ex);
+    int *list = malloc((size_t)opt.sh.ep * (size_t)opt.sh.tokens * sizeof *list); /* [d][k]: the k-th token sent to d */
+    size_t rows[MOE_MAX_EP], lens[MOE_MAX_EP];
+    uint64_t seen[2][2][MOE_MAX_EP] = {{{0}}}; /* [raw][dispatch|combine][peer] */
     uint64_t bad = 0, bytes = 0; /* elements that differ; bytes the engine's steps sent to peers */
     uint32_t dflag = 0, cflag = 0;
-    uint16_t *tok = malloc((size_t)opt.hidden * 2);
+    uint16_t *tok = malloc((size_t)opt.sh.hidden * 2);
     int go = me;
     oob_xfer(fd, &go, sizeof go, 1); /* ready: every peer is known */
     oob_xfer(fd, &go, sizeof go, 0); /* go */
@@ -240,61 +200,61 @@ static int rank_main(int me, int fd) {
         uint64_t t = (uint64_t)it + 1;
         /* 1. Route and pack (the dispatch kernel's work). */
         memset(rows, 0, sizeof rows);
-        for (int j = 0; j < opt.tokens; j++) {
-            uint16_t *e = &ex[j * opt.topk], seed = seed_of(t, me, j);
-            route_token(t, me, j, e);
-            for (int i = 0; i < opt.hidden; i++) tok[i] = (uint16_t)(seed + i * STRIDE);
-            int hit[MAX_EP] = {0};
-            for (int k = 0; k < opt.topk; k++) hit[owner(e[k])] = 1;
-            for (int d = 0; d < opt.ep; d++) {
+        for (int j = 0; j < opt.sh.tokens; j++) {
+            uint16_t *e = &ex[j * opt.sh.topk], seed = moe_seed(t, me, j);
+            moe_route(opt.sh, t, me, j, e);
+            for (int i = 0; i < opt.sh.hidden; i++) tok[i] = (uint16_t)(seed + i * MOE_STRIDE);
+            int hit[MOE_MAX_EP] = {0};
+            for (int k = 0; k < opt.sh.topk; k++) hit[moe_owner(opt.sh, e[k])] = 1;
+            for (int d = 0; d < opt.sh.ep; d++) {
                 if (!hit[d]) continue;
-                uint8_t *row = x.buf + off_send(d) + HDR + rows[d] * RB;
+                uint8_t *row = x.buf + off_send(d) + MOE_HDR + rows[d] * RB;
                 *(uint32_t *)row = (uint32_t)j;
-                memcpy(row + 4, e, (size_t)opt.topk * 2);
-                memcpy(row + META, tok, (size_t)opt.hidden * 2);
-                list[d * opt.tokens + (int)rows[d]++] = j;
+                memcpy(row + 4, e, (size_t)opt.sh.topk * 2);
+                memcpy(row + MOE_META, tok, (size_t)opt.sh.hidden * 2);
+                list[d * opt.sh.tokens + (int)rows[d]++] = j;
             }
         }
         uint64_t sent = now_ns();
-        for (int d = 0; d < opt.ep; d++) {
+        for (int d = 0; d < opt.sh.ep; d++) {
             *(header *)(x.buf + off_send(d)) = (header){.step = t, .rows = rows[d], .sent_ns = sent};
-            lens[d] = HDR + rows[d] * RB;
+            lens[d] = MOE_HDR + rows[d] * RB;
         }
         /* 2. Dispatch: one scatter, a block per peer; our own block stays here. */
         dflag = 0;
-        for (int d = 0; d < opt.ep && !raw; d++) bytes += d == me ? 0 : lens[d];
+        for (int d = 0; d < opt.sh.ep && !raw; d++) bytes += d == me ? 0 : lens[d];
         uint64_t sub = submit(&x, raw, IMM_DISPATCH | (uint32_t)me, off_send, off_recv, lens, &dflag);
         uint64_t dlat = wait_blocks(&x, raw, 0, IMM_DISPATCH, seen[raw][0], off_recv);
         /* 3. The experts: check every row received, transform it into the out block of its source. */
-        for (int s = 0; s < opt.ep; s++) {
+        for (int s = 0; s < opt.sh.ep; s++) {
             const uint8_t *blk = x.buf + (s == me ? off_send(me) : off_recv(s));
             const header *h = (const header *)blk;
             if (h->step != t) { fprintf(stderr, "rank %d: step %llu from %d is step %llu\n", me, (unsigned long long)t, s, (unsigned long long)h->step); exit(1); }
             uint8_t *out = x.buf + off_out(s);
             for (uint64_t k = 0; k < h->rows; k++) {
-                const uint8_t *row = blk + HDR + k * RB;
+                const uint8_t *row = blk + MOE_HDR + k * RB;
                 uint32_t j = *(const uint32_t *)row;
-                uint16_t f = factor((const uint16_t *)(row + 4), me), seed = seed_of(t, s, (int)j);
-                const uint16_t *in = (const uint16_t *)(row + META);
-                bad += check_row(in, opt.hidden, seed, 1);
-                uint16_t *y = (uint16_t *)(out + HDR + k * OB);
-                for (int i = 0; i < opt.hidden; i++) y[i] = (uint16_t)(in[i] * f);
+                uint16_t f = moe_factor(opt.sh, (const uint16_t *)(row + 4), me), seed = moe_seed(t, s, (int)j);
+                const uint16_t *in = (const uint16_t *)(row + MOE_META);
+                bad += check_row(in, opt.sh.hidden, seed, 1);
+                uint16_t *y = (uint16_t *)(out + MOE_HDR + k * OB);
+                for (int i = 0; i < opt.sh.hidden; i++) y[i] = (uint16_t)(in[i] * f);
             }
-            lens[s] = HDR + h->rows * OB;
+            lens[s] = MOE_HDR + h->rows * OB;
         }
         uint64_t back = now_ns();
-        for (int s = 0; s < opt.ep; s++) *(header *)(x.buf + off_out(s)) = (header){.step = t, .rows = 0, .sent_ns = back};
+        for (int s = 0; s < opt.sh.ep; s++) *(header *)(x.buf + off_out(s)) = (header){.step = t, .rows = 0, .sent_ns = back};
         /* 4. Combine: one scatter back, a block per source. */
         cflag = 0;
-        for (int d = 0; d < opt.ep && !raw; d++) bytes += d == me ? 0 : lens[d];
+        for (int d = 0; d < opt.sh.ep && !raw; d++) bytes += d == me ? 0 : lens[d];
         sub += submit(&x, raw, IMM_COMBINE | (uint32_t)me, off_out, off_ret, lens, &cflag);
         uint64_t clat = wait_blocks(&x, raw, 1, IMM_COMBINE, seen[raw][1], off_ret);
         /* The source checks every result. */
-        for (int d = 0; d < opt.ep; d++) {
+        for (int d = 0; d < opt.sh.ep; d++) {
             const uint8_t *blk = x.buf + (d == me ? off_out(me) : off_ret(d));
             for (size_t k = 0; k < rows[d]; k++) {
-                int j = list[d * opt.tokens + (int)k];
-                bad += check_row((const uint16_t *)(blk + HDR + k * OB), opt.hidden, seed_of(t, me, j), factor(&ex[j * opt.topk], d));
+                int j = list[d * opt.sh.tokens + (int)k];
+                bad += check_row((const uint16_t *)(blk + MOE_HDR + k * OB), opt.sh.hidden, moe_seed(t, me, j), moe_factor(opt.sh, &ex[j * opt.sh.topk], d));
             }
         }
         /* Both scatters' sources are free again before the next step packs. */
@@ -304,28 +264,17 @@ static int rank_main(int me, int fd) {
             CHECK(fabriclib_engine_flag_await(x.e, &cflag, FABRICLIB_NO_TIMEOUT, NULL));
             if ((dflag | cflag) & FABRICLIB_FLAG_STATUS_MASK) { fprintf(stderr, "rank %d: a scatter failed\n", me); exit(1); }
         }
-        smp[it] = (sample){dlat / 1e3, clat / 1e3, sub / 2e3 / (opt.ep - 1)};
+        smp[it] = (sample){dlat / 1e3, clat / 1e3, sub / 2e3 / (opt.sh.ep - 1)};
     }
     oob_xfer(fd, &bad, sizeof bad, 1);
     oob_xfer(fd, &bytes, sizeof bytes, 1);
     oob_xfer(fd, smp, (size_t)total * (size_t)per_step * sizeof *smp, 1);
     if (x.raw) raw_close(x.raw);
-    for (int p = 0; p < opt.ep; p++)
+    for (int p = 0; p < opt.sh.ep; p++)
         if (p != me) fabriclib_imm_mirror(x.e, IMM_DISPATCH | (uint32_t)p, NULL), fabriclib_imm_mirror(x.e, IMM_COMBINE | (uint32_t)p, NULL);
     fabriclib_mr_deregister(x.mr);
     fabriclib_engine_destroy(x.e);
     return 0;
-}
-
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* The q-quantile of n values (sorted in place). */
-static double quantile(double *v, size_t n, double q) {
-    qsort(v, n, sizeof *v, cmp);
-    return n ? v[(size_t)(q * (double)(n - 1) + 0.5)] : 0;
 }
 
 int main(int argc, char **argv) {
@@ -335,11 +284,11 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "--no-raw")) { opt.raw = 0; continue; }
         if (!val) goto usage;
         i++;
-        if (!strcmp(a, "--ep")) opt.ep = atoi(val);
-        else if (!strcmp(a, "--tokens")) opt.tokens = atoi(val);
-        else if (!strcmp(a, "--hidden")) opt.hidden = atoi(val);
-        else if (!strcmp(a, "--experts")) opt.experts = atoi(val);
-        else if (!strcmp(a, "--topk")) opt.topk = atoi(val);
+        if (!strcmp(a, "--ep")) opt.sh.ep = atoi(val);
+        else if (!strcmp(a, "--tokens")) opt.sh.tokens = atoi(val);
+        else if (!strcmp(a, "--hidden")) opt.sh.hidden = atoi(val);
+        else if (!strcmp(a, "--experts")) opt.sh.experts = atoi(val);
+        else if (!strcmp(a, "--topk")) opt.sh.topk = atoi(val);
         else if (!strcmp(a, "--steps")) opt.steps = atoi(val);
         else if (!strcmp(a, "--warmup")) opt.warmup = atoi(val);
         else if (!strcmp(a, "--json")) json_path = val;
@@ -347,42 +296,29 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--provider")) snprintf(opt.provider, sizeof opt.provider, "%s", !strcmp(val, "tcp") ? "tcp;ofi_rxm" : val);
         else goto usage;
     }
-    if (opt.ep < 2 || opt.ep > MAX_EP || opt.experts < opt.ep || opt.experts % opt.ep || opt.topk < 1 ||
-        opt.topk > (META - 4) / 2 || opt.topk > opt.experts || opt.hidden < 1 || opt.tokens < 1 || opt.steps < 1 || opt.warmup < 0) {
-        fprintf(stderr, "bad arguments (EP 2..%d dividing the experts; top-k at most %d)\n", MAX_EP, (META - 4) / 2);
+    if (opt.sh.ep < 2 || opt.sh.ep > MOE_MAX_EP || opt.sh.experts < opt.sh.ep || opt.sh.experts % opt.sh.ep || opt.sh.topk < 1 ||
+        opt.sh.topk > (MOE_META - 4) / 2 || opt.sh.topk > opt.sh.experts || opt.sh.hidden < 1 || opt.sh.tokens < 1 || opt.steps < 1 || opt.warmup < 0) {
+        fprintf(stderr, "bad arguments (EP 2..%d dividing the experts; top-k at most %d)\n", MOE_MAX_EP, (MOE_META - 4) / 2);
         return 2;
     }
     if (!strcmp(opt.provider, "verbs")) opt.raw = 0; /* the baseline is libfabric's */
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    yield_waits = cpus < 2L * opt.ep * (opt.idle == FABRICLIB_IDLE_SPIN ? 2 : 1);
-    RB = META + (size_t)opt.hidden * 2, OB = (size_t)opt.hidden * 2;
-    BD = HDR + (size_t)opt.tokens * RB, BC = HDR + (size_t)opt.tokens * OB;
+    yield_waits = cpus < 2L * opt.sh.ep * (opt.idle == FABRICLIB_IDLE_SPIN ? 2 : 1);
+    RB = moe_rb(opt.sh), OB = moe_ob(opt.sh), BD = moe_bd(opt.sh);
     printf("moe_proxy: EP %d (%d experts each), %d tokens x %d bf16 per rank, top-%d of %d, %s; %d steps (+%d warm-up)%s\n",
-           opt.ep, opt.experts / opt.ep, opt.tokens, opt.hidden, opt.topk, opt.experts, opt.provider, opt.steps, opt.warmup,
+           opt.sh.ep, opt.sh.experts / opt.sh.ep, opt.sh.tokens, opt.sh.hidden, opt.sh.topk, opt.sh.experts, opt.provider, opt.steps, opt.warmup,
            opt.raw ? ", each followed by a raw libfabric step" : "");
-    int fd[MAX_EP];
-    pid_t pid[MAX_EP];
-    for (int r = 0; r < opt.ep; r++) pid[r] = example_spawn(rank_main, r, &fd[r]);
-    /* Relay every rank's descriptor, address (and raw endpoint) to every rank. */
-    static uint8_t blob[MAX_EP][FABRICLIB_MAX_DESCRIPTOR_LEN], addr[MAX_EP][FABRICLIB_MAX_ADDRESS_LEN];
-    size_t bl[MAX_EP], al[MAX_EP];
-    raw_remote rr[MAX_EP];
-    for (int r = 0; r < opt.ep; r++) {
-        bl[r] = oob_get_blob(fd[r], blob[r], sizeof blob[r]);
-        al[r] = oob_get_blob(fd[r], addr[r], sizeof addr[r]);
-        if (opt.raw) oob_xfer(fd[r], &rr[r], sizeof rr[r], 0);
-    }
-    for (int r = 0; r < opt.ep; r++)
-        for (int p = 0; p < opt.ep; p++) {
-            oob_put_blob(fd[r], blob[p], bl[p]), oob_put_blob(fd[r], addr[p], al[p]);
-            if (opt.raw) oob_xfer(fd[r], &rr[p], sizeof rr[p], 1);
-        }
+    int fd[MOE_MAX_EP];
+    pid_t pid[MOE_MAX_EP];
+    for (int r = 0; r < opt.sh.ep; r++) pid[r] = example_spawn(rank_main, r, &fd[r]);
+    /* Every rank's descriptor, address (and raw endpoint), to every rank. */
+    example_relay(fd, opt.sh.ep, opt.raw ? 3 : 2);
     int x;
-    for (int r = 0; r < opt.ep; r++) oob_xfer(fd[r], &x, sizeof x, 0);
-    for (int r = 0; r < opt.ep; r++) oob_xfer(fd[r], &x, sizeof x, 1);
+    for (int r = 0; r < opt.sh.ep; r++) oob_xfer(fd[r], &x, sizeof x, 0);
+    for (int r = 0; r < opt.sh.ep; r++) oob_xfer(fd[r], &x, sizeof x, 1);
     /* Every rank's samples: the engine's steps, and the raw ones between them. */
     int per_step = opt.raw ? 2 : 1, total = opt.warmup + opt.steps;
-    size_t n = (size_t)opt.steps * (size_t)opt.ep;
+    size_t n = (size_t)opt.steps * (size_t)opt.sh.ep;
     double *v[2][3];
     for (int k = 0; k < 2; k++)
         for (int m = 0; m < 3; m++) v[k][m] = malloc(n * sizeof(double));
@@ -390,7 +326,7 @@ int main(int argc, char **argv) {
     uint64_t bad = 0, bytes = 0;
     size_t got = 0;
     int failed = 0;
-    for (int r = 0; r < opt.ep; r++) {
+    for (int r = 0; r < opt.sh.ep; r++) {
         uint64_t b, y;
         oob_xfer(fd[r], &b, sizeof b, 0);
         oob_xfer(fd[r], &y, sizeof y, 0);
@@ -402,7 +338,7 @@ int main(int argc, char **argv) {
                 v[k][0][got] = q->dispatch, v[k][1][got] = q->combine, v[k][2][got] = q->submit_per_peer;
             }
     }
-    for (int r = 0; r < opt.ep; r++) {
+    for (int r = 0; r < opt.sh.ep; r++) {
         int st;
         waitpid(pid[r], &st, 0);
         failed |= !WIFEXITED(st) || WEXITSTATUS(st);
@@ -410,8 +346,8 @@ int main(int argc, char **argv) {
     failed |= bad != 0;
     double q[2][3][2]; /* [engine|raw][dispatch|combine|submit][p50|p99] */
     for (int k = 0; k < per_step; k++)
-        for (int m = 0; m < 3; m++) q[k][m][0] = quantile(v[k][m], got, 0.5), q[k][m][1] = quantile(v[k][m], got, 0.99);
-    double mb = bytes / (double)opt.ep / (double)total / 1e6;
+        for (int m = 0; m < 3; m++) q[k][m][0] = example_quantile(v[k][m], got, 0.5), q[k][m][1] = example_quantile(v[k][m], got, 0.99);
+    double mb = bytes / (double)opt.sh.ep / (double)total / 1e6;
     printf("per rank and step: %.2f MB to its peers (dispatch and combine); p50 / p99 over %zu rank-steps, microseconds:\n", mb, got);
     printf("  %-14s %20s %20s %22s\n", "", "dispatch", "combine", "proxy submit per peer");
     const char *name[2] = {"engine", "raw libfabric"};
@@ -425,7 +361,7 @@ int main(int argc, char **argv) {
         if (!js) { perror(json_path); return 2; }
         fprintf(js, "{\"ep\": %d, \"experts\": %d, \"topk\": %d, \"hidden\": %d, \"tokens\": %d, \"steps\": %d, \"warmup\": %d, "
                     "\"provider\": \"%s\", \"mb_per_rank_step\": %.4f, \"samples\": %zu",
-                opt.ep, opt.experts, opt.topk, opt.hidden, opt.tokens, opt.steps, opt.warmup, opt.provider, mb, got);
+                opt.sh.ep, opt.sh.experts, opt.sh.topk, opt.sh.hidden, opt.sh.tokens, opt.steps, opt.warmup, opt.provider, mb, got);
         const char *key[2] = {"engine", "raw"};
         for (int k = 0; k < per_step; k++)
             fprintf(js, ", \"%s\": {\"dispatch_us\": [%.2f, %.2f], \"combine_us\": [%.2f, %.2f], \"submit_per_peer_us\": [%.4f, %.4f]}",

@@ -52,21 +52,27 @@ run() {
         "$dir/gpu-suite"
         echo "== C watchers"
         "$dir/capi_watchers"
-        echo "== cuda_kv_proxy (c_examples/cuda_kv_proxy.cu)"
+        echo "== cuda_kv_proxy and moe_proxy_gpu (c_examples/*.cu)"
         if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
-            local nvcc
+            local nvcc so tmp=${TMPDIR:-/tmp}
             nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-            local so
             so=$(basename "$(ls "$dir"/libfabriclib.so.* | head -1)")
-            "$nvcc" -O2 -std=c++17 -arch=native -Iinclude c_examples/cuda_kv_proxy.cu -L"$dir" -l:"$so" -o "${TMPDIR:-/tmp}/cuda_kv_proxy"
-            # Under MPS where there is one: the two processes' kernels then run at once.
+            for ex in cuda_kv_proxy moe_proxy_gpu; do
+                "$nvcc" -O2 -std=c++17 -arch=native -Iinclude "c_examples/$ex.cu" -L"$dir" -l:"$so" -o "$tmp/$ex"
+            done
+            # Under MPS where there is one: the processes' kernels then run at once.
             local mps=0
             if command -v nvidia-cuda-mps-control >/dev/null; then
-                export CUDA_MPS_PIPE_DIRECTORY=${TMPDIR:-/tmp}/fabriclib-mps CUDA_MPS_LOG_DIRECTORY=${TMPDIR:-/tmp}/fabriclib-mps-log
+                export CUDA_MPS_PIPE_DIRECTORY=$tmp/fabriclib-mps CUDA_MPS_LOG_DIRECTORY=$tmp/fabriclib-mps-log
                 mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
                 nvidia-cuda-mps-control -d && mps=1 && echo "(under MPS)"
             fi
-            "${TMPDIR:-/tmp}/cuda_kv_proxy" demo
+            "$tmp/cuda_kv_proxy" demo
+            echo "== moe_proxy_gpu: EP 2, 4 and 8, decode (128 tokens) and prefill (4096 tokens)"
+            for ep in 2 4 8; do
+                "$tmp/moe_proxy_gpu" demo --ep "$ep" --steps "${MOE_STEPS:-1000}" --json "$out/moe-gpu-ep$ep-decode.json"
+            done
+            "$tmp/moe_proxy_gpu" demo --ep 8 --tokens 4096 --steps "${MOE_PREFILL_STEPS:-100}" --json "$out/moe-gpu-ep8-prefill.json"
             if [ $mps = 1 ]; then echo quit | nvidia-cuda-mps-control; fi
         else
             echo "skipped: no nvcc"
