@@ -64,13 +64,13 @@ static inline size_t oob_get_blob(int fd, void *p, size_t cap) {
     return n;
 }
 
-/* "ADDR:PORT" (IPv4), or a port on 127.0.0.1 when `port` >= 0. */
+/* "ADDR:PORT" (IPv4), or (NULL) `port` on 127.0.0.1. */
 static inline struct sockaddr_in oob_addr(const char *addr_port, int port) {
     struct sockaddr_in sa;
     char ip[64] = "127.0.0.1";
     memset(&sa, 0, sizeof sa);
     sa.sin_family = AF_INET;
-    if (port < 0) {
+    if (addr_port) {
         const char *colon = strrchr(addr_port, ':');
         if (!colon || colon - addr_port >= (long)sizeof ip) { fprintf(stderr, "not ADDR:PORT: %s\n", addr_port); exit(2); }
         memcpy(ip, addr_port, (size_t)(colon - addr_port)), ip[colon - addr_port] = 0;
@@ -84,7 +84,7 @@ static inline struct sockaddr_in oob_addr(const char *addr_port, int port) {
 /* Listens on `addr_port` ("ADDR:PORT"; NULL: 127.0.0.1:port). */
 static inline int oob_listen(const char *addr_port, int port) {
     int ls = socket(AF_INET, SOCK_STREAM, 0), one = 1;
-    struct sockaddr_in sa = oob_addr(addr_port, addr_port ? -1 : port);
+    struct sockaddr_in sa = oob_addr(addr_port, port);
     setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (bind(ls, (struct sockaddr *)&sa, sizeof sa) || listen(ls, 64)) { perror("oob bind"); exit(1); }
     return ls;
@@ -100,7 +100,7 @@ static inline int oob_accept(int port, int *listener) {
  * for up to 10 s while the other side starts. */
 static inline int oob_connect_to(const char *addr_port, int port) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = oob_addr(addr_port, addr_port ? -1 : port);
+    struct sockaddr_in sa = oob_addr(addr_port, port);
     for (int tries = 0; connect(fd, (struct sockaddr *)&sa, sizeof sa); tries++) {
         if (tries > 1000) { perror("oob connect"); exit(1); }
         usleep(10000);
