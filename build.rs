@@ -1,5 +1,5 @@
 //! Build script: libfabric bindings (bindgen + a cc-compiled shim for the
-//! `static inline` calls), libibverbs' types (bindgen; its functions are
+//! `static inline` calls; the library itself is loaded at run time), libibverbs' types (bindgen; its functions are
 //! loaded at run time), the SONAME, and optionally the C header.
 use std::{env, path::PathBuf};
 
@@ -14,6 +14,9 @@ fn main() {
         .allowlist_type("fi_.*|fid.*")
         .allowlist_var("FI_.*")
         .blocklist_function("fi_(rx|tx)_size_left")
+        // Loaded at run time (sys/mod.rs): no extern declarations, and no
+        // shim for fi_allocinfo (it would call fi_dupinfo by name).
+        .blocklist_function("fi_(getinfo|freeinfo|dupinfo|allocinfo|fabric|strerror|version)")
         .wrap_static_fns(true)
         .wrap_static_fns_path(&shim)
         .rust_edition(bindgen::RustEdition::Edition2024)
@@ -37,10 +40,7 @@ fn main() {
     }
     cc.compile("fabriclib_fi_shim");
 
-    for dir in &lib.link_dirs {
-        println!("cargo:rustc-link-search=native={dir}");
-    }
-    println!("cargo:rustc-link-lib=dylib=fabric");
+    // No -lfabric: libfabric is loaded at run time (sys/mod.rs).
     println!("cargo:rerun-if-changed=src/domain/fabric/sys/wrapper.h");
     println!("cargo:rerun-if-changed=build.rs");
     verbs_types(&out);
@@ -78,12 +78,12 @@ fn verbs_types(out: &std::path::Path) {
         .unwrap();
 }
 
+/// Where libfabric's headers are (its library is loaded at run time).
 struct Lib {
     include: Vec<String>,
-    link_dirs: Vec<String>,
 }
 
-/// Ask pkg-config for libfabric >= 1.14 (Debian 12 and Ubuntu 24.04 ship 1.17).
+/// Ask pkg-config for libfabric >= 1.14's headers (Debian 12 and Ubuntu 24.04 ship 1.17).
 fn pkg_config_libfabric() -> Lib {
     let run = |args: &[&str]| {
         std::process::Command::new("pkg-config").args(args).output().ok().filter(|o| o.status.success())
@@ -100,7 +100,7 @@ fn pkg_config_libfabric() -> Lib {
             .filter_map(|w| w.strip_prefix(strip).map(str::to_owned))
             .collect()
     };
-    Lib { include: words("--cflags-only-I", "-I"), link_dirs: words("--libs-only-L", "-L") }
+    Lib { include: words("--cflags-only-I", "-I") }
 }
 
 #[cfg(feature = "gen-header")]

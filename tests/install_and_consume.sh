@@ -18,9 +18,11 @@ test -f "$lib/pkgconfig/fabriclib.pc"
 soname=$(objdump -p "$lib"/libfabriclib.so.*.*.* | awk '/SONAME/ {print $2}')
 test -L "$lib/$soname" && test -L "$lib/libfabriclib.so"
 echo "installed $(basename "$(readlink -f "$lib/libfabriclib.so")"), SONAME $soname"
-# CUDA (and any GPU library) is loaded at run time, never linked: no DT_NEEDED on it.
+# CUDA (and any GPU library), libfabric and libibverbs are loaded at run time, never linked: no DT_NEEDED on them.
 needed=$(objdump -p "$lib/libfabriclib.so" | awk '/NEEDED/ {print $2}' | tr '\n' ' ')
 if echo "$needed" | grep -qiE 'cuda|nvidia|gdr'; then echo "libfabriclib.so needs a GPU library: $needed" >&2; exit 1; fi
+# libfabric and rdma-core too: the library loads where neither is installed.
+if echo "$needed" | grep -qiE 'fabric|ibverbs|rdma'; then echo "libfabriclib.so needs an RDMA library: $needed" >&2; exit 1; fi
 echo "DT_NEEDED: $needed"
 # The benchmark is installed and runs from the prefix (a short shm run, bytes verified).
 test -x "$stage/usr/bin/fabriclib-bench"

@@ -183,7 +183,11 @@ fn main() {
     let doc = json!({
         // SAFETY: a static NUL-terminated string.
         "fabriclib": unsafe { std::ffi::CStr::from_ptr(fabriclib::capi::fabriclib_version()) }.to_string_lossy(),
-        "libfabric": format!("{}.{}", v >> 16, v & 0xffff),
+        // Loaded at run time: where it is missing, say so and how to install it.
+        "libfabric": match fabriclib::domain::fabric::sys::load_error() {
+            None => format!("{}.{}", v >> 16, v & 0xffff),
+            Some(why) => format!("(none: {why})"),
+        },
         "cpus": std::thread::available_parallelism().map_or(1, |n| n.get()),
         "numa_nodes": numa_nodes().iter().map(|(n, c)| json!({ "node": n, "cpus": c })).collect::<Vec<_>>(),
         "providers": providers,

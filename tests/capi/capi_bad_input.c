@@ -66,7 +66,32 @@ static fabriclib_engine *make_engine(void) {
     return e;
 }
 
-int main(void) {
+/* Run with FABRICLIB_LIBFABRIC naming a library that does not exist: the
+ * program loads (libfabriclib.so does not link libfabric), and creating an
+ * engine on a libfabric provider says UNSUPPORTED and what is missing. */
+static int without_libfabric(void) {
+    const char *providers[] = {"tcp;ofi_rxm", "shm"};
+    for (int i = 0; i < 2; i++) {
+        fabriclib_config *cfg = NULL;
+        fabriclib_engine *e = NULL;
+        EXPECT(fabriclib_config_new(&cfg), FABRICLIB_STATUS_OK);
+        EXPECT(fabriclib_config_set_provider(cfg, providers[i]), FABRICLIB_STATUS_OK);
+        EXPECT(fabriclib_engine_create(cfg, &e), FABRICLIB_STATUS_UNSUPPORTED);
+        checks++;
+        if (e != NULL || !strstr(fabriclib_last_error_message(), "libfabric is not installed")) {
+            fprintf(stderr, "FAIL: %s without libfabric: engine %p, message \"%s\"\n", providers[i], (void *)e,
+                    fabriclib_last_error_message());
+            failures++;
+        }
+        printf("%s without libfabric: %s\n", providers[i], fabriclib_last_error_message());
+        fabriclib_config_free(cfg);
+    }
+    printf("capi_without_libfabric: %d checks, %d failed\n", checks, failures);
+    return failures != 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--without-libfabric")) return without_libfabric();
     enum { LEN = 65536 };
     /* Under valgrind (FABRICLIB_TEST_NO_USE_AFTER_FREE set), the checks that
      * pass destroyed handles are skipped: they read freed memory on purpose. */

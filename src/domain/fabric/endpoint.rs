@@ -49,6 +49,9 @@ impl FabricEndpoint {
     /// bound to `bind` (`host` or `host:port`) for IP-addressed providers.
     fn getinfo(provider: &str, bind: Option<&Bind>) -> Result<*mut fi_info> {
         let (node, port) = (bind.map(|b| b.host.as_str()), bind.and_then(|b| b.port));
+        if let Some(why) = load_error() {
+            return Err(Error::new(Status::Unsupported, format!("provider \"{provider}\": {why}")));
+        }
         // SAFETY: hints is a fresh fi_info from fi_allocinfo with all attr
         // structs allocated; strings we put in it are malloc'ed (fi_freeinfo frees them).
         unsafe {
