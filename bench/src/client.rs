@@ -655,6 +655,7 @@ pub fn host_cost(spec: &Spec, reps: usize, warmup: usize, progress: &dyn Fn(&str
     let (mut a, mut b) = (vec![0u8; len], vec![0u8; len]);
     // SAFETY: a and b outlive the engine's use (e is dropped first, below).
     let src = unsafe { e.register(a.as_mut_ptr(), len) }.map_err(|e| e.to_string())?;
+    // SAFETY: as above, for b.
     let dst = unsafe { e.register(b.as_mut_ptr(), len) }.map_err(|e| e.to_string())?;
     let idx: Vec<u32> = (0..pages as u32).collect();
     // Scatter destinations on `peers` distinct (null) peers.

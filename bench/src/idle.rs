@@ -44,6 +44,7 @@ fn pair(provider: &str, policy: IdlePolicy) -> R<Pair> {
     let (mut a, mut b) = (vec![1u8; 4096], vec![0u8; 4096]);
     // SAFETY: the buffers live in the Pair, dropped after the registrations.
     let src = unsafe { w.register(a.as_mut_ptr(), a.len()) }.map_err(e2s)?;
+    // SAFETY: as above: b lives in the Pair too.
     let dst = unsafe { r.register(b.as_mut_ptr(), b.len()) }.map_err(e2s)?;
     Ok(Pair { w, r, src, dst, _mem: (a, b) })
 }
