@@ -933,7 +933,8 @@ fabriclib_status fabriclib_config_set_peer_callback(struct fabriclib_config *con
 // Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer, or settings that do not
 // fit together: the message says which); `BAD_HANDLE` (a freed or foreign
 // config); `UNSUPPORTED` (no usable provider or NIC on this machine, the verbs
-// backend without rdma-core, groups per GPU without GPUs); `PROVIDER`
+// backend without rdma-core, a libfabric provider without libfabric, groups
+// per GPU or NICs near a GPU without hwloc or without GPUs); `PROVIDER`
 // (libfabric or libibverbs refused to open a NIC).
 // Blocks: yes, while it opens every NIC, registers its buffers and starts its
 // threads (milliseconds; seconds where hwloc reads a large topology). It does

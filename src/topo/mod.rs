@@ -1,4 +1,5 @@
-//! The machine as hwloc sees it (through `hwlocality`): GPUs, NICs and NUMA
+//! The machine as hwloc sees it (hwloc loaded at run time, `hwloc.rs`, its
+//! XML export read by `xml.rs`): GPUs, NICs and NUMA
 //! nodes, where each sits in the PCI tree, and the plan an engine of one
 //! group per GPU follows: each GPU's nearest NICs, its NUMA node and a CPU
 //! of that node for its worker.
@@ -18,11 +19,14 @@
 //!   their OpenFabrics device (`mlx5_0`, `rdmap16s27`) or else their network
 //!   interface (`eth0`); libfabric's NICs are matched to them by PCI address.
 use crate::error::{Error, Result, Status};
-use hwlocality::Topology;
-use hwlocality::object::TopologyObject;
-use hwlocality::object::attributes::ObjectAttributes;
-use hwlocality::object::types::{OSDeviceType, ObjectType};
-use hwlocality::topology::builder::TypeFilter;
+
+pub mod hwloc;
+mod xml;
+
+/// hwloc 2's `osdev_type` values (`hwloc_obj_osdev_type_e`).
+const OSDEV_NETWORK: &str = "2";
+const OSDEV_OPENFABRICS: &str = "3";
+const OSDEV_COPROC: &str = "5";
 
 /// A GPU or NIC as the topology places it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,7 +40,7 @@ pub struct Device {
     pub numa: Option<u32>,
     /// The CPUs of its locality.
     pub cpus: Vec<u32>,
-    /// hwloc's persistent indices of its ancestors, root first, and its own.
+    /// The indices of its ancestors in the topology, root first, and its own.
     path: Vec<u64>,
 }
 
@@ -65,23 +69,11 @@ pub struct GroupPlan {
     pub worker_cpu: Option<u32>,
 }
 
-fn topo_err(what: &str, e: impl std::fmt::Display) -> Error {
-    Error::new(Status::Provider, format!("hwloc: {what}: {e}"))
-}
-
-fn bits(b: impl IntoIterator<Item = hwlocality::bitmap::BitmapIndex>) -> Vec<u32> {
-    b.into_iter().map(|i| usize::from(i) as u32).collect()
-}
-
 impl Topo {
-    /// This machine's topology; GPUs in the CUDA driver's order when it is there.
+    /// This machine's topology; GPUs in the CUDA driver's order when it is
+    /// there. `Unsupported` (saying what to install) without hwloc.
     pub fn system() -> Result<Topo> {
-        let t = Topology::builder()
-            .with_io_type_filter(TypeFilter::KeepImportant)
-            .map_err(|e| topo_err("I/O filter", e))?
-            .build()
-            .map_err(|e| topo_err("discovery", e))?;
-        let mut topo = Topo::from_topology(&t);
+        let mut topo = Topo::from_xml(&hwloc::system_xml()?)?;
         if let Ok(cuda) = crate::gpu::cuda::cuda() {
             if let Ok(n) = cuda.device_count() {
                 let order: Vec<String> =
@@ -96,59 +88,50 @@ impl Topo {
         Ok(topo)
     }
 
-    /// The topology an hwloc XML export describes (tests, and machines
-    /// described ahead of time).
+    /// The topology an hwloc 2 XML export describes (tests, and machines
+    /// described ahead of time); `InvalidArgument` if it is not one.
     pub fn from_xml(xml: &str) -> Result<Topo> {
-        let t = Topology::builder()
-            .from_xml(xml)
-            .map_err(|e| topo_err("XML", e))?
-            .with_io_type_filter(TypeFilter::KeepImportant)
-            .map_err(|e| topo_err("I/O filter", e))?
-            .build()
-            .map_err(|e| topo_err("XML topology", e))?;
-        Ok(Topo::from_topology(&t))
-    }
-
-    fn from_topology(t: &Topology) -> Topo {
-        let mut topo = Topo { cpus: bits(t.cpuset().iter_set()), ..Default::default() };
-        for n in t.objects_with_type(ObjectType::NUMANode) {
-            let cpus = n.cpuset().map(|c| bits(c.iter_set())).unwrap_or_default();
-            topo.numa_nodes.push((n.os_index().unwrap_or(0) as u32, cpus));
+        let t = xml::Tree::parse(xml)?;
+        let mut topo = Topo { cpus: t.objs[0].bitmap("cpuset").unwrap_or_default(), ..Default::default() };
+        for (_, n) in t.of_type("NUMANode") {
+            let os = n.attr("os_index").and_then(|i| i.parse().ok()).unwrap_or(0);
+            topo.numa_nodes.push((os, n.bitmap("cpuset").unwrap_or_default()));
         }
-        for d in t.pci_devices() {
-            let Some(ObjectAttributes::PCIDevice(a)) = d.attributes() else { continue };
-            let pci = format!("{:04x}:{:02x}:{:02x}.{:x}", a.domain(), a.bus_id(), a.bus_device(), a.function());
-            let class = a.class_id();
+        for (i, d) in t.of_type("PCIDev") {
+            let Some(pci) = d.attr("pci_busid") else { continue };
+            // `pci_type="cccc [vvvv:dddd] [ssss:ssss] rr"`: the class first.
+            let class = d.attr("pci_type").and_then(|ty| u16::from_str_radix(ty.get(..4)?, 16).ok()).unwrap_or(0);
             let is_gpu = class == 0x0300 || class == 0x0302;
             let is_nic = class >> 8 == 0x02;
             if !is_gpu && !is_nic {
                 continue;
             }
-            let os = |ty: OSDeviceType| {
-                d.io_children().find_map(|c| match c.attributes() {
-                    Some(ObjectAttributes::OSDevice(o)) if o.device_type() == ty => {
-                        c.name().map(|n| n.to_string_lossy().into_owned())
-                    }
-                    _ => None,
-                })
+            let pci = pci.to_lowercase();
+            let os = |ty: &str| {
+                d.children
+                    .iter()
+                    .map(|&c| &t.objs[c])
+                    .find(|c| c.ty == "OSDev" && c.attr("osdev_type") == Some(ty))
+                    .and_then(|c| c.attr("name"))
+                    .map(str::to_string)
             };
             let name = if is_gpu {
-                os(OSDeviceType::CoProcessor).unwrap_or_else(|| format!("gpu{}", topo.gpus.len()))
+                os(OSDEV_COPROC).unwrap_or_else(|| format!("gpu{}", topo.gpus.len()))
             } else {
-                os(OSDeviceType::OpenFabrics).or_else(|| os(OSDeviceType::Network)).unwrap_or_else(|| pci.clone())
+                os(OSDEV_OPENFABRICS).or_else(|| os(OSDEV_NETWORK)).unwrap_or_else(|| pci.clone())
             };
-            let place = d.first_non_io_ancestor();
-            let nodes = place.and_then(|p| p.nodeset()).map(|n| bits(n.iter_set())).unwrap_or_default();
+            let place = t.non_io_ancestor(i);
+            let nodes = place.and_then(|p| p.bitmap("nodeset")).unwrap_or_default();
             let dev = Device {
                 name,
                 pci,
                 numa: (nodes.len() == 1 && topo.numa_nodes.len() > 1).then(|| nodes[0]),
-                cpus: place.and_then(|p| p.cpuset()).map(|c| bits(c.iter_set())).unwrap_or_default(),
-                path: path_of(d),
+                cpus: place.and_then(|p| p.bitmap("cpuset")).unwrap_or_default(),
+                path: t.path(i),
             };
             if is_gpu { topo.gpus.push(dev) } else { topo.nics.push(dev) }
         }
-        topo
+        Ok(topo)
     }
 
     /// The `n` NICs nearest GPU `g` (see the module doc), or why there are
@@ -280,14 +263,6 @@ pub fn groups_per_gpu(topo: &Topo, n: usize, nics: &[crate::Nic]) -> Result<Vec<
         });
     }
     Ok(out)
-}
-
-/// The persistent indices from the root down to `o`.
-fn path_of(o: &TopologyObject) -> Vec<u64> {
-    let mut p: Vec<u64> = o.ancestors().map(|a| a.global_persistent_index()).collect();
-    p.reverse();
-    p.push(o.global_persistent_index());
-    p
 }
 
 /// Hops between two objects of the tree through their deepest common ancestor.

@@ -90,8 +90,39 @@ static int without_libfabric(void) {
     return failures != 0;
 }
 
+/* Run with FABRICLIB_HWLOC naming a library that does not exist: an engine
+ * works, and only what needs the machine's topology (one group per GPU,
+ * NICs near a GPU) says UNSUPPORTED and what is missing. */
+static int without_hwloc(void) {
+    fabriclib_config *cfg = NULL;
+    fabriclib_engine *e = NULL;
+    EXPECT(fabriclib_config_new(&cfg), FABRICLIB_STATUS_OK);
+    EXPECT(fabriclib_config_set_provider(cfg, "shm"), FABRICLIB_STATUS_OK);
+    EXPECT(fabriclib_engine_create(cfg, &e), FABRICLIB_STATUS_OK);
+    fabriclib_engine_destroy(e);
+    e = NULL;
+    for (int near = 0; near < 2; near++) {
+        EXPECT(near ? fabriclib_config_set_nics_near_gpu(cfg, 0, 1) : fabriclib_config_set_groups_per_gpu(cfg, 1),
+               FABRICLIB_STATUS_OK);
+        EXPECT(fabriclib_engine_create(cfg, &e), FABRICLIB_STATUS_UNSUPPORTED);
+        checks++;
+        if (e != NULL || !strstr(fabriclib_last_error_message(), "hwloc is not installed")) {
+            fprintf(stderr, "FAIL: without hwloc: engine %p, message \"%s\"\n", (void *)e, fabriclib_last_error_message());
+            failures++;
+        }
+        printf("%s without hwloc: %s\n", near ? "nics_near_gpu" : "groups_per_gpu", fabriclib_last_error_message());
+        fabriclib_config_free(cfg);
+        EXPECT(fabriclib_config_new(&cfg), FABRICLIB_STATUS_OK);
+        EXPECT(fabriclib_config_set_provider(cfg, "shm"), FABRICLIB_STATUS_OK);
+    }
+    fabriclib_config_free(cfg);
+    printf("capi_without_hwloc: %d checks, %d failed\n", checks, failures);
+    return failures != 0;
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--without-libfabric")) return without_libfabric();
+    if (argc > 1 && !strcmp(argv[1], "--without-hwloc")) return without_hwloc();
     enum { LEN = 65536 };
     /* Under valgrind (FABRICLIB_TEST_NO_USE_AFTER_FREE set), the checks that
      * pass destroyed handles are skipped: they read freed memory on purpose. */
