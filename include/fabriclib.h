@@ -180,6 +180,40 @@ typedef struct fabriclib_remote_mr *const *fabriclib_remote_mr_list;
 // `fabriclib_submit_opts.timeout_us` for a request with no deadline.
 #define FABRICLIB_NO_TIMEOUT UINT64_MAX
 
+// Room for statuses in per-status arrays (`fabriclib_metrics.requests`,
+// `fabriclib_counters.errors_by_status`): index a status code.
+#define FABRICLIB_METRICS_STATUSES 32
+
+// Room for request kinds in `fabriclib_metrics.requests` (index a
+// `FABRICLIB_REQUEST_KIND_*`).
+#define FABRICLIB_METRICS_KINDS 8
+
+// Buckets of a `fabriclib_histogram`.
+#define FABRICLIB_HISTOGRAM_BUCKETS 48
+
+// Request kinds, as `fabriclib_metrics.requests` counts them.
+#define FABRICLIB_REQUEST_KIND_SINGLE 0
+
+#define FABRICLIB_REQUEST_KIND_PAGED 1
+
+#define FABRICLIB_REQUEST_KIND_SCATTER 2
+
+#define FABRICLIB_REQUEST_KIND_BARRIER 3
+
+#define FABRICLIB_REQUEST_KIND_SEND 4
+
+// `fabriclib_peer_connect`.
+#define FABRICLIB_REQUEST_KIND_CONNECT 5
+
+// `fabriclib_engine_metrics`'s `group`: every group's, added up.
+#define FABRICLIB_ALL_GROUPS UINT32_MAX
+
+// Formats of `fabriclib_engine_metrics_text`.
+#define FABRICLIB_METRICS_JSON 0
+
+// Prometheus text exposition (0.0.4).
+#define FABRICLIB_METRICS_PROMETHEUS 1
+
 // Which of an engine's threads (`fabriclib_config_set_thread_cpus`).
 enum fabriclib_thread
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
@@ -571,7 +605,8 @@ typedef struct fabriclib_watcher_opts {
 } fabriclib_watcher_opts;
 
 // Work requests and bytes one NIC posted and completed for the
-// application, and its failed work requests, since the engine started
+// application, its failed work requests (by status) and those in flight,
+// since the engine started
 // (`fabriclib_engine_counters`). Zero-initialise and set `struct_size =
 // sizeof(fabriclib_counters)`; the library writes the fields that fit in
 // `struct_size` (fields a later version adds stay as they are).
@@ -583,6 +618,10 @@ typedef struct fabriclib_counters {
   uint64_t bytes_completed;
   // Work requests that failed, or were given up with their peer.
   uint64_t errors;
+  // Since 0.4: work requests posted and not yet back (completed or failed).
+  uint64_t wrs_in_flight;
+  // Since 0.4: `errors` by status (`errors_by_status[FABRICLIB_STATUS_PEER_DOWN]`…).
+  uint64_t errors_by_status[FABRICLIB_METRICS_STATUSES];
 } fabriclib_counters;
 
 // Where fabriclib's own messages go (`fabriclib_set_log_callback`):
@@ -617,6 +656,55 @@ typedef struct fabriclib_caps {
   // Whether the engine runs in manual-progress mode.
   bool manual_progress;
 } fabriclib_caps;
+
+// A log2-bucketed histogram: `buckets[i]` counts values in `[2^i,
+// 2^(i+1))` (bucket 0 also 0; the last, everything above); times in
+// nanoseconds. `p50` and `p99` are interpolated within their bucket.
+typedef struct fabriclib_histogram {
+  uint64_t count;
+  uint64_t sum;
+  uint64_t p50;
+  uint64_t p99;
+  uint64_t buckets[FABRICLIB_HISTOGRAM_BUCKETS];
+} fabriclib_histogram;
+
+// An engine's metrics (`fabriclib_engine_metrics`), always counted: the
+// worker writes them as it goes (relaxed atomics, one writer each) and a
+// read never stops it. Zero-initialise and set `struct_size =
+// sizeof(fabriclib_metrics)`; the library writes the fields that fit in
+// `struct_size` (fields a later version adds stay as they are). Per NIC and
+// peer: `fabriclib_engine_counters`.
+typedef struct fabriclib_metrics {
+  size_t struct_size;
+  // Requests ended, by kind (`FABRICLIB_REQUEST_KIND_*`) and status
+  // (`[kind][FABRICLIB_STATUS_OK]`: succeeded).
+  uint64_t requests[FABRICLIB_METRICS_KINDS][FABRICLIB_METRICS_STATUSES];
+  // Requests the worker took, by kind.
+  uint64_t requests_started[FABRICLIB_METRICS_KINDS];
+  // Requests taken and not yet ended.
+  uint64_t requests_in_flight;
+  // Immediates received (home group).
+  uint64_t immediates_received;
+  // Expectations (`fabriclib_expect_imm_count`) met, and ended
+  // otherwise (deadline, cancel, shutdown).
+  uint64_t expectations_met;
+  uint64_t expectations_failed;
+  // Watcher callbacks (changes seen); engine-wide.
+  uint64_t watcher_events;
+  // From submit to the request's first work request posted (ns).
+  struct fabriclib_histogram submit_to_post;
+  // From the first post to the last completion, requests that succeeded (ns).
+  struct fabriclib_histogram post_to_done;
+  // Bytes per request that succeeded.
+  struct fabriclib_histogram request_bytes;
+  // Work requests per request that succeeded.
+  struct fabriclib_histogram request_wrs;
+  // From the first immediate counted to its expectation met (ns).
+  struct fabriclib_histogram imm_to_expectation;
+  // From a watched store to its callback (ns), bounded above: from the
+  // watcher's last look that saw the old value. Engine-wide.
+  struct fabriclib_histogram watcher_store_to_callback;
+} fabriclib_metrics;
 
 #ifdef __cplusplus
 extern "C" {
@@ -1876,17 +1964,15 @@ const char *fabriclib_last_error_message(void);
 // (`fabriclib_engine_address`'s blob) is `peer`/`peer_len` (zeros if
 // none). The application's requests only, not the engine's own messages.
 // `INVALID_ARGUMENT` for a NIC the engine does not have, a
-// `struct_size` below this version's, NULL `out`; `MALFORMED` for a bad
-// address. Any thread; a control call (it waits for the worker, or
-// progresses a manual-progress engine).
+// `struct_size` below 0.3's (48), NULL `out`; `MALFORMED` for a bad
+// address. Any thread; read without stopping the worker (the counters are
+// its atomics), so a manual-progress engine need not be progressed.
 //
 // Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
 // destroyed or foreign engine); `INVALID_ARGUMENT` also for a NIC the engine
 // does not have or a `struct_size` below this version's; `MALFORMED` (a
 // `peer` address that does not parse); `SHUTDOWN`.
-// Blocks: until the engine's worker answers (each group's, in turn):
-// microseconds while it runs; in manual-progress mode the call progresses the
-// engine itself until answered.
+// Blocks: no.
 fabriclib_status fabriclib_engine_counters(const struct fabriclib_engine *engine,
                                            uint32_t nic,
                                            const uint8_t *peer,
@@ -1921,6 +2007,44 @@ fabriclib_status fabriclib_set_log_callback(fabriclib_log_cb callback, void *use
 // Blocks: no.
 fabriclib_status fabriclib_engine_caps(const struct fabriclib_engine *engine,
                                        struct fabriclib_caps *caps);
+
+// === Metrics ===
+// Always-on counters and histograms, read without stopping the engine:
+// per NIC and peer (`fabriclib_engine_counters`), per engine or group
+// (`fabriclib_engine_metrics`), and everything as JSON or Prometheus text
+// with `group`, `nic` and `peer` labels (`fabriclib_engine_metrics_text`).
+//
+// Reads group `group`'s metrics (`FABRICLIB_ALL_GROUPS`: every group's
+// added up) into `*out`; the watcher's are the engine's whichever group is
+// read. Any thread; it reads the counters as they are and never waits.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument, a
+// `struct_size` below this version's, a group the engine does not have);
+// `BAD_HANDLE` (a destroyed or foreign engine).
+// Blocks: no.
+fabriclib_status fabriclib_engine_metrics(const struct fabriclib_engine *engine,
+                                          uint32_t group,
+                                          struct fabriclib_metrics *out);
+
+// Writes every metric of the engine as text into `buf` of `cap` bytes,
+// NUL-terminated, and its length with the NUL into `*len`: `format`
+// `FABRICLIB_METRICS_JSON` (one object: groups, their NICs and peers,
+// histograms with p50/p99) or `FABRICLIB_METRICS_PROMETHEUS` (text
+// exposition 0.0.4, series `fabriclib_*` with `group`, `nic` and `peer`
+// labels; docs/metrics.md lists them and maps vLLM's NIXL series onto
+// them). If `cap` is too small (or `buf` is NULL), only `*len` is written
+// and `FABRICLIB_STATUS_BUFFER_TOO_SMALL` returned: call again with that
+// much (a little more: the counters move). Any thread.
+//
+// Returns: `OK`; `BUFFER_TOO_SMALL` (only `*len` written); `INVALID_ARGUMENT`
+// (a NULL `len`, an unknown `format`); `BAD_HANDLE` (a destroyed or foreign
+// engine).
+// Blocks: no.
+fabriclib_status fabriclib_engine_metrics_text(const struct fabriclib_engine *engine,
+                                               uint32_t format,
+                                               char *buf,
+                                               size_t cap,
+                                               size_t *len);
 
 #ifdef __cplusplus
 }  // extern "C"

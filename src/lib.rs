@@ -16,6 +16,7 @@ pub mod error;
 pub mod gpu;
 pub mod liveness;
 pub mod log;
+pub mod metrics;
 pub mod os;
 pub mod pin;
 pub mod status;

@@ -53,6 +53,8 @@ struct Shared {
     added: Mutex<Vec<Entry>>,
     stop: AtomicBool,
     thread: Mutex<Option<(ThreadId, std::thread::Thread)>>,
+    /// Events and the store → callback histogram (metrics/mod.rs).
+    stats: crate::metrics::WatcherStats,
 }
 
 /// The watcher thread of an engine, started with its first watcher.
@@ -80,6 +82,11 @@ impl Watchers {
     pub fn new(spin: Spin, nap: Duration, cpus: Vec<u32>) -> Watchers {
         let nap = nap.max(Duration::from_micros(1));
         Watchers { shared: Default::default(), handle: Mutex::new(None), spin, nap, cpus }
+    }
+
+    /// What the watcher thread counted (metrics).
+    pub fn stats(&self) -> &crate::metrics::WatcherStats {
+        &self.shared.stats
     }
 
     /// Allocates a word of `kind` memory (zero at first) and watches it.
@@ -210,7 +217,11 @@ impl SpinWindow {
 fn run(shared: &Shared, spin: Spin, nap: Duration) {
     let mut last_change = Instant::now();
     let mut auto = SpinWindow::default();
+    // A change seen in this pass was stored after the previous pass began
+    // (its look saw the old value): the histogram's bound.
+    let mut prev_start = Instant::now();
     while !shared.stop.load(Ordering::Acquire) {
+        let start = Instant::now();
         let mut changed = false;
         let empty;
         {
@@ -224,6 +235,8 @@ fn run(shared: &Shared, spin: Spin, nap: Duration) {
                 if v != e.last {
                     let old = std::mem::replace(&mut e.last, v);
                     changed = true;
+                    shared.stats.events.add(1);
+                    shared.stats.store_to_callback.record_time(prev_start.elapsed());
                     if catch_unwind(AssertUnwindSafe(|| (e.cb)(old, v))).is_err() {
                         crate::log!(Warn, "a watcher callback panicked; the watcher goes on");
                     }
@@ -232,6 +245,7 @@ fn run(shared: &Shared, spin: Spin, nap: Duration) {
             list.retain(|e| !e.dead.load(Ordering::Acquire));
             empty = list.is_empty();
         }
+        prev_start = start;
         let now = Instant::now();
         let window = match spin {
             Spin::Auto => auto.window(),

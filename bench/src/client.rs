@@ -365,6 +365,11 @@ impl Session {
         self.engine.counters().map_err(|e| e.to_string())
     }
 
+    /// The client engine's metrics snapshot (fabriclib::metrics).
+    pub fn metrics(&self) -> fabriclib::metrics::Metrics {
+        self.engine.metrics()
+    }
+
     pub fn close(mut self) {
         if let Some(s) = self.src.take() {
             s.close(&mut self.raw);

@@ -25,7 +25,7 @@ mod server;
 
 use client::{Kind, PeerConn, Row, Session, Spec};
 use ctl::{Ctl, R, parse_size};
-use serde_json::json;
+use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
@@ -393,6 +393,7 @@ fn run(o: &Opts) -> R<bool> {
     };
     let mut results: Vec<Row> = Vec::new();
     let mut nic_counters: Vec<(String, usize, fabriclib::NicCount)> = Vec::new();
+    let mut metrics: Vec<(String, fabriclib::metrics::Metrics)> = Vec::new();
     let need = rows.iter().map(|s| s.kind.peers(s)).max().unwrap_or(0);
     if need > 0 {
         let mut peers = servers(o, need)?;
@@ -411,6 +412,7 @@ fn run(o: &Opts) -> R<bool> {
             for (d, n) in s.counters()?.nics.into_iter().enumerate() {
                 nic_counters.push((s.provider.clone(), d, n));
             }
+            metrics.push((s.provider.clone(), s.metrics()));
             s.close();
         }
     }
@@ -439,6 +441,7 @@ fn run(o: &Opts) -> R<bool> {
             );
         }
     }
+    report::print_metrics(&metrics);
     let verified = results.iter().all(|r| r.verified != Some(false));
     println!(
         "\n{} rows in {:.1} s; bytes verified: {}",
@@ -459,6 +462,10 @@ fn run(o: &Opts) -> R<bool> {
             "verified": verified,
             "rows": results.iter().map(report::row_json).collect::<Vec<_>>(),
             "targets": report::targets_json(&targets),
+            "metrics": metrics.iter().map(|(p, m)| json!({
+                "provider": p,
+                "snapshot": serde_json::from_str::<Value>(&fabriclib::metrics::export::json(m)).unwrap_or(Value::Null),
+            })).collect::<Vec<_>>(),
             "nic_counters": nic_counters.iter().map(|(p, d, n)| json!({
                 "provider": p,
                 "domain": d,

@@ -5,20 +5,9 @@ use super::*;
 type fabriclib_log_level = u32; // C: enum fabriclib_log_level (codes.rs)
 use std::ffi::c_void;
 
-/// The `struct_size` a caller's versioned struct `p` (named `what`) starts
-/// with: non-null, at least `min` (the first version's size).
-fn struct_size<T>(p: *mut T, min: usize, what: &str) -> crate::error::Result<usize> {
-    super::non_null(p, what)?;
-    // SAFETY: non-null; the caller's struct starts with its size (API contract).
-    let size = unsafe { p.cast::<usize>().read_unaligned() };
-    if size < min {
-        crate::bail!(InvalidArgument, "{what}.struct_size is {size}: set it to sizeof (at least {min})");
-    }
-    Ok(size)
-}
-
-/// The smallest `fabriclib_counters.struct_size` accepted (0.3's layout). Never grows.
-const COUNTERS_V1: usize = size_of::<fabriclib_counters>();
+/// The smallest `fabriclib_counters.struct_size` accepted (0.3's layout:
+/// six words). Never grows.
+const COUNTERS_V1: usize = 48;
 
 /// === Diagnostics ===
 /// The library's version, the names of status codes, the calling thread's
@@ -82,17 +71,15 @@ pub extern "C" fn fabriclib_last_error_message() -> *const c_char {
 /// (`fabriclib_engine_address`'s blob) is `peer`/`peer_len` (zeros if
 /// none). The application's requests only, not the engine's own messages.
 /// `INVALID_ARGUMENT` for a NIC the engine does not have, a
-/// `struct_size` below this version's, NULL `out`; `MALFORMED` for a bad
-/// address. Any thread; a control call (it waits for the worker, or
-/// progresses a manual-progress engine).
+/// `struct_size` below 0.3's (48), NULL `out`; `MALFORMED` for a bad
+/// address. Any thread; read without stopping the worker (the counters are
+/// its atomics), so a manual-progress engine need not be progressed.
 ///
 /// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
 /// destroyed or foreign engine); `INVALID_ARGUMENT` also for a NIC the engine
 /// does not have or a `struct_size` below this version's; `MALFORMED` (a
 /// `peer` address that does not parse); `SHUTDOWN`.
-/// Blocks: until the engine's worker answers (each group's, in turn):
-/// microseconds while it runs; in manual-progress mode the call progresses the
-/// engine itself until answered.
+/// Blocks: no.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_engine_counters(
     engine: *const fabriclib_engine,
@@ -115,7 +102,7 @@ pub extern "C" fn fabriclib_engine_counters(
         };
         let c = match &want {
             None => one.total,
-            Some(a) => one.peers.iter().find(|(p, _)| p == a).map(|(_, c)| *c).unwrap_or_default(),
+            Some(a) => one.peers.iter().find(|(p, _)| *p == a.epoch).map(|(_, c)| *c).unwrap_or_default(),
         };
         let v = fabriclib_counters {
             struct_size: size,
@@ -124,9 +111,10 @@ pub extern "C" fn fabriclib_engine_counters(
             wrs_completed: c.wrs_completed,
             bytes_completed: c.bytes_completed,
             errors: c.errors,
+            wrs_in_flight: c.wrs_in_flight(),
+            errors_by_status: c.errors_by_status,
         };
-        // SAFETY: the caller's struct has at least COUNTERS_V1 (= size_of) bytes.
-        unsafe { out.write_unaligned(v) };
+        write_versioned(out, v, size);
         Ok(())
     })
 }

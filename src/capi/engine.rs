@@ -34,7 +34,8 @@ fn progressing<T>(engine: *const fabriclib_engine, f: impl FnOnce() -> T) -> T {
 }
 
 /// Work requests and bytes one NIC posted and completed for the
-/// application, and its failed work requests, since the engine started
+/// application, its failed work requests (by status) and those in flight,
+/// since the engine started
 /// (`fabriclib_engine_counters`). Zero-initialise and set `struct_size =
 /// sizeof(fabriclib_counters)`; the library writes the fields that fit in
 /// `struct_size` (fields a later version adds stay as they are).
@@ -47,6 +48,10 @@ pub struct fabriclib_counters {
     pub bytes_completed: u64,
     /// Work requests that failed, or were given up with their peer.
     pub errors: u64,
+    /// Since 0.4: work requests posted and not yet back (completed or failed).
+    pub wrs_in_flight: u64,
+    /// Since 0.4: `errors` by status (`errors_by_status[FABRICLIB_STATUS_PEER_DOWN]`…).
+    pub errors_by_status: [u64; super::FABRICLIB_METRICS_STATUSES],
 }
 
 /// === Engine ===

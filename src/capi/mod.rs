@@ -152,6 +152,28 @@ pub(crate) fn write_blob(bytes: &[u8], buf: *mut u8, cap: usize, len: *mut usize
     Ok(())
 }
 
+/// The `struct_size` a caller's versioned struct `p` (named `what`) starts
+/// with: non-null, at least `min` (the first version's size).
+pub(crate) fn struct_size<T>(p: *mut T, min: usize, what: &str) -> crate::error::Result<usize> {
+    non_null(p, what)?;
+    // SAFETY: non-null; the caller's struct starts with its size (API contract).
+    let size = unsafe { p.cast::<usize>().read_unaligned() };
+    if size < min {
+        crate::bail!(InvalidArgument, "{what}.struct_size is {size}: set it to sizeof (at least {min})");
+    }
+    Ok(size)
+}
+
+/// Writes the first `size` bytes of `v` (all of it if `size` is larger) to
+/// the caller's versioned struct `out`, whose `struct_size` is `size`:
+/// fields a later version adds stay as the caller set them.
+pub(crate) fn write_versioned<T>(out: *mut T, v: T, size: usize) {
+    let n = size.min(size_of::<T>());
+    // SAFETY: `out` is non-null (struct_size checked it) and the caller's
+    // struct has `size` bytes (API contract); `v` is plain data.
+    unsafe { std::ptr::copy_nonoverlapping((&v as *const T).cast::<u8>(), out.cast::<u8>(), n) };
+}
+
 /// Borrows `len` bytes at `p` (NULL only if `len` is 0).
 pub(crate) fn bytes<'a>(p: *const u8, len: usize, what: &str) -> Result<&'a [u8]> {
     if len == 0 {
@@ -225,6 +247,8 @@ mod nics;
 
 mod diag;
 
+mod metrics;
+
 pub use config::*;
 pub use diag::*;
 pub use engine::*;
@@ -232,6 +256,7 @@ pub use flags::*;
 pub use imm::*;
 pub use mapped::*;
 pub use memory::*;
+pub use metrics::*;
 pub use nics::*;
 pub use peers::*;
 pub use recv::*;

@@ -11,8 +11,11 @@
 use super::notify::{Notifier, OnDone};
 use crate::bail;
 use crate::error::{Error, Result};
+use crate::metrics::{GroupStats, IMM_TO_EXPECTATION};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
+use std::time::Instant;
 
 /// A cheap hasher for u32 keys (Fibonacci multiply); no per-imm SipHash.
 #[derive(Default)]
@@ -42,6 +45,9 @@ struct Expectation {
 struct Entry {
     arrived: u64,
     expect: Option<Expectation>,
+    /// When the first immediate counted towards the next expectation came
+    /// (the histogram first immediate → expectation met).
+    first: Option<Instant>,
 }
 
 /// A word that mirrors an immediate's arrivals (`ImmCounter::mirror`).
@@ -56,15 +62,22 @@ pub struct ImmCounter {
     armed: usize,
     /// Per mirrored immediate: the word and the value last stored to it.
     mirrors: HashMap<u32, (MirrorWord, u64), BuildHasherDefault<ImmHasher>>,
+    /// Immediates received, expectations met and failed (metrics).
+    stats: Arc<GroupStats>,
 }
 
 impl ImmCounter {
+    /// Counting into `stats` (its group's metrics).
+    pub fn new(stats: Arc<GroupStats>) -> ImmCounter {
+        ImmCounter { stats, ..Default::default() }
+    }
+
     /// Arms an expectation of `count` immediates `imm`.
     pub fn expect(&mut self, imm: u32, count: u32, done: OnDone, id: u64, n: &Notifier) -> Result<()> {
         if count == 0 {
             bail!(InvalidArgument, "expect_imm_count: count must be at least 1");
         }
-        let e = self.map.entry(imm).or_insert(Entry { arrived: 0, expect: None });
+        let e = self.map.entry(imm).or_insert(Entry { arrived: 0, expect: None, first: None });
         if e.expect.is_some() {
             bail!(AlreadyExists, "immediate {imm:#x} already has an expectation; wait for it to fire");
         }
@@ -76,7 +89,12 @@ impl ImmCounter {
 
     /// Counts one arrived immediate.
     pub fn arrived(&mut self, imm: u32, n: &Notifier, count: u64) {
-        self.map.entry(imm).or_insert(Entry { arrived: 0, expect: None }).arrived += count;
+        self.stats.imm_received.add(count);
+        let e = self.map.entry(imm).or_insert(Entry { arrived: 0, expect: None, first: None });
+        if e.arrived == 0 {
+            e.first = Some(Instant::now());
+        }
+        e.arrived += count;
         if !self.mirrors.is_empty() {
             if let Some((w, v)) = self.mirrors.get_mut(&imm) {
                 *v += count;
@@ -95,6 +113,12 @@ impl ImmCounter {
             let x = e.expect.take().unwrap();
             e.arrived -= x.want;
             self.armed -= 1;
+            self.stats.expectations_met.add(1);
+            if let Some(t) = e.first.take() {
+                let now = Instant::now();
+                self.stats.hists[IMM_TO_EXPECTATION].record_time(now - t);
+                e.first = (e.arrived > 0).then_some(now);
+            }
             n.fire(x.done, Ok(()));
         }
         if e.arrived == 0 && e.expect.is_none() {
@@ -126,6 +150,7 @@ impl ImmCounter {
         let x = e.expect.take().unwrap();
         self.map.remove(&imm);
         self.armed -= 1;
+        self.stats.expectations_failed.add(1);
         n.errors.record(id, &err);
         n.fire(x.done, Err(err));
         true
@@ -183,6 +208,7 @@ impl ImmCounter {
         self.mirrors.clear();
         for (_, e) in self.map.drain() {
             if let Some(x) = e.expect {
+                self.stats.expectations_failed.add(1);
                 n.errors.record(x.id, err);
                 n.fire(x.done, Err(err.clone()));
             }

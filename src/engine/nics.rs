@@ -6,7 +6,6 @@ use crate::completion::notify::Route;
 use crate::config::EngineConfig;
 use crate::domain::fabric::FabricDomain;
 use crate::error::{Result, Status};
-use crate::worker::request::Ctrl;
 
 /// `cfg` with `nics_near_gpu` turned into NIC names (and the first
 /// provider that offers them all); `None` when it is not set or `nics` is.
@@ -74,17 +73,37 @@ fn first_provider<T>(
 }
 
 impl TransferEngine {
-    /// Work requests and bytes posted and completed, and failures, per NIC
-    /// (domain) and per peer, since the engine started: the application's
-    /// requests only (not the engine's handshakes and keepalives). Counted
-    /// by the worker and read through it (a control call).
-    /// With several groups, their NICs one after the other, in group order.
+    /// Work requests and bytes posted and completed, and failures by
+    /// status, per NIC (domain) and per peer (by its epoch), since the
+    /// engine started: the application's requests only (not the engine's
+    /// handshakes and keepalives). Counted by the worker, read without
+    /// stopping it. With several groups, their NICs one after the other, in
+    /// group order.
     pub fn counters(&self) -> Result<crate::worker::counters::Counters> {
         let mut all = crate::worker::counters::Counters { nics: Vec::new() };
-        for g in 0..self.groups.len() {
-            all.nics.extend(self.rpc_to(g, |reply| Ctrl::Counters { reply })?.nics);
+        for g in &self.groups {
+            all.nics.extend(g.shared.tally.get().map(|t| t.snapshot().nics).unwrap_or_default());
         }
         Ok(all)
+    }
+
+    /// Every metric (metrics/mod.rs): per group its requests, immediates,
+    /// expectations and histograms with its NICs' counters, and the
+    /// watcher's. Read without stopping any thread.
+    pub fn metrics(&self) -> crate::metrics::Metrics {
+        let w = self.watchers.stats();
+        crate::metrics::Metrics {
+            groups: self
+                .groups
+                .iter()
+                .map(|g| {
+                    let nics = g.shared.tally.get().map(|t| t.snapshot().nics).unwrap_or_default();
+                    (g.shared.stats.snapshot(), nics)
+                })
+                .collect(),
+            watcher_events: w.events.get(),
+            watcher_store_to_callback_ns: w.store_to_callback.snapshot(),
+        }
     }
 
     /// Whether every NIC of every group registers CUDA device memory.

@@ -107,9 +107,13 @@ impl<D: Domain> Worker<D> {
     /// Takes a new request: finds its peers and queues its units on the
     /// domains (or parks it until its peers have answered the handshake).
     pub(super) fn accept(&mut self, mut req: Request) {
+        self.shared.stats.started[req.kind()].add(1);
         let (peer, unit_peers) = match self.take_refs(&mut req) {
             Ok(p) => p,
-            Err(e) => return self.notifier.fire_request(req.id, req.done, Err(e)),
+            Err(e) => {
+                self.shared.stats.ended(req.kind(), e.status as usize);
+                return self.notifier.fire_request(req.id, req.done, Err(e));
+            }
         };
         let timeout = req.timeout;
         let (slot, epoch) = self.requests.slots.insert(req, peer, unit_peers);

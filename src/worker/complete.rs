@@ -7,6 +7,7 @@ use super::{Worker, accept};
 use crate::completion::notify::OnDone;
 use crate::domain::{Completion, Domain};
 use crate::error::{Error, Status};
+use crate::metrics::{POST_TO_DONE, REQUEST_BYTES, REQUEST_WRS};
 
 impl<D: Domain> Worker<D> {
     pub(super) fn complete(&mut self, d: usize, c: Completion) {
@@ -32,7 +33,7 @@ impl<D: Domain> Worker<D> {
             (Token::Split(i), Ok(_)) => self.split_done(d, i),
             (t, Ok(_)) => self.wr_done(t, None),
             (t, Err((peer, e))) => {
-                self.tally.failed(d, peer);
+                self.tally.failed(d, peer, e.status);
                 let err = Error::new(e.status, format!("work request failed: {}", e.message));
                 self.wr_done(t, Some(err.clone()));
                 // An unreachable peer fails everything else sent to it too.
@@ -72,8 +73,15 @@ impl<D: Domain> Worker<D> {
         }
         let (stage, regions, dsts, domains) =
             (&mut self.requests.stage, &mut self.requests.regions, &mut self.requests.dsts, &mut self.domains);
-        let notifier = &self.notifier;
+        let (notifier, stats, now) = (&self.notifier, &self.shared.stats, self.pass.now);
         self.requests.slots.finish(slot, |a| {
+            let status = a.error.as_ref().map_or(0, |e| e.status as usize);
+            stats.ended(a.req.kind(), status);
+            if let Some(t) = a.first_post.filter(|_| status == 0) {
+                stats.hists[POST_TO_DONE].record_time(now.saturating_duration_since(t));
+                stats.hists[REQUEST_BYTES].record(a.bytes);
+                stats.hists[REQUEST_WRS].record(a.posted as u64);
+            }
             if let Some(s) = a.stage {
                 stage.release(s);
             }

@@ -72,12 +72,6 @@ impl<D: Domain> Worker<D> {
                 }
                 let _ = reply.send(Ok(()));
             }
-            Ctrl::Counters { reply } => {
-                let nics: Vec<String> = self.domains.iter().map(|d| d.nic().name).collect();
-                let peers = &self.peers;
-                let c = self.tally.snapshot(&nics, |d, id| Some(peers.address(peers.by_id(d, id)?).clone()));
-                let _ = reply.send(Ok(c));
-            }
             Ctrl::Cancel { id, reply } => {
                 self.accept_queued();
                 let canceled = || Error::new(Status::Canceled, "canceled by the application");

@@ -1,15 +1,17 @@
 //! Counters per NIC and per peer: work requests and bytes of the
-//! application's requests posted and completed, and work requests that
-//! failed (`TransferEngine::counters`, `fabriclib_engine_counters`). The
-//! worker keeps them in plain integers, by domain and by the domain's id for
-//! the peer (dense: an `FI_AV_TABLE` index), and answers a snapshot through
-//! a control command. The engine's own messages (handshakes, keepalives,
-//! acknowledgments) are not counted.
+//! application's requests posted and completed, work requests that failed
+//! (by status) and those in flight (`TransferEngine::counters`,
+//! `fabriclib_engine_counters`, the metrics). The worker writes them
+//! (relaxed atomics, one writer: metrics/mod.rs), by domain and by the
+//! domain's id for the peer (dense: an `FI_AV_TABLE` index, in chunks made
+//! as peers come); anyone reads them without stopping it. The engine's own
+//! messages (handshakes, keepalives, acknowledgments) are not counted.
 use crate::domain::PeerId;
-use crate::wire::NetAddr;
+use crate::metrics::{Cell, STATUSES};
+use std::sync::{Arc, OnceLock};
 
 /// What one NIC did, in total or for one peer.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Count {
     pub wrs_posted: u64,
     pub bytes_posted: u64,
@@ -18,6 +20,22 @@ pub struct Count {
     /// Work requests that completed with an error, or were given up with
     /// their peer.
     pub errors: u64,
+    /// `errors` by status (`Status as usize`: `PeerDown`, `RemoteAccess`,
+    /// `TimedOut`, `Canceled`…).
+    pub errors_by_status: [u64; STATUSES],
+}
+
+impl Default for Count {
+    fn default() -> Count {
+        Count {
+            wrs_posted: 0,
+            bytes_posted: 0,
+            wrs_completed: 0,
+            bytes_completed: 0,
+            errors: 0,
+            errors_by_status: [0; STATUSES],
+        }
+    }
 }
 
 impl Count {
@@ -27,6 +45,14 @@ impl Count {
         self.wrs_completed += o.wrs_completed;
         self.bytes_completed += o.bytes_completed;
         self.errors += o.errors;
+        for (a, b) in self.errors_by_status.iter_mut().zip(&o.errors_by_status) {
+            *a += b;
+        }
+    }
+
+    /// Work requests posted and not yet back (completed or failed).
+    pub fn wrs_in_flight(&self) -> u64 {
+        self.wrs_posted.saturating_sub(self.wrs_completed + self.errors)
     }
 }
 
@@ -42,67 +68,129 @@ pub struct NicCount {
     /// The NIC's name (`Nic::name`).
     pub nic: String,
     pub total: Count,
-    pub peers: Vec<(NetAddr, Count)>,
+    /// Per peer: its engine group's epoch (`NetAddr::epoch`) and counts.
+    pub peers: Vec<(u64, Count)>,
 }
 
 /// Peer ids from this one up are counted in the NIC's total only (none
 /// are, with `FI_AV_TABLE` and the null provider).
 const MAX_PEER_ID: PeerId = 1 << 16;
+/// Peers per chunk of cells.
+const CHUNK: usize = 256;
+
+#[derive(Default)]
+struct Cells {
+    /// The epoch of the peer last counted here (0: none yet).
+    epoch: Cell,
+    wrs_posted: Cell,
+    bytes_posted: Cell,
+    wrs_completed: Cell,
+    bytes_completed: Cell,
+    errors: [Cell; STATUSES],
+}
+
+impl Cells {
+    fn read(&self) -> Count {
+        let errors_by_status = std::array::from_fn(|s| self.errors[s].get());
+        Count {
+            wrs_posted: self.wrs_posted.get(),
+            bytes_posted: self.bytes_posted.get(),
+            wrs_completed: self.wrs_completed.get(),
+            bytes_completed: self.bytes_completed.get(),
+            errors: errors_by_status.iter().sum(),
+            errors_by_status,
+        }
+    }
+}
+
+/// One NIC's cells.
+struct Nic {
+    name: String,
+    other: Cells,
+    chunks: Box<[OnceLock<Box<[Cells]>>]>,
+}
 
 /// The worker's counters: `[domain][peer id]`, and per domain what no peer
-/// id names.
-pub(super) struct Tally {
-    per_peer: Vec<Vec<Count>>,
-    other: Vec<Count>,
+/// id names. Cloned handles share the cells (the engine keeps one to read).
+#[derive(Clone)]
+pub struct Tally {
+    nics: Arc<[Nic]>,
 }
 
 impl Tally {
-    pub(super) fn new(domains: usize) -> Tally {
-        Tally { per_peer: vec![Vec::new(); domains], other: vec![Count::default(); domains] }
+    /// Cells for NICs named `nics`, in domain order.
+    pub fn new(nics: &[String]) -> Tally {
+        let chunks = MAX_PEER_ID as usize / CHUNK;
+        Tally {
+            nics: nics
+                .iter()
+                .map(|n| Nic {
+                    name: n.clone(),
+                    other: Cells::default(),
+                    chunks: (0..chunks).map(|_| OnceLock::new()).collect(),
+                })
+                .collect(),
+        }
     }
 
-    fn at(&mut self, d: usize, peer: PeerId) -> &mut Count {
+    #[inline]
+    fn at(&self, d: usize, peer: PeerId) -> &Cells {
+        let nic = &self.nics[d];
         if peer >= MAX_PEER_ID {
-            return &mut self.other[d];
+            return &nic.other;
         }
-        let v = &mut self.per_peer[d];
-        if v.len() <= peer as usize {
-            v.resize(peer as usize + 1, Count::default());
+        let (c, i) = (peer as usize / CHUNK, peer as usize % CHUNK);
+        &nic.chunks[c].get_or_init(|| (0..CHUNK).map(|_| Cells::default()).collect())[i]
+    }
+
+    /// A work request of `bytes` posted on domain `d` to the peer it knows
+    /// as `peer`, an engine group of epoch `epoch` (0: not known here).
+    #[inline]
+    pub(super) fn posted(&self, d: usize, peer: PeerId, epoch: u64, bytes: usize) {
+        let c = self.at(d, peer);
+        if epoch != 0 && c.epoch.get() != epoch {
+            c.epoch.set(epoch);
         }
-        &mut v[peer as usize]
+        c.wrs_posted.add(1);
+        c.bytes_posted.add(bytes as u64);
     }
 
-    pub(super) fn posted(&mut self, d: usize, peer: PeerId, bytes: usize) {
+    #[inline]
+    pub(super) fn completed(&self, d: usize, peer: PeerId, bytes: u64) {
         let c = self.at(d, peer);
-        c.wrs_posted += 1;
-        c.bytes_posted += bytes as u64;
+        c.wrs_completed.add(1);
+        c.bytes_completed.add(bytes);
     }
 
-    pub(super) fn completed(&mut self, d: usize, peer: PeerId, bytes: u64) {
-        let c = self.at(d, peer);
-        c.wrs_completed += 1;
-        c.bytes_completed += bytes;
+    /// A work request failed (or was given up) with `status`.
+    pub(super) fn failed(&self, d: usize, peer: PeerId, status: crate::error::Status) {
+        self.at(d, peer).errors[(status as usize).min(STATUSES - 1)].add(1);
     }
 
-    pub(super) fn failed(&mut self, d: usize, peer: PeerId) {
-        self.at(d, peer).errors += 1;
-    }
-
-    /// The snapshot: `nics[d]` names domain `d`'s NIC; `addr(d, id)` the
-    /// peer domain `d` knows as `id` (counts of an id it does not know stay
-    /// in the total only).
-    pub(super) fn snapshot(&self, nics: &[String], addr: impl Fn(usize, PeerId) -> Option<NetAddr>) -> Counters {
-        let nics = (0..self.per_peer.len())
-            .map(|d| {
-                let mut total = self.other[d];
+    /// The snapshot, without stopping the worker; peers by epoch (counts
+    /// of a peer id never named stay in the total only).
+    pub fn snapshot(&self) -> Counters {
+        let nics = self
+            .nics
+            .iter()
+            .map(|nic| {
+                let mut total = nic.other.read();
                 let mut peers = Vec::new();
-                for (id, c) in self.per_peer[d].iter().enumerate().filter(|(_, c)| **c != Count::default()) {
-                    total.add(c);
-                    if let Some(a) = addr(d, id as PeerId) {
-                        peers.push((a, *c));
+                for cells in nic.chunks.iter().filter_map(|c| c.get()).flat_map(|c| c.iter()) {
+                    let c = cells.read();
+                    if c == Count::default() {
+                        continue;
+                    }
+                    total.add(&c);
+                    match cells.epoch.get() {
+                        0 => {}
+                        e => match peers.iter_mut().find(|(p, _)| *p == e) {
+                            Some((_, pc)) => Count::add(pc, &c),
+                            None => peers.push((e, c)),
+                        },
                     }
                 }
-                NicCount { nic: nics.get(d).cloned().unwrap_or_default(), total, peers }
+                NicCount { nic: nic.name.clone(), total, peers }
             })
             .collect();
         Counters { nics }
@@ -112,23 +200,31 @@ impl Tally {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Status;
 
     #[test]
     fn counts_add_up_per_nic_and_per_peer() {
-        let mut t = Tally::new(2);
-        t.posted(0, 3, 100);
-        t.posted(0, 3, 50);
+        let t = Tally::new(&["a".into(), "b".into()]);
+        t.posted(0, 3, 4, 100);
+        t.posted(0, 3, 4, 50);
         t.completed(0, 3, 100);
-        t.posted(1, 0, 7);
-        t.failed(1, 0);
-        t.failed(1, PeerId::MAX); // no peer id: the total only
-        let who = |_: usize, id: PeerId| Some(NetAddr { epoch: id + 1, domains: vec![] });
-        let s = t.snapshot(&["a".into(), "b".into()], who);
-        let c0 = Count { wrs_posted: 2, bytes_posted: 150, wrs_completed: 1, bytes_completed: 100, errors: 0 };
+        t.posted(1, 0, 1, 7);
+        t.posted(1, 300, 2, 9);
+        t.failed(1, 0, Status::PeerDown);
+        t.failed(1, PeerId::MAX, Status::TimedOut); // no peer id: the total only
+        let s = t.clone().snapshot();
+        let c0 =
+            Count { wrs_posted: 2, bytes_posted: 150, wrs_completed: 1, bytes_completed: 100, ..Default::default() };
         assert_eq!((s.nics[0].nic.as_str(), s.nics[0].total), ("a", c0));
-        assert_eq!(s.nics[0].peers.len(), 1);
-        assert_eq!((s.nics[0].peers[0].0.epoch, s.nics[0].peers[0].1), (4, c0));
-        assert_eq!(s.nics[1].total, Count { wrs_posted: 1, bytes_posted: 7, errors: 2, ..Default::default() });
+        assert_eq!(s.nics[0].total.wrs_in_flight(), 1);
+        assert_eq!(s.nics[0].peers, vec![(4, c0)]);
+        let t1 = s.nics[1].total;
+        assert_eq!((t1.wrs_posted, t1.bytes_posted, t1.errors), (2, 16, 2));
+        assert_eq!(
+            (t1.errors_by_status[Status::PeerDown as usize], t1.errors_by_status[Status::TimedOut as usize]),
+            (1, 1)
+        );
+        assert_eq!(s.nics[1].peers.len(), 2);
         assert_eq!(s.nics[1].peers[0].1.errors, 1);
     }
 }

@@ -46,6 +46,8 @@ impl<D: Domain> Worker<D> {
     pub(super) fn shutdown(mut self) {
         let err = shutdown_error();
         while let Some(r) = self.shared.data.pop() {
+            self.shared.stats.started[r.kind()].add(1);
+            self.shared.stats.ended(r.kind(), err.status as usize);
             self.notifier.fire_request(r.id, r.done, Err(err.clone()));
         }
         // Nothing new is posted; requests with work on the wire end once the NIC
@@ -86,7 +88,6 @@ impl<D: Domain> Worker<D> {
                 Ctrl::ImmCount { reply, .. } => drop(reply.send(Err(err.clone()))),
                 Ctrl::MirrorImm { reply, .. } => drop(reply.send(Err(err.clone()))),
                 Ctrl::PeerState { reply, .. } => drop(reply.send(Err(err.clone()))),
-                Ctrl::Counters { reply } => drop(reply.send(Err(err.clone()))),
                 Ctrl::Deregister { .. } | Ctrl::Repost { .. } | Ctrl::ImmArrived { .. } => {}
             }
         }

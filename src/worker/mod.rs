@@ -58,6 +58,11 @@ pub struct Shared {
     /// The home group's: an expectation is armed (or an immediate mirrored),
     /// so the other groups' workers idle as if it were theirs.
     awaited: AtomicBool,
+    /// What the worker counts (metrics/mod.rs); read by the engine.
+    pub stats: Arc<crate::metrics::GroupStats>,
+    /// Its NICs' counters per peer (counters.rs), set when the worker has
+    /// opened them.
+    pub tally: std::sync::OnceLock<counters::Tally>,
 }
 
 impl Shared {
@@ -176,6 +181,8 @@ impl<D: Domain> Worker<D> {
             domains.push(D::open(spec)?);
         }
         let requests = Requests::new(&mut domains, shared.tag, place.epoch)?;
+        let tally = counters::Tally::new(&domains.iter().map(|d| d.nic().name).collect::<Vec<_>>());
+        let _ = shared.tally.set(tally.clone());
         let address = NetAddr { epoch: place.epoch, domains: domains.iter().map(|d| d.address().into()).collect() };
         let live = if domains[0].keys_checked_by_target() {
             None
@@ -190,7 +197,8 @@ impl<D: Domain> Worker<D> {
         }
         Ok(Worker {
             requests,
-            tally: counters::Tally::new(domains.len()),
+            tally,
+            imm: ImmCounter::new(shared.stats.clone()),
             domains,
             shared,
             notifier,
@@ -200,7 +208,6 @@ impl<D: Domain> Worker<D> {
             peers,
             pass: Pass::new(waiter, place.home),
             recv: Receives::default(),
-            imm: ImmCounter::default(),
             peer_sets: Vec::new(),
             peer_states: place.peer_states,
             _live: live,

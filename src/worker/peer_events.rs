@@ -178,7 +178,7 @@ impl<D: Domain> Worker<D> {
                 match Token::decode(t) {
                     Token::EngineSend { slot, .. } => self.peers.abandoned(slot),
                     t => {
-                        self.tally.failed(d, id);
+                        self.tally.failed(d, id, err.status);
                         self.wr_done(t, Some(err.clone()));
                     }
                 }

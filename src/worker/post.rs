@@ -7,6 +7,7 @@ use super::stage::SEND_HEADER;
 use super::token::Token;
 use super::{POST_BURST, Worker};
 use crate::domain::{Chan, Domain, Post, SendWr};
+use crate::metrics::SUBMIT_TO_POST;
 
 impl<D: Domain> Worker<D> {
     pub(super) fn post_all(&mut self) -> bool {
@@ -79,7 +80,14 @@ impl<D: Domain> Worker<D> {
             };
             match res {
                 Ok(Post::Posted) => {
-                    self.tally.posted(d, peer, bytes);
+                    self.tally.posted(d, peer, self.peers.address(entry).epoch, bytes);
+                    if a.first_post.is_none() {
+                        let now = self.pass.now;
+                        a.first_post = Some(now);
+                        let waited = now.saturating_duration_since(a.req.submitted);
+                        self.shared.stats.hists[SUBMIT_TO_POST].record_time(waited);
+                    }
+                    a.bytes += bytes as u64;
                     a.next[d] += a.step;
                     a.posted += 1;
                     a.outstanding += 1;

@@ -82,9 +82,23 @@ pub struct Request {
     /// `Ok` only once delivered: every byte and immediate taken in by the
     /// target engine (a delivery fence, fence.rs).
     pub delivered: bool,
+    /// When it was submitted (the histogram submit → first post).
+    pub submitted: std::time::Instant,
 }
 
 impl Request {
+    /// Its kind, as the metrics count it (`metrics::KINDS`).
+    pub fn kind(&self) -> usize {
+        match &self.shape {
+            Shape::Single { .. } => 0,
+            Shape::Paged { .. } => 1,
+            Shape::Scatter { .. } => 2,
+            Shape::Barrier { .. } => 3,
+            Shape::Send { .. } => 4,
+            Shape::Connect { .. } => 5,
+        }
+    }
+
     pub fn units(&self) -> usize {
         match &self.shape {
             Shape::Single { len, chunk, .. } => (len.div_ceil(*chunk) as usize).max(1),
@@ -278,10 +292,6 @@ pub enum Ctrl {
     ImmArrived {
         counts: Vec<(u32, u64)>,
     },
-    /// A snapshot of the counters (counters.rs).
-    Counters {
-        reply: Sender<crate::error::Result<super::counters::Counters>>,
-    },
     /// The combined state of this group's pairs with engine `engine`
     /// (`peer_state::combine`), if it knows any.
     PeerState {
@@ -303,6 +313,7 @@ impl Request {
             region: None,
             nic: None,
             delivered: false,
+            submitted: std::time::Instant::now(),
         }
     }
 }

@@ -69,7 +69,7 @@ impl<D: Domain> Worker<D> {
             let res = if live { self.domains[d].post_write(&wr, token.encode()) } else { Ok(Post::Posted) };
             match res {
                 Ok(Post::Posted) if live => {
-                    self.tally.posted(d, wr.peer, 0);
+                    self.tally.posted(d, wr.peer, 0, 0);
                     busy = true
                 }
                 Ok(Post::Posted) => self.wr_done(token, None),

@@ -23,6 +23,8 @@ fn new_shared(plan: &GroupPlan, notifier: &Notifier) -> Result<Arc<Shared>> {
         wake_fd: std::sync::atomic::AtomicI32::new(-1),
         tag: held::new_tag(),
         awaited: AtomicBool::new(false),
+        stats: Default::default(),
+        tally: Default::default(),
     }))
 }
 

@@ -225,6 +225,46 @@ int main(int argc, char **argv) {
     EXPECT(fabriclib_engine_counters(e, 0, (const uint8_t *)"junk", 4, &ctr), FABRICLIB_STATUS_MALFORMED);
     ctr.struct_size = 8;
     EXPECT(fabriclib_engine_counters(e, 0, NULL, 0, &ctr), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    /* 0.3's six-word counters still work, and nothing past them is written. */
+    {
+        uint64_t v03[7] = {48, 1, 1, 1, 1, 1, 0xdead};
+        EXPECT(fabriclib_engine_counters(e, 0, NULL, 0, (fabriclib_counters *)v03), FABRICLIB_STATUS_OK);
+        checks++;
+        if (v03[1] != 0 || v03[6] != 0xdead) failures++, fprintf(stderr, "FAIL: 0.3 counters: %llu, tail %llx\n",
+                                                              (unsigned long long)v03[1], (unsigned long long)v03[6]);
+    }
+    /* Metrics: a versioned struct (per group or all) and text, JSON or Prometheus. */
+    {
+        static fabriclib_metrics m;
+        m.struct_size = sizeof m;
+        EXPECT(fabriclib_engine_metrics(e, FABRICLIB_ALL_GROUPS, &m), FABRICLIB_STATUS_OK);
+        EXPECT(fabriclib_engine_metrics(e, 0, &m), FABRICLIB_STATUS_OK);
+        checks++;
+        if (m.requests_in_flight != 0 || m.requests[FABRICLIB_REQUEST_KIND_SINGLE][FABRICLIB_STATUS_OK] != 0 ||
+            m.post_to_done.count != 0)
+            failures++, fprintf(stderr, "FAIL: a new engine's metrics are not zero\n");
+        EXPECT(fabriclib_engine_metrics(e, 1, &m), FABRICLIB_STATUS_INVALID_ARGUMENT);
+        EXPECT(fabriclib_engine_metrics(e, 0, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+        m.struct_size = 16;
+        EXPECT(fabriclib_engine_metrics(e, 0, &m), FABRICLIB_STATUS_INVALID_ARGUMENT);
+        size_t need = 0;
+        char small[8];
+        EXPECT(fabriclib_engine_metrics_text(e, FABRICLIB_METRICS_PROMETHEUS, small, sizeof small, &need),
+               FABRICLIB_STATUS_BUFFER_TOO_SMALL);
+        char *text = malloc(need + 4096);
+        size_t len = 0;
+        EXPECT(fabriclib_engine_metrics_text(e, FABRICLIB_METRICS_PROMETHEUS, text, need + 4096, &len), FABRICLIB_STATUS_OK);
+        checks++;
+        if (len == 0 || text[len - 1] != 0 || !strstr(text, "# TYPE fabriclib_requests_total counter"))
+            failures++, fprintf(stderr, "FAIL: Prometheus text (%zu bytes)\n", len);
+        EXPECT(fabriclib_engine_metrics_text(e, FABRICLIB_METRICS_JSON, text, need + 4096, &len), FABRICLIB_STATUS_OK);
+        checks++;
+        if (text[0] != '{' || !strstr(text, "\"version\":1")) failures++, fprintf(stderr, "FAIL: JSON %.40s\n", text);
+        EXPECT(fabriclib_engine_metrics_text(e, 7, text, need + 4096, &len), FABRICLIB_STATUS_INVALID_ARGUMENT);
+        EXPECT(fabriclib_engine_metrics_text(e, FABRICLIB_METRICS_JSON, text, need + 4096, NULL),
+               FABRICLIB_STATUS_INVALID_ARGUMENT);
+        free(text);
+    }
     EXPECT(fabriclib_engine_max_send(e, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_engine_max_send(e, &n), FABRICLIB_STATUS_OK);
     /* Capabilities, without trying: tcp;ofi_rxm confirms delivery; one NIC, one group. */

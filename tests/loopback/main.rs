@@ -13,6 +13,7 @@ mod faults;
 mod groups;
 mod imm;
 mod lifetimes;
+mod metrics;
 mod netns;
 mod nics;
 mod peer;
@@ -480,6 +481,7 @@ const TESTS: &[(&str, Test)] = &[
     ("netns_link_down_mid_transfer", netns::link_down_mid_transfer),
     ("nic_names_are_checked", nics::nic_names_are_checked),
     ("counters_count_every_page", nics::counters_count_every_page),
+    ("metrics_count_the_work_done", metrics::metrics_count_the_work_done),
     ("requests_pinned_to_a_nic_or_sharded", nics::requests_pinned_to_a_nic_or_sharded),
     ("threads_are_pinned_where_asked", nics::threads_are_pinned_where_asked),
     ("netns_2_and_4_nics_carry_a_paged_write", nics::nics_carry_a_paged_write),

@@ -187,8 +187,10 @@ pub fn counters_count_every_page(prov: &str, domains: usize) -> TestResult {
     let mut p = Peer::spawn(prov, domains, R)?;
     let d = desc(&p);
     p.expect(0x62, 1);
-    l.engine.submit_single_write(0, Some(0x62), &l.mr, 0, &d, 0, OnDone::Nothing).map_err(e2s)?;
+    let first = flag();
+    l.engine.submit_single_write(0, Some(0x62), &l.mr, 0, &d, 0, OnDone::Flag(first.clone())).map_err(e2s)?;
     p.fired(0x62)?; // the peer is up; that write counts as one zero-byte work request
+    wait_flag(&first)?; // and is counted once it has completed here
     let before = l.engine.counters().map_err(e2s)?;
     let mut rng = Rng(52);
     let (src, dst) = (rng.perm(PAGES), rng.perm(PAGES));
@@ -208,7 +210,7 @@ pub fn counters_count_every_page(prov: &str, domains: usize) -> TestResult {
                 a.nic
             ));
         }
-        let to_peer: Vec<_> = a.peers.iter().filter(|(who, _)| *who == addr(&p)).collect();
+        let to_peer: Vec<_> = a.peers.iter().filter(|(who, _)| *who == addr(&p).epoch).collect();
         if to_peer.len() != 1 || to_peer[0].1 != t || a.peers.len() != 1 {
             return Err(format!("NIC {k}: per-peer counts {:?} do not match the total {t:?}", a.peers));
         }

@@ -9,6 +9,7 @@ use crate::wire::MAX_DOMAINS;
 use crate::worker::fence::Fence;
 use crate::worker::request::Request;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// A request in the table.
 pub(in crate::worker) struct Active {
@@ -35,6 +36,10 @@ pub(in crate::worker) struct Active {
     pub(in crate::worker) stage: Option<u32>,
     /// Its delivery fence (fence.rs): `No` unless the request asked for one.
     pub(in crate::worker) fence: Fence,
+    /// When its first work request was posted (metrics).
+    pub(in crate::worker) first_post: Option<Instant>,
+    /// Bytes posted so far (metrics).
+    pub(in crate::worker) bytes: u64,
 }
 
 impl Active {
@@ -91,6 +96,8 @@ impl Slots {
             error: None,
             stage: None,
             fence: if delivered { Fence::Wanted } else { Fence::No },
+            first_post: None,
+            bytes: 0,
         });
         self.live += 1;
         (slot, epoch)
