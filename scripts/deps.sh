@@ -2,7 +2,7 @@
 # Installs what building and testing fabriclib needs, if it is missing
 # (Debian 12 / Ubuntu 24.04; run as root or with sudo available).
 set -euo pipefail
-pkgs=(libfabric-dev libfabric-bin libibverbs-dev libclang-dev libhwloc15 cmake pkg-config gcc g++ clang make binutils valgrind iproute2)
+pkgs=(libfabric-dev libfabric-bin libibverbs-dev libclang-dev libhwloc15 cmake pkg-config gcc g++ clang make binutils valgrind iproute2 python3 python3-venv)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

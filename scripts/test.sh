@@ -3,7 +3,8 @@
 # loopback tests over tcp;ofi_rxm and shm (1 and 2 domains), a short
 # fabriclib-bench run (JSON, plot, byte verification), the C API tests
 # (also under valgrind memcheck),
-# the install-and-consume test (find_package + pkg-config), the header
+# the install-and-consume test (find_package + pkg-config), the Python
+# package (wheels, auditwheel, pytest: scripts/test-python.sh), the header
 # drift check, and the verbs tests on real verbs (Soft-RoCE in a QEMU VM:
 # scripts/test-verbs.sh). Installs the apt packages it needs.
 set -euo pipefail
@@ -34,6 +35,9 @@ export FABRICLIB_CARGO_PROFILE=dev
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DFABRICLIB_CARGO_PROFILE=dev >/dev/null
 cmake --build build -j2
 (cd build && ctest --output-on-failure)
+
+echo "== Python: wheels, auditwheel, pytest (two processes over tcp and shm)"
+scripts/test-python.sh
 
 
 echo "== verbs: Soft-RoCE (rdma_rxe) in a VM, prebuilt binaries"

@@ -1,0 +1,141 @@
+"""Two processes over tcp and shm: KV-style pages with exact immediate counts
+and bytes compared, a killed peer raising within the deadline, cancel,
+asyncio, and the metrics equal to the work done."""
+
+import asyncio
+import hashlib
+import random
+import time
+
+import pytest
+
+import fabriclib
+from fabriclib import Engine, errors
+
+PAGE = 4096
+PAGES = 64
+
+
+def test_kv_pages_arrive_whole_with_exact_immediate_counts(engine_kw, peer_factory):
+    peer = peer_factory(PAGES * PAGE)
+    rng = random.Random(7)
+    src = bytearray(rng.randbytes(PAGES * PAGE))
+    with Engine(**engine_kw) as e:
+        region = e.register(src)
+        remote = e.remote(peer.descriptor)
+        # Two layers, each a permutation of pages, each with its own immediate.
+        want = bytearray(PAGES * PAGE)
+        layers = []
+        for layer, imm in enumerate((0x100, 0x101)):
+            half = list(range(layer * PAGES // 2, (layer + 1) * PAGES // 2))
+            dst = half[:]
+            rng.shuffle(dst)
+            for s, d in zip(half, dst):
+                want[d * PAGE:(d + 1) * PAGE] = src[s * PAGE:(s + 1) * PAGE]
+            assert peer.call(f"expect {imm} {len(half)}") == f"armed {imm}"
+            layers.append((imm, half, dst))
+        reqs = [e.write_pages(region, s, remote, d, PAGE, imm=imm, timeout=30) for imm, s, d in layers]
+        for r in reqs:
+            r.wait(30)
+            assert r.done() and r.error is None and r.status == 0
+        for imm, _, _ in layers:
+            assert peer.call(f"wait {imm}") == f"fired {imm}"
+        assert peer.call("hash") == "hash " + hashlib.sha256(want).hexdigest()
+        # One more immediate than expected would be counted afresh, never early.
+        m = e.metrics()["groups"][0]
+        assert m["requests"]["paged"] == {"started": 2, "ended": {"ok": 2}}
+        nic = m["nics"][0]
+        assert sum(n["total"]["bytes_completed"] for n in m["nics"]) == PAGES * PAGE
+        assert nic["total"]["wrs_in_flight"] == 0
+        assert m["histograms"]["request_bytes"]["sum"] == PAGES * PAGE
+        assert m["histograms"]["request_wrs"]["sum"] == PAGES
+        peer_metrics = fabriclib.engine.json.loads(peer.call("metrics").split(" ", 1)[1])["groups"][0]
+        assert peer_metrics["immediates_received"] == PAGES
+        assert peer_metrics["expectations_met"] == 2
+        prom = e.metrics_text()
+        assert 'fabriclib_requests_total{group="0",kind="paged",outcome="ok"} 2' in prom
+
+
+def test_a_killed_peer_raises_within_the_deadline(engine_kw, peer_factory):
+    peer = peer_factory(1 << 20)
+    with Engine(keepalive=(0.05, 0.5), **engine_kw) as e:
+        src = bytearray(1 << 20)
+        region = e.register(src)
+        remote = e.remote(peer.descriptor)
+        e.write(region, remote, 4096, timeout=10).wait(10)  # the peer is up
+        peer.kill()
+        t = time.monotonic()
+        with pytest.raises((errors.PeerDown, errors.TimedOut)) as x:
+            for _ in range(200):
+                e.write(region, remote, 1 << 20, timeout=2).wait(5)
+        took = time.monotonic() - t
+        assert took < 6, f"took {took:.1f} s"
+        assert x.value.message and x.value.status in (errors.PeerDown.status, errors.TimedOut.status)
+
+
+def test_cancel_ends_an_expectation_canceled(engine_kw):
+    with Engine(**engine_kw) as e:
+        r = e.expect(0x55, 3, timeout=float("inf"))
+        with pytest.raises(errors.TimedOut):
+            r.wait(0.05)
+        r.cancel()
+        with pytest.raises(errors.Canceled):
+            r.wait(5)
+        assert e.metrics()["groups"][0]["expectations_failed"] == 1
+
+
+def test_bad_input_raises_the_status_exception(engine_kw):
+    with Engine(**engine_kw) as e:
+        region = e.register(bytearray(PAGE))
+        with pytest.raises(errors.Malformed):
+            e.remote(b"junk")
+        desc = e.register(bytearray(PAGE)).descriptor()
+        with pytest.raises(errors.OutOfBounds):
+            e.write(region, desc, 2 * PAGE)
+        with pytest.raises(ValueError):
+            e.register(b"read-only")
+        with pytest.raises(TypeError):
+            Engine(no_such_setting=1)
+
+
+def test_asyncio_awaits_requests_without_polling(engine_kw, peer_factory):
+    peer = peer_factory(16 * PAGE)
+
+    async def main(e, region, remote):
+        reqs = [e.write(region, remote, PAGE, src_offset=k * PAGE, dst_offset=k * PAGE) for k in range(16)]
+        await asyncio.wait_for(asyncio.gather(*reqs), 30)
+        exp = e.expect(0x77, 1, timeout=0.1)
+        with pytest.raises(errors.TimedOut):
+            await exp
+
+    src = bytearray(random.Random(3).randbytes(16 * PAGE))
+    with Engine(**engine_kw) as e:
+        region = e.register(src)
+        asyncio.run(main(e, region, e.remote(peer.descriptor)))
+        assert peer.call("hash") == "hash " + hashlib.sha256(src).hexdigest()
+
+
+def test_send_and_receive_pool(engine_kw):
+    with Engine(**engine_kw) as a, Engine(**engine_kw) as b:
+        pool = b.recv_pool(1024, 8)
+        a.send(b.address, b"hello from a").wait(10)
+        data, sender = pool.get(10)
+        assert data == b"hello from a" and sender == a.address
+        b.send(sender, b"and back").wait(10)
+
+
+def test_per_submit_cost(engine_kw, peer_factory):
+    """The Python cost of one submit call (target: 2 us; NIXL: 2.4-7.6 us per descriptor)."""
+    peer = peer_factory(PAGE)
+    with Engine(max_inflight=1 << 16, **engine_kw) as e:
+        region = e.register(bytearray(PAGE))
+        remote = e.remote(peer.descriptor)
+        e.write(region, remote, 64).wait(10)
+        n, best = 2000, float("inf")
+        for _ in range(5):
+            t = time.perf_counter()
+            reqs = [e.write(region, remote, 64) for _ in range(n)]
+            best = min(best, (time.perf_counter() - t) / n)
+            for r in reqs:
+                r.wait(30)
+        print(f"\nper-submit cost from Python ({engine_kw['provider']}): {best * 1e6:.2f} us")
