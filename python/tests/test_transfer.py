@@ -139,3 +139,22 @@ def test_per_submit_cost(engine_kw, peer_factory):
             for r in reqs:
                 r.wait(30)
         print(f"\nper-submit cost from Python ({engine_kw['provider']}): {best * 1e6:.2f} us")
+
+
+def test_the_kv_transfer_example(provider):
+    """python/examples/kv_transfer.py demo: two processes, every byte checked (numpy regions)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ex = os.path.join(os.path.dirname(__file__), "..", "examples", "kv_transfer.py")
+    out = subprocess.run(
+        [sys.executable, ex, "demo", "--layers=4", "--pages=16", "--page-kib=8", f"--provider={provider}", f"--port={port}"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert ", 0 bad pages" in out.stdout, out.stdout

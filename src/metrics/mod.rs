@@ -100,20 +100,27 @@ impl HistSnap {
         self.sum += o.sum;
     }
 
-    /// The `q` quantile (0..=1), interpolated within its bucket
-    /// (geometrically: the buckets are powers of two); 0 if empty.
+    /// The `q` quantile (0..=1), interpolated linearly within its bucket;
+    /// 0 if empty. (No libm call: `libfabriclib.so` needs libc, libgcc_s
+    /// and the loader only.)
     pub fn quantile(&self, q: f64) -> u64 {
         let n = self.count();
         if n == 0 {
             return 0;
         }
-        let rank = (q.clamp(0.0, 1.0) * n as f64).ceil().max(1.0);
+        let r = q.clamp(0.0, 1.0) * n as f64;
+        let mut rank = r as u64;
+        if (rank as f64) < r {
+            rank += 1;
+        }
+        let rank = rank.max(1);
         let mut seen = 0u64;
         for (i, &c) in self.buckets.iter().enumerate() {
-            if c > 0 && (seen + c) as f64 >= rank {
-                let within = (rank - seen as f64 - 0.5) / c as f64;
+            if c > 0 && seen + c >= rank {
+                // Half a step into the rank's share of the bucket: [lo, 2 lo).
+                let within = ((rank - seen) as f64 - 0.5) / c as f64;
                 let lo = if i == 0 { 1.0 } else { (1u64 << i) as f64 };
-                return (lo * 2f64.powf(within)) as u64;
+                return (lo * (1.0 + within)) as u64;
             }
             seen += c;
         }

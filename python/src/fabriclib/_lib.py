@@ -85,7 +85,7 @@ class SubmitOpts(Structure):
         ("struct_size", c_size_t),
         ("callback", c_void_p),
         ("user_data", c_void_p),
-        ("flag", POINTER(c_uint32)),
+        ("flag", c_void_p),  # a uint32_t *, set as an address
         ("timeout_us", c_uint64),
         ("route", c_uint32),
         ("nic", c_uint32),

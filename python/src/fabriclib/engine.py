@@ -161,6 +161,7 @@ class _Flags:
 
     def __init__(self) -> None:
         self._chunks: list[Any] = []
+        self._bases: list[int] = []
         self._views: list[memoryview] = []
         self._free: list[int] = []
         self._orphans: list[int] = []
@@ -177,6 +178,7 @@ class _Flags:
                 base = len(self._chunks) * self.CHUNK
                 arr = (c_uint32 * self.CHUNK)()
                 self._chunks.append(arr)
+                self._bases.append(ctypes.addressof(arr))
                 self._views.append(memoryview(arr).cast("B").cast("I"))
                 self._free.extend(range(base + self.CHUNK - 1, base - 1, -1))
             s = self._free.pop()
@@ -187,7 +189,7 @@ class _Flags:
         return self._views[s // self.CHUNK][s % self.CHUNK]
 
     def addr(self, s: int) -> int:
-        return ctypes.addressof(self._chunks[s // self.CHUNK]) + 4 * (s % self.CHUNK)
+        return self._bases[s // self.CHUNK] + 4 * (s % self.CHUNK)
 
     def ptr(self, s: int) -> Any:
         return ctypes.cast(self.addr(s), POINTER(c_uint32))
@@ -205,6 +207,8 @@ class _Local(threading.local):
         self.rid_p = ctypes.pointer(self.rid)
         self.imm = c_uint32(0)
         self.imm_p = ctypes.pointer(self.imm)
+        # Whether `opts` holds anything but the defaults (reset on the next plain submit).
+        self.custom = False
 
 
 def _buffer(obj: Any) -> tuple[int, int, Any, Optional[int]]:
@@ -401,10 +405,12 @@ class Engine:
     def _opts(self, slot: int, timeout: Optional[float], nic: Optional[int], delivered: bool) -> Any:
         t = self._tls
         o = t.opts
-        o.flag = ctypes.cast(self._flags.addr(slot), POINTER(c_uint32))
-        o.timeout_us = 0 if timeout is None else (L.NO_TIMEOUT if timeout == float("inf") else int(timeout * 1e6))
-        o.route, o.nic = (L.ROUTE_SHARD, 0) if nic is None else (L.ROUTE_NIC, nic)
-        o.flags = L.SUBMIT_DELIVERED if delivered else 0
+        o.flag = self._flags.addr(slot)
+        if timeout is not None or nic is not None or delivered or t.custom:
+            o.timeout_us = 0 if timeout is None else (L.NO_TIMEOUT if timeout == float("inf") else int(timeout * 1e6))
+            o.route, o.nic = (L.ROUTE_SHARD, 0) if nic is None else (L.ROUTE_NIC, nic)
+            o.flags = L.SUBMIT_DELIVERED if delivered else 0
+            t.custom = timeout is not None or nic is not None or delivered
         return t.opts_p
 
     def _imm(self, imm: Optional[int]) -> Any:
