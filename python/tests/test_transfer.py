@@ -158,3 +158,13 @@ def test_the_kv_transfer_example(provider):
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert ", 0 bad pages" in out.stdout, out.stdout
+
+
+def test_the_readme_example_runs():
+    """The README's Python example, as written (docs and code stay in step)."""
+    import os
+    import re
+
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")).read()
+    code = re.search(r"## Using it from Python.*?```python\n(.*?)```", readme, re.S).group(1)
+    exec(compile(code, "README.md", "exec"), {})

@@ -438,7 +438,7 @@ class Engine:
         return self._submit(lib.fabriclib_submit_single_write, (src, r), timeout, nic, delivered,
                             length, self._imm(imm), src._h, src_offset, r._h, dst_offset)
 
-    def write_pages(self, src: Region, src_pages: Sequence[int], dst: RemoteLike, dst_pages: Sequence[int],
+    def write_pages(self, src: Region, src_pages: Iterable[int], dst: RemoteLike, dst_pages: Iterable[int],
                     page_len: int, *, src_stride: Optional[int] = None, dst_stride: Optional[int] = None,
                     src_offset: int = 0, dst_offset: int = 0, imm: Optional[int] = None,
                     timeout: Optional[float] = None, nic: Optional[int] = None, delivered: bool = False) -> Request:
@@ -446,8 +446,8 @@ class Engine:
         (``fabriclib_submit_paged_writes``); one immediate per page."""
         r = self.remote(dst)
         si, di = _u32s(src_pages), _u32s(dst_pages)
-        sp = L.Pages(si, len(src_pages), src_stride or page_len, src_offset)
-        dp = L.Pages(di, len(dst_pages), dst_stride or page_len, dst_offset)
+        sp = L.Pages(si, len(si), src_stride or page_len, src_offset)
+        dp = L.Pages(di, len(di), dst_stride or page_len, dst_offset)
         return self._submit(lib.fabriclib_submit_paged_writes, (src, r), timeout, nic, delivered,
                             page_len, self._imm(imm), src._h, byref(sp), r._h, byref(dp))
 
@@ -597,9 +597,11 @@ class Engine:
             loop.remove_reader(self._fd)
 
 
-def _u32s(xs: Sequence[int]) -> Any:
+def _u32s(xs: Iterable[int]) -> Any:
+    """Page indices as a uint32 array (numpy uint32 arrays are copied as they are)."""
     if isinstance(xs, memoryview) or hasattr(xs, "__array_interface__"):
         mv = memoryview(xs)  # type: ignore[arg-type]
         if mv.format in ("I", "=I", "<I") and mv.c_contiguous:
             return (c_uint32 * len(mv)).from_buffer_copy(mv)
+    xs = xs if isinstance(xs, (list, tuple, range)) else list(xs)
     return (c_uint32 * len(xs))(*xs)
