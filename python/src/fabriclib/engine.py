@@ -168,6 +168,21 @@ class _Flags:
         self._lock = threading.Lock()
 
     def take(self) -> int:
+        try:
+            s = self._free.pop()  # atomic under the GIL: the common case takes no lock
+        except IndexError:
+            s = self._refill()
+        self._views[s // self.CHUNK][s % self.CHUNK] = 0
+        return s
+
+    def _refill(self) -> int:
+        while True:
+            try:
+                return self._grow()
+            except IndexError:  # another thread took what was added
+                continue
+
+    def _grow(self) -> int:
         with self._lock:
             if not self._free and self._orphans:
                 still = []
@@ -181,9 +196,7 @@ class _Flags:
                 self._bases.append(ctypes.addressof(arr))
                 self._views.append(memoryview(arr).cast("B").cast("I"))
                 self._free.extend(range(base + self.CHUNK - 1, base - 1, -1))
-            s = self._free.pop()
-        self._views[s // self.CHUNK][s % self.CHUNK] = 0
-        return s
+            return self._free.pop()
 
     def value(self, s: int) -> int:
         return self._views[s // self.CHUNK][s % self.CHUNK]
@@ -195,8 +208,11 @@ class _Flags:
         return ctypes.cast(self.addr(s), POINTER(c_uint32))
 
     def release(self, s: int, done: bool) -> None:
-        with self._lock:
-            (self._free if done else self._orphans).append(s)
+        if done:
+            self._free.append(s)
+        else:
+            with self._lock:
+                self._orphans.append(s)
 
 
 class _Local(threading.local):
