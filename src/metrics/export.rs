@@ -199,9 +199,9 @@ pub fn prometheus(m: &Metrics) -> String {
         ("fabriclib_requests_in_flight", "gauge", "Requests taken and not yet ended", |s| (s.in_flight(), "")),
         ("fabriclib_immediates_received_total", "counter", "Immediates received", |s| (s.imm_received, "")),
         ("fabriclib_expectations_total", "counter", "Expectations ended, by outcome", |s| {
-            (s.expectations_met, r#","outcome="met""#)
+            (s.expectations_met, r#",outcome="met""#)
         }),
-        ("fabriclib_expectations_total", "counter", "", |s| (s.expectations_failed, r#","outcome="failed""#)),
+        ("fabriclib_expectations_total", "counter", "", |s| (s.expectations_failed, r#",outcome="failed""#)),
     ];
     for (name, ty, help, get) in per_group {
         if !help.is_empty() {
@@ -300,6 +300,15 @@ mod tests {
         assert!(t.contains("fabriclib_watcher_events_total 2"));
         assert!(t.contains(r#"fabriclib_watcher_store_to_callback_seconds_bucket{le="+Inf"} 0"#), "{t}");
         assert!(!t.contains("peer=\"other\""), "every count is a named peer's");
+        assert!(t.contains(r#"fabriclib_expectations_total{group="0",outcome="met"} 0"#), "{t}");
+        // Every label set is `name="value"` pairs, comma-separated.
+        for l in t.lines().filter(|l| l.contains('{')) {
+            let labels = &l[l.find('{').unwrap() + 1..l.rfind('}').unwrap()];
+            for pair in labels.split("\",").filter(|p| !p.is_empty()) {
+                let (k, _) = pair.split_once("=\"").unwrap_or_else(|| panic!("{l}"));
+                assert!(!k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'), "{l}");
+            }
+        }
         // Every sample line is `name{labels} value` or `name value`.
         for l in t.lines().filter(|l| !l.starts_with('#')) {
             let (_, v) = l.rsplit_once(' ').unwrap();
