@@ -266,28 +266,22 @@ pub fn plot(rows: &[Row], path: &str) -> R<()> {
 /// The client engine's metrics after each provider's rows: requests by
 /// kind, and the histograms' p50/p99 (fabriclib::metrics).
 pub fn print_metrics(all: &[(String, fabriclib::metrics::Metrics)]) {
-    use fabriclib::metrics::{GROUP_HISTS, HistSnap, KINDS};
+    use fabriclib::metrics::{GROUP_HISTS, KINDS};
     if all.is_empty() {
         return;
     }
     println!("\nclient engine metrics (fabriclib_engine_metrics; p50/p99 from log2 buckets):");
     for (p, m) in all {
-        let mut hists = [HistSnap::default(); GROUP_HISTS.len()];
-        let (mut ok, mut failed, mut started) = ([0u64; KINDS.len()], 0u64, [0u64; KINDS.len()]);
-        for (g, _) in &m.groups {
-            for (k, row) in g.requests.iter().enumerate() {
-                ok[k] += row[0];
-                failed += row[1..].iter().sum::<u64>();
-                started[k] += g.started[k];
-            }
-            for (h, gh) in hists.iter_mut().zip(&g.hists) {
-                h.add(gh);
-            }
-        }
-        let kinds: Vec<String> =
-            KINDS.iter().zip(&ok).filter(|(_, n)| **n > 0).map(|(k, n)| format!("{k} {n}")).collect();
+        let t = m.total();
+        let failed: u64 = t.requests.iter().map(|row| row[1..].iter().sum::<u64>()).sum();
+        let kinds: Vec<String> = KINDS
+            .iter()
+            .zip(&t.requests)
+            .filter(|(_, row)| row[0] > 0)
+            .map(|(k, row)| format!("{k} {}", row[0]))
+            .collect();
         println!("  {p:<12} requests ok: {}; failed {failed}", kinds.join(", "));
-        for (name, h) in GROUP_HISTS.iter().zip(&hists).filter(|(_, h)| h.count() > 0) {
+        for (name, h) in GROUP_HISTS.iter().zip(&t.hists).filter(|(_, h)| h.count() > 0) {
             println!(
                 "  {p:<12} {name:<24} n {:>9}  p50 {:>10}  p99 {:>10}",
                 h.count(),

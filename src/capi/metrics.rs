@@ -1,7 +1,10 @@
 //! Metrics: an engine's counters and histograms as a versioned struct, and
 //! as JSON or Prometheus text (metrics/mod.rs, metrics/export.rs).
 use super::*;
-use crate::metrics::{GROUP_HISTS, HIST_BUCKETS, HistSnap, KINDS, STATUSES};
+use crate::metrics::{
+    GROUP_HISTS, HIST_BUCKETS, HistSnap, IMM_TO_EXPECTATION, KINDS, POST_TO_DONE, REQUEST_BYTES, REQUEST_WRS, STATUSES,
+    SUBMIT_TO_POST,
+};
 
 /// Room for statuses in per-status arrays (`fabriclib_metrics.requests`,
 /// `fabriclib_counters.errors_by_status`): index a status code.
@@ -122,52 +125,32 @@ pub extern "C" fn fabriclib_engine_metrics(
         let e = &handle(engine)?.engine;
         let size = struct_size(out, METRICS_V1, "fabriclib_metrics")?;
         let m = e.metrics();
-        let groups: Vec<_> = match group {
-            FABRICLIB_ALL_GROUPS => m.groups.iter().map(|(g, _)| g).collect(),
-            g => vec![
-                &m.groups
-                    .get(g as usize)
-                    .ok_or_else(|| {
-                        Error::new(Status::InvalidArgument, format!("group {g}: the engine has {}", m.groups.len()))
-                    })?
-                    .0,
-            ],
+        let g = match group {
+            FABRICLIB_ALL_GROUPS => m.total(),
+            g => m.groups.get(g as usize).map(|(s, _)| s.clone()).ok_or_else(|| {
+                Error::new(Status::InvalidArgument, format!("group {g}: the engine has {}", m.groups.len()))
+            })?,
         };
-        let mut v = fabriclib_metrics {
+        let mut requests = [[0; FABRICLIB_METRICS_STATUSES]; FABRICLIB_METRICS_KINDS];
+        requests[..KINDS.len()].copy_from_slice(&g.requests);
+        let mut requests_started = [0; FABRICLIB_METRICS_KINDS];
+        requests_started[..KINDS.len()].copy_from_slice(&g.started);
+        let v = fabriclib_metrics {
             struct_size: size,
-            requests: [[0; FABRICLIB_METRICS_STATUSES]; FABRICLIB_METRICS_KINDS],
-            requests_started: [0; FABRICLIB_METRICS_KINDS],
-            requests_in_flight: 0,
-            immediates_received: 0,
-            expectations_met: 0,
-            expectations_failed: 0,
+            requests,
+            requests_started,
+            requests_in_flight: g.in_flight(),
+            immediates_received: g.imm_received,
+            expectations_met: g.expectations_met,
+            expectations_failed: g.expectations_failed,
             watcher_events: m.watcher_events,
-            submit_to_post: (&HistSnap::default()).into(),
-            post_to_done: (&HistSnap::default()).into(),
-            request_bytes: (&HistSnap::default()).into(),
-            request_wrs: (&HistSnap::default()).into(),
-            imm_to_expectation: (&HistSnap::default()).into(),
+            submit_to_post: (&g.hists[SUBMIT_TO_POST]).into(),
+            post_to_done: (&g.hists[POST_TO_DONE]).into(),
+            request_bytes: (&g.hists[REQUEST_BYTES]).into(),
+            request_wrs: (&g.hists[REQUEST_WRS]).into(),
+            imm_to_expectation: (&g.hists[IMM_TO_EXPECTATION]).into(),
             watcher_store_to_callback: (&m.watcher_store_to_callback_ns).into(),
         };
-        let mut hists = [HistSnap::default(); 5];
-        for g in groups {
-            for k in 0..KINDS.len() {
-                for s in 0..STATUSES {
-                    v.requests[k][s] += g.requests[k][s];
-                }
-                v.requests_started[k] += g.started[k];
-            }
-            v.requests_in_flight += g.in_flight();
-            v.immediates_received += g.imm_received;
-            v.expectations_met += g.expectations_met;
-            v.expectations_failed += g.expectations_failed;
-            for (h, gh) in hists.iter_mut().zip(&g.hists) {
-                h.add(gh);
-            }
-        }
-        let [a, b, c, d, i] = hists;
-        (v.submit_to_post, v.post_to_done, v.request_bytes, v.request_wrs, v.imm_to_expectation) =
-            ((&a).into(), (&b).into(), (&c).into(), (&d).into(), (&i).into());
         write_versioned(out, v, size);
         Ok(())
     })

@@ -121,19 +121,23 @@ impl Prom {
         let _ = writeln!(self.0, "# HELP {name} {help}\n# TYPE {name} {ty}");
     }
 
+    /// A sample: `name{labels} v`, or `name v` without labels.
     fn line(&mut self, name: &str, labels: &str, v: impl std::fmt::Display) {
-        let _ = writeln!(self.0, "{name}{{{labels}}} {v}");
+        let _ = match labels {
+            "" => writeln!(self.0, "{name} {v}"),
+            _ => writeln!(self.0, "{name}{{{labels}}} {v}"),
+        };
     }
 
     /// A histogram: bucket `i`'s upper bound `2^(i+1)` in `unit`s per value.
     fn hist(&mut self, name: &str, labels: &str, h: &HistSnap, scale: f64) {
-        let mut cum = 0;
+        let (mut cum, sep) = (0, if labels.is_empty() { "" } else { "," });
         for i in 0..HIST_BUCKETS - 1 {
             cum += h.buckets[i];
             let le = (1u64 << (i + 1)) as f64 * scale;
-            self.line(&format!("{name}_bucket"), &format!(r#"{labels},le="{le:e}""#), cum);
+            self.line(&format!("{name}_bucket"), &format!(r#"{labels}{sep}le="{le:e}""#), cum);
         }
-        self.line(&format!("{name}_bucket"), &format!(r#"{labels},le="+Inf""#), h.count());
+        self.line(&format!("{name}_bucket"), &format!(r#"{labels}{sep}le="+Inf""#), h.count());
         self.line(&format!("{name}_sum"), labels, h.sum as f64 * scale);
         self.line(&format!("{name}_count"), labels, h.count());
     }
@@ -159,15 +163,8 @@ pub fn prometheus(m: &Metrics) -> String {
                 let mut rest = n.total;
                 for (e, c) in &n.peers {
                     f(&format!(r#"{base},peer="{}""#, peer_label(*e)), c);
-                    rest.wrs_posted -= c.wrs_posted.min(rest.wrs_posted);
-                    rest.bytes_posted -= c.bytes_posted.min(rest.bytes_posted);
-                    rest.wrs_completed -= c.wrs_completed.min(rest.wrs_completed);
-                    rest.bytes_completed -= c.bytes_completed.min(rest.bytes_completed);
-                    for s in 0..STATUSES {
-                        rest.errors_by_status[s] -= c.errors_by_status[s].min(rest.errors_by_status[s]);
-                    }
+                    rest = rest.saturating_sub(c);
                 }
-                rest.errors = rest.errors_by_status.iter().sum();
                 if rest != crate::Count::default() {
                     f(&format!(r#"{base},peer="other""#), &rest);
                 }
@@ -231,17 +228,13 @@ pub fn prometheus(m: &Metrics) -> String {
         }
     }
     p.head("fabriclib_watcher_events_total", "counter", "Watcher callbacks (word changes seen)");
-    let _ = writeln!(p.0, "fabriclib_watcher_events_total {}", m.watcher_events);
+    p.line("fabriclib_watcher_events_total", "", m.watcher_events);
     p.head(
         "fabriclib_watcher_store_to_callback_seconds",
         "histogram",
         "From a watched store to its callback (bounded above: from the last look that saw the old value)",
     );
-    let w = m.watcher_store_to_callback_ns;
-    // No labels: the bucket lines still need `le`.
-    let mut h = Prom(String::new());
-    h.hist("fabriclib_watcher_store_to_callback_seconds", "", &w, 1e-9);
-    p.0 += &h.0.replace("{,", "{").replace("{}", "");
+    p.hist("fabriclib_watcher_store_to_callback_seconds", "", &m.watcher_store_to_callback_ns, 1e-9);
     p.0
 }
 

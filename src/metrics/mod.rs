@@ -191,7 +191,7 @@ impl GroupStats {
 }
 
 /// A group's counters as read (`GroupStats`).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GroupSnap {
     pub requests: [[u64; STATUSES]; KINDS.len()],
     pub started: [u64; KINDS.len()],
@@ -202,6 +202,22 @@ pub struct GroupSnap {
 }
 
 impl GroupSnap {
+    /// Adds another group's counters to these.
+    pub fn add(&mut self, o: &GroupSnap) {
+        for (a, b) in self.requests.iter_mut().flatten().zip(o.requests.iter().flatten()) {
+            *a += b;
+        }
+        for (a, b) in self.started.iter_mut().zip(&o.started) {
+            *a += b;
+        }
+        self.imm_received += o.imm_received;
+        self.expectations_met += o.expectations_met;
+        self.expectations_failed += o.expectations_failed;
+        for (a, b) in self.hists.iter_mut().zip(&o.hists) {
+            a.add(b);
+        }
+    }
+
     /// Requests ended, of every kind, with status `s`.
     pub fn ended_with(&self, s: usize) -> u64 {
         self.requests.iter().map(|k| k[s]).sum()
@@ -228,6 +244,17 @@ pub struct Metrics {
     pub groups: Vec<(GroupSnap, Vec<crate::NicCount>)>,
     pub watcher_events: u64,
     pub watcher_store_to_callback_ns: HistSnap,
+}
+
+impl Metrics {
+    /// Every group's counters added up.
+    pub fn total(&self) -> GroupSnap {
+        let mut t = GroupSnap::default();
+        for (g, _) in &self.groups {
+            t.add(g);
+        }
+        t
+    }
 }
 
 #[cfg(test)]

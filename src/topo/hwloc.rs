@@ -76,11 +76,6 @@ impl Hwloc {
     }
 }
 
-/// Why hwloc is unavailable (`None`: loaded). Loads it on first use.
-pub fn load_error() -> Option<String> {
-    Hwloc::get().err().map(|e| e.message)
-}
-
 /// This machine's topology as hwloc 2's XML export, important I/O devices kept.
 pub fn system_xml() -> Result<String> {
     let h = Hwloc::get()?;

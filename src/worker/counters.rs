@@ -50,6 +50,19 @@ impl Count {
         }
     }
 
+    /// What these counts have beyond `o`'s (each field at least 0).
+    pub fn saturating_sub(&self, o: &Count) -> Count {
+        let errors_by_status = std::array::from_fn(|s| self.errors_by_status[s].saturating_sub(o.errors_by_status[s]));
+        Count {
+            wrs_posted: self.wrs_posted.saturating_sub(o.wrs_posted),
+            bytes_posted: self.bytes_posted.saturating_sub(o.bytes_posted),
+            wrs_completed: self.wrs_completed.saturating_sub(o.wrs_completed),
+            bytes_completed: self.bytes_completed.saturating_sub(o.bytes_completed),
+            errors: errors_by_status.iter().sum(),
+            errors_by_status,
+        }
+    }
+
     /// Work requests posted and not yet back (completed or failed).
     pub fn wrs_in_flight(&self) -> u64 {
         self.wrs_posted.saturating_sub(self.wrs_completed + self.errors)

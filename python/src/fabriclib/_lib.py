@@ -15,7 +15,6 @@ from ctypes import (
     POINTER,
     Structure,
     c_bool,
-    c_char,
     c_char_p,
     c_int32,
     c_size_t,
@@ -237,5 +236,3 @@ for _name, (_res, _args) in _SIGS.items():
 _v = lib.fabriclib_version_number()
 if (_v // 1_000_000, _v // 1000 % 1000) != ABI_MAJOR_MINOR:
     raise ImportError(f"fabriclib: the library is {lib.fabriclib_version().decode()}, this package needs 0.4.x")
-
-__all__ = ["lib", "c_char"]
