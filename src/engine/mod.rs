@@ -344,8 +344,8 @@ impl TransferEngine {
         let id = self.next_request.fetch_add(1, Ordering::Relaxed);
         let timeout = self.timeout(opts.deadline);
         let (done, delivered, region) = (opts.done, opts.delivered, src_mr.map(|m| m.0.index));
-        let req =
-            Request { id, timeout, shape, imm, done, region, nic, delivered, submitted: std::time::Instant::now() };
+        let submitted = crate::metrics::submit_sampled(id).then(std::time::Instant::now);
+        let req = Request { id, timeout, shape, imm, done, region, nic, delivered, submitted };
         if let Err(req) = shared.data.push(req) {
             // Dropped unfired: a submit that returns an error never calls back.
             drop(req);

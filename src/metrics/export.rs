@@ -210,7 +210,12 @@ pub fn prometheus(m: &Metrics) -> String {
         }
     }
     let hists: [(&str, usize, f64, &str); 5] = [
-        ("fabriclib_submit_to_post_seconds", 0, 1e-9, "From submit to the request's first work request posted"),
+        (
+            "fabriclib_submit_to_post_seconds",
+            0,
+            1e-9,
+            "From submit to the request's first work request posted (one request in 16)",
+        ),
         (
             "fabriclib_request_seconds",
             1,

@@ -84,8 +84,9 @@ impl<D: Domain> Worker<D> {
                     if a.first_post.is_none() {
                         let now = self.pass.now;
                         a.first_post = Some(now);
-                        let waited = now.saturating_duration_since(a.req.submitted);
-                        self.shared.stats.hists[SUBMIT_TO_POST].record_time(waited);
+                        if let Some(t) = a.req.submitted {
+                            self.shared.stats.hists[SUBMIT_TO_POST].record_time(now.saturating_duration_since(t));
+                        }
                     }
                     a.bytes += bytes as u64;
                     a.next[d] += a.step;

@@ -82,8 +82,9 @@ pub struct Request {
     /// `Ok` only once delivered: every byte and immediate taken in by the
     /// target engine (a delivery fence, fence.rs).
     pub delivered: bool,
-    /// When it was submitted (the histogram submit → first post).
-    pub submitted: std::time::Instant,
+    /// When it was submitted, for the one request in
+    /// `metrics::SUBMIT_SAMPLE` that the histogram submit → first post times.
+    pub submitted: Option<std::time::Instant>,
 }
 
 impl Request {
@@ -313,7 +314,7 @@ impl Request {
             region: None,
             nic: None,
             delivered: false,
-            submitted: std::time::Instant::now(),
+            submitted: None,
         }
     }
 }

@@ -8,7 +8,8 @@ use fabriclib::{Deadline, RequestOpts};
 pub fn metrics_count_the_work_done(prov: &str, domains: usize) -> TestResult {
     const P: usize = 32;
     const PAGE: usize = 4096;
-    const SINGLES: usize = 5;
+    // Enough requests that the submit clock samples one (metrics::SUBMIT_SAMPLE).
+    const SINGLES: usize = fabriclib::metrics::SUBMIT_SAMPLE as usize + 1;
     let w = local(prov, domains, P * PAGE, 95)?;
     let r = local(prov, domains, P * PAGE, 96)?;
     let d = r.mr.descriptor().clone();
@@ -18,18 +19,23 @@ pub fn metrics_count_the_work_done(prov: &str, domains: usize) -> TestResult {
     let soon =
         RequestOpts { deadline: Deadline::After(Duration::from_millis(20)), ..OnDone::Flag(missed.clone()).into() };
     r.engine.expect_imm_count(0xe2, 1, soon).map_err(e2s)?;
+    let mut ids = Vec::new();
     for k in 0..SINGLES {
         let f = flag();
         let at = (k * PAGE) as u64;
-        w.engine.submit_single_write(PAGE as u64, None, &w.mr, at, &d, at, OnDone::Flag(f.clone())).map_err(e2s)?;
+        ids.push(
+            w.engine.submit_single_write(PAGE as u64, None, &w.mr, at, &d, at, OnDone::Flag(f.clone())).map_err(e2s)?,
+        );
         wait_flag(&f)?;
     }
     let idx: Vec<u32> = (0..P as u32).rev().collect();
     let pages = Pages { indices: &idx, stride: PAGE as u64, offset: 0 };
     let f = flag();
-    w.engine
-        .submit_paged_writes(PAGE as u64, Some(0xe1), &w.mr, pages, &d, pages, OnDone::Flag(f.clone()))
-        .map_err(e2s)?;
+    ids.push(
+        w.engine
+            .submit_paged_writes(PAGE as u64, Some(0xe1), &w.mr, pages, &d, pages, OnDone::Flag(f.clone()))
+            .map_err(e2s)?,
+    );
     wait_flag(&f)?;
     wait_flag(&met)?;
     if wait_flag(&missed).is_ok() {
@@ -39,6 +45,10 @@ pub fn metrics_count_the_work_done(prov: &str, domains: usize) -> TestResult {
         return Err("the pages differ".into());
     }
     let requests = (SINGLES + 1) as u64;
+    let sampled = ids.iter().filter(|id| fabriclib::metrics::submit_sampled(id.0)).count() as u64;
+    if sampled == 0 {
+        return Err(format!("no request of {ids:?} was sampled"));
+    }
     let bytes = ((SINGLES + P) * PAGE) as u64;
     let m = w.engine.metrics();
     let (g, nics) = &m.groups[0];
@@ -50,7 +60,7 @@ pub fn metrics_count_the_work_done(prov: &str, domains: usize) -> TestResult {
         ("paged ok", g.requests[1][0], 1),
         ("failed", g.requests.iter().flat_map(|k| &k[1..]).sum(), 0),
         ("in flight", g.in_flight(), 0),
-        ("submit_to_post count", g.hists[0].count(), requests),
+        ("submit_to_post count (sampled)", g.hists[0].count(), sampled),
         ("post_to_done count", g.hists[1].count(), requests),
         ("request_bytes sum", g.hists[2].sum, bytes),
         ("request_wrs sum", g.hists[3].sum, single_wrs + P as u64),
