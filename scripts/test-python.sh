@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=target/pyenv stage=target/pystage wheels=target/wheels
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-"$venv/bin/python" -m pip install -q --disable-pip-version-check pytest build auditwheel numpy
+"$venv/bin/python" -m pip install -q --disable-pip-version-check pytest build auditwheel numpy cffi
 rm -rf "$stage" "$wheels"
 cmake --install build --prefix "$stage" >/dev/null
 FABRICLIB_PREFIX="$PWD/$stage" "$venv/bin/python" -m pip wheel -q --no-deps -w "$wheels" ./python/native

@@ -168,3 +168,27 @@ def test_the_readme_example_runs():
     readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")).read()
     code = re.search(r"## Using it from Python.*?```python\n(.*?)```", readme, re.S).group(1)
     exec(compile(code, "README.md", "exec"), {})
+
+
+def test_immediates_counted_and_mirrored(engine_kw):
+    """Pages with an immediate: the receiver's mirrored word and its count
+    agree with the pages sent, and an expectation takes them."""
+    import numpy
+
+    with Engine(**engine_kw) as a, Engine(**engine_kw) as b:
+        src, dst = a.register(bytearray(8 * PAGE)), b.register(bytearray(8 * PAGE))
+        word = numpy.zeros(2, numpy.uint64)
+        b.mirror(0x55, word[1:])
+        a.write_pages(src, range(8), dst.descriptor(), range(8), PAGE, imm=0x55, timeout=30).wait(30)
+        deadline = time.monotonic() + 10
+        while word[1] < 8 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert (word[0], word[1]) == (0, 8)
+        assert b.imm_count(0x55) == 8
+        b.expect(0x55, 8, timeout=10).wait(10)
+        assert b.imm_count(0x55) == 0 and word[1] == 8  # an expectation does not lower the mirror
+        b.mirror(0x55, None)
+        with pytest.raises(ValueError):
+            b.mirror(0x56, bytearray(4))
+        with pytest.raises(errors.InvalidArgument):
+            b.mirror(0x56, memoryview(word).cast("B")[1:9])  # misaligned

@@ -10,12 +10,13 @@ uses). See ``Engine``.
 """
 
 from . import errors
-from ._lib import lib as _cdll
+from ._lib import ffi as _ffi
+from ._lib import lib as _lib
 from .engine import Engine, RecvPool, Region, Remote, Request, Watcher
 from .errors import FabricError
 
 __version__ = "0.4.0"
 #: The library's version (``fabriclib_version``).
-library_version: str = _cdll.fabriclib_version().decode()
+library_version: str = _ffi.string(_lib.fabriclib_version()).decode()
 
 __all__ = ["Engine", "Region", "Remote", "Request", "RecvPool", "Watcher", "FabricError", "errors", "library_version"]

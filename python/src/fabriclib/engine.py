@@ -9,39 +9,48 @@ the engine's event fd in the running asyncio loop.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import json
 import os
 import queue
 import threading
-from ctypes import POINTER, byref, c_bool, c_char_p, c_int32, c_size_t, c_uint8, c_uint32, c_uint64, c_void_p
 from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
-from . import _lib as L
+from ._lib import ffi, lib
 from .errors import FabricError, TimedOut, error
 
-lib = L.lib
-_U8P = POINTER(c_uint8)
+OK = lib.FABRICLIB_STATUS_OK
+TOO_SMALL = lib.FABRICLIB_STATUS_BUFFER_TOO_SMALL
+FLAG_DONE = lib.FABRICLIB_FLAG_DONE
+STATUS_MASK = lib.FABRICLIB_FLAG_STATUS_MASK
+NO_TIMEOUT = lib.FABRICLIB_NO_TIMEOUT
+NULL = ffi.NULL
+_single_write = lib.fabriclib_submit_single_write
 
 
 def _check(st: int) -> None:
-    if st != L.STATUS_OK:
-        raise error(st, (lib.fabriclib_last_error_message() or b"").decode(errors="replace"))
+    if st != OK:
+        raise error(st, _last_error())
+
+
+def _last_error() -> str:
+    p = lib.fabriclib_last_error_message()
+    return ffi.string(p).decode(errors="replace") if p != NULL else ""
 
 
 def _blob(fn: Callable[..., int], *head: Any) -> bytes:
     """Calls a ``(…, buf, cap, len)`` function twice if needed and returns the bytes."""
-    n = c_size_t(0)
-    st = fn(*head, None, 0, byref(n))
-    if st != L.STATUS_BUFFER_TOO_SMALL:
+    n = ffi.new("size_t *")
+    st = fn(*head, NULL, 0, n)
+    if st != TOO_SMALL:
         _check(st)
-    buf = (c_uint8 * n.value)()
-    _check(fn(*head, buf, n.value, byref(n)))
-    return bytes(buf[: n.value])
+    buf = ffi.new("uint8_t[]", n[0])
+    _check(fn(*head, buf, n[0], n))
+    return ffi.buffer(buf, n[0])[:]
 
 
 def _u8(b: bytes) -> Any:
-    return ctypes.cast(c_char_p(b), _U8P)
+    """``bytes`` as a ``const uint8_t *`` argument (no copy)."""
+    return ffi.from_buffer("uint8_t[]", b)
 
 
 class Region:
@@ -49,17 +58,17 @@ class Region:
     it was made from alive; deregistered by ``close`` or when collected (the
     engine keeps it registered until requests reading it have ended)."""
 
-    def __init__(self, engine: "Engine", handle: int, ptr: int, length: int, keep: Any) -> None:
-        self._engine, self._h, self.ptr, self.length, self._keep = engine, c_void_p(handle), ptr, length, keep
+    def __init__(self, engine: "Engine", handle: Any, ptr: int, length: int, keep: Any) -> None:
+        self._engine, self._h, self.ptr, self.length, self._keep = engine, handle, ptr, length, keep
 
     def descriptor(self) -> bytes:
         """The region's descriptor, to hand to peers (``fabriclib_mr_descriptor``)."""
         return _blob(lib.fabriclib_mr_descriptor, self._h)
 
     def close(self) -> None:
-        if self._h:
+        if self._h != NULL:
             lib.fabriclib_mr_deregister(self._h)
-            self._h = c_void_p(None)
+            self._h = NULL
 
     def __del__(self) -> None:
         self.close()
@@ -69,14 +78,16 @@ class Remote:
     """A peer's region, parsed from its descriptor bytes (``fabriclib_remote_mr``)."""
 
     def __init__(self, descriptor: bytes) -> None:
-        self._h = c_void_p()
+        self._h = NULL
         self.descriptor = bytes(descriptor)
-        _check(lib.fabriclib_remote_mr_parse(_u8(self.descriptor), len(self.descriptor), byref(self._h)))
+        out = ffi.new("struct fabriclib_remote_mr **")
+        _check(lib.fabriclib_remote_mr_parse(_u8(self.descriptor), len(self.descriptor), out))
+        self._h = out[0]
 
     def __del__(self) -> None:
-        if getattr(self, "_h", None):
+        if getattr(self, "_h", NULL) != NULL:
             lib.fabriclib_remote_mr_free(self._h)
-            self._h = c_void_p(None)
+            self._h = NULL
 
 
 RemoteLike = Union[Remote, bytes]
@@ -87,15 +98,20 @@ class Request:
     ``cancel()``, and ``await request`` in asyncio. Failures raise the
     status's exception (``fabriclib.errors``) with the engine's message."""
 
-    __slots__ = ("_engine", "_slot", "_keep", "id", "_value", "__weakref__")
+    __slots__ = ("_engine", "_slot", "_keep", "_value", "__weakref__")
 
     def __init__(self, engine: "Engine", slot: int, keep: Any) -> None:
-        self._engine, self._slot, self._keep, self.id, self._value = engine, slot, keep, 0, 0
+        self._engine, self._slot, self._keep, self._value = engine, slot, keep, 0
+
+    @property
+    def id(self) -> int:
+        """The request's id (``fabriclib_cancel``, ``fabriclib_request_error``)."""
+        return self._engine._flags.ids[self._slot][0]
 
     def _flag(self) -> int:
         if not self._value:
-            v = self._engine._flags.value(self._slot)
-            if v & L.FLAG_DONE:
+            v = self._engine._flags.words[self._slot][0]
+            if v & FLAG_DONE:
                 self._value = v
                 self._keep = None
         return self._value
@@ -108,7 +124,7 @@ class Request:
     def status(self) -> Optional[int]:
         """The request's status once it has ended (0: OK), else None."""
         v = self._flag()
-        return (v & L.FLAG_STATUS_MASK) if v else None
+        return (v & STATUS_MASK) if v else None
 
     @property
     def error(self) -> Optional[FabricError]:
@@ -116,21 +132,23 @@ class Request:
         st = self.status
         if not st:
             return None
-        status, msg, n = c_int32(st), ctypes.create_string_buffer(1024), c_size_t(0)
-        r = lib.fabriclib_request_error(self._engine._h, self.id, byref(status), msg, 1024, byref(n))
-        text = msg.value.decode(errors="replace") if r == L.STATUS_OK else lib.fabriclib_status_str(st).decode()
+        status, msg, n = ffi.new("fabriclib_status *"), ffi.new("char[1024]"), ffi.new("size_t *")
+        if lib.fabriclib_request_error(self._engine._h, self.id, status, msg, 1024, n) == OK:
+            text = ffi.string(msg).decode(errors="replace")
+        else:
+            text = ffi.string(lib.fabriclib_status_str(st)).decode()
         return error(st, text)
 
     def wait(self, timeout: Optional[float] = None) -> None:
         """Sleeps (GIL released) until the request ends; raises its error, or
         ``TimedOut`` if ``timeout`` seconds pass first (the request goes on)."""
         if not self._flag():
-            us = L.NO_TIMEOUT if timeout is None else max(0, int(timeout * 1e6))
-            ptr = self._engine._flags.ptr(self._slot)
+            us = NO_TIMEOUT if timeout is None else max(0, int(timeout * 1e6))
+            word = self._engine._flags.words[self._slot]
             if self._engine._manual:
-                st = lib.fabriclib_engine_flag_await(self._engine._h, ptr, us, None)
+                st = lib.fabriclib_engine_flag_await(self._engine._h, word, us, NULL)
             else:
-                st = lib.fabriclib_flag_await(ptr, us, None)
+                st = lib.fabriclib_flag_await(word, us, NULL)
             if st == TimedOut.status:
                 raise TimedOut(f"request {self.id} still running after {timeout} s")
             _check(st)
@@ -152,19 +170,25 @@ class Request:
             pass
 
 
-class _Flags:
-    """Completion flag words in chunks of 4096, reused once their request has
-    ended and its ``Request`` is gone (a word the engine may still store to
-    is never handed out again)."""
+class _Slots:
+    """Per request in flight: its completion flag word, request id, immediate
+    and submit options (pointing at the word), in chunks of 4096, so a
+    submit writes no C struct. A slot is reused once its request has ended
+    and its ``Request`` is gone (a word the engine may still store to is
+    never handed out again); one whose options were changed (a timeout, a
+    NIC, a delivery fence) gets the defaults back when released."""
 
     CHUNK = 4096
 
     def __init__(self) -> None:
-        self._chunks: list[Any] = []
-        self._bases: list[int] = []
-        self._views: list[memoryview] = []
+        self._keep: list[Any] = []
+        self.words: list[Any] = []
+        self.ids: list[Any] = []
+        self.imms: list[Any] = []
+        self.opts: list[Any] = []
         self._free: list[int] = []
         self._orphans: list[int] = []
+        self._custom: set[int] = set()
         self._lock = threading.Lock()
 
     def take(self) -> int:
@@ -172,8 +196,21 @@ class _Flags:
             s = self._free.pop()  # atomic under the GIL: the common case takes no lock
         except IndexError:
             s = self._refill()
-        self._views[s // self.CHUNK][s % self.CHUNK] = 0
+        self.words[s][0] = 0
         return s
+
+    def customize(self, s: int, timeout: Optional[float], nic: Optional[int], delivered: bool) -> None:
+        o = self.opts[s]
+        o.timeout_us = 0 if timeout is None else (NO_TIMEOUT if timeout == float("inf") else int(timeout * 1e6))
+        if nic is not None:
+            o.route, o.nic = lib.FABRICLIB_ROUTE_NIC, nic
+        o.flags = lib.FABRICLIB_SUBMIT_DELIVERED if delivered else 0
+        self._custom.add(s)
+
+    def _reset(self, s: int) -> None:
+        o = self.opts[s]
+        o.timeout_us, o.route, o.nic, o.flags = 0, lib.FABRICLIB_ROUTE_SHARD, 0, 0
+        self._custom.discard(s)
 
     def _refill(self) -> int:
         while True:
@@ -187,44 +224,33 @@ class _Flags:
             if not self._free and self._orphans:
                 still = []
                 for s in self._orphans:
-                    (self._free if self.value(s) & L.FLAG_DONE else still).append(s)
+                    (self._free if self.words[s][0] & FLAG_DONE else still).append(s)
                 self._orphans = still
             if not self._free:
-                base = len(self._chunks) * self.CHUNK
-                arr = (c_uint32 * self.CHUNK)()
-                self._chunks.append(arr)
-                self._bases.append(ctypes.addressof(arr))
-                self._views.append(memoryview(arr).cast("B").cast("I"))
-                self._free.extend(range(base + self.CHUNK - 1, base - 1, -1))
+                n = self.CHUNK
+                base = len(self.words)
+                words, ids, imms = ffi.new("uint32_t[]", n), ffi.new("uint64_t[]", n), ffi.new("uint32_t[]", n)
+                opts = ffi.new("fabriclib_submit_opts[]", n)
+                size = ffi.sizeof("fabriclib_submit_opts")
+                for i in range(n):
+                    opts[i].struct_size = size
+                    opts[i].flag = words + i
+                self._keep.append((words, ids, imms, opts))
+                self.words.extend(words + i for i in range(n))
+                self.ids.extend(ids + i for i in range(n))
+                self.imms.extend(imms + i for i in range(n))
+                self.opts.extend(opts + i for i in range(n))
+                self._free.extend(range(base + n - 1, base - 1, -1))
             return self._free.pop()
 
-    def value(self, s: int) -> int:
-        return self._views[s // self.CHUNK][s % self.CHUNK]
-
-    def addr(self, s: int) -> int:
-        return self._bases[s // self.CHUNK] + 4 * (s % self.CHUNK)
-
-    def ptr(self, s: int) -> Any:
-        return ctypes.cast(self.addr(s), POINTER(c_uint32))
-
     def release(self, s: int, done: bool) -> None:
+        if self._custom and s in self._custom:
+            self._reset(s)
         if done:
             self._free.append(s)
         else:
             with self._lock:
                 self._orphans.append(s)
-
-
-class _Local(threading.local):
-    def __init__(self) -> None:
-        self.opts = L.SubmitOpts(struct_size=ctypes.sizeof(L.SubmitOpts))
-        self.opts_p = ctypes.pointer(self.opts)
-        self.rid = c_uint64(0)
-        self.rid_p = ctypes.pointer(self.rid)
-        self.imm = c_uint32(0)
-        self.imm_p = ctypes.pointer(self.imm)
-        # Whether `opts` holds anything but the defaults (reset on the next plain submit).
-        self.custom = False
 
 
 def _buffer(obj: Any) -> tuple[int, int, Any, Optional[int]]:
@@ -251,14 +277,13 @@ def _buffer(obj: Any) -> tuple[int, int, Any, Optional[int]]:
         elif hasattr(obj, "device") and getattr(obj.device, "index", None) is not None:
             device = int(obj.device.index)
         return int(cai["data"][0]), n, obj, device
-    mv = memoryview(obj)
-    if mv.readonly:
-        raise ValueError("a region needs a writable buffer (bytearray, numpy array, mmap), not a read-only one")
-    if not mv.c_contiguous:
-        raise ValueError("a region needs a contiguous buffer")
-    flat = mv.cast("B")
-    arr = (ctypes.c_char * flat.nbytes).from_buffer(flat)
-    return ctypes.addressof(arr), flat.nbytes, (obj, flat, arr), None
+    with memoryview(obj) as mv:
+        if mv.readonly:
+            raise ValueError("a region needs a writable buffer (bytearray, numpy array, mmap), not a read-only one")
+        if not mv.c_contiguous:
+            raise ValueError("a region needs a contiguous buffer")
+    c = ffi.from_buffer(obj, require_writable=True)  # holds the buffer (and obj) while the region lives
+    return int(ffi.cast("uintptr_t", c)), len(c), c, None
 
 
 class RecvPool:
@@ -268,16 +293,16 @@ class RecvPool:
     def __init__(self, engine: "Engine", length: int, count: int) -> None:
         self._q: "queue.Queue[tuple[int, bytes, bytes]]" = queue.Queue()
 
-        def on_message(_ud: Any, st: int, msg: Any) -> None:
-            m = msg.contents if msg else None
-            data = ctypes.string_at(m.data, m.len) if m and m.data else b""
-            sender = ctypes.string_at(m.from_, m.from_len) if m and m.from_ else b""
+        def on_message(_ud: Any, st: int, m: Any) -> None:
+            data = ffi.buffer(m.data, m.len)[:] if m != NULL and m.data != NULL else b""
+            sender = ffi.buffer(getattr(m, "from"), m.from_len)[:] if m != NULL and m.from_len else b""
             self._q.put((st, data, sender))
 
-        self._cb = L.message_cb(on_message)
-        self.id = c_uint64(0)
+        self._cb = ffi.callback("fabriclib_message_cb", on_message)
+        out = ffi.new("uint64_t *")
         self._engine = engine
-        _check(lib.fabriclib_recv_pool_add(engine._h, length, count, self._cb, None, byref(self.id)))
+        _check(lib.fabriclib_recv_pool_add(engine._h, length, count, self._cb, NULL, out))
+        self.id: int = out[0]
 
     def get(self, timeout: Optional[float] = None) -> tuple[bytes, bytes]:
         """The next message and its sender's address; raises its error (a
@@ -287,11 +312,11 @@ class RecvPool:
         except queue.Empty:
             raise TimedOut(f"no message within {timeout} s") from None
         if st:
-            raise error(st, f"receive: {lib.fabriclib_status_str(st).decode()}")
+            raise error(st, f"receive: {ffi.string(lib.fabriclib_status_str(st)).decode()}")
         return data, sender
 
     def remove(self) -> None:
-        _check(lib.fabriclib_recv_pool_remove(self._engine._h, self.id.value))
+        _check(lib.fabriclib_recv_pool_remove(self._engine._h, self.id))
 
 
 class Watcher:
@@ -300,22 +325,24 @@ class Watcher:
     writes the word from Python; ``address`` is its host address."""
 
     def __init__(self, engine: "Engine", callback: Callable[[int, int], None]) -> None:
-        self._cb = L.watcher_cb(lambda _ud, old, new: callback(old, new))
-        opts = L.WatcherOpts(struct_size=ctypes.sizeof(L.WatcherOpts), callback=self._cb, memory=L.MEMORY_HOST)
-        self._h = c_void_p()
-        _check(lib.fabriclib_watcher_create(engine._h, byref(opts), byref(self._h)))
-        p = POINTER(c_uint64)()
-        _check(lib.fabriclib_watcher_host_ptr(self._h, byref(p)))
-        self._word = p
-        self.address = ctypes.cast(p, c_void_p).value
+        self._cb = ffi.callback("fabriclib_watcher_cb", lambda _ud, old, new: callback(old, new))
+        opts = ffi.new("fabriclib_watcher_opts *", {"struct_size": ffi.sizeof("fabriclib_watcher_opts"),
+                                                    "callback": self._cb, "memory": lib.FABRICLIB_MEMORY_HOST})
+        out = ffi.new("struct fabriclib_watcher **")
+        _check(lib.fabriclib_watcher_create(engine._h, opts, out))
+        self._h = out[0]
+        p = ffi.new("uint64_t **")
+        _check(lib.fabriclib_watcher_host_ptr(self._h, p))
+        self._word = p[0]
+        self.address: int = int(ffi.cast("uintptr_t", self._word))
 
     def store(self, value: int) -> None:
         self._word[0] = value
 
     def close(self) -> None:
-        if self._h:
+        if self._h != NULL:
             lib.fabriclib_watcher_destroy(self._h)
-            self._h = c_void_p(None)
+            self._h = NULL
 
     def __del__(self) -> None:
         self.close()
@@ -330,28 +357,31 @@ class Engine:
     Use it as a context manager, or ``close()`` it."""
 
     def __init__(self, **config: Any) -> None:
-        cfg = c_void_p()
-        _check(lib.fabriclib_config_new(byref(cfg)))
+        self._h = NULL
+        cfg_p = ffi.new("struct fabriclib_config **")
+        _check(lib.fabriclib_config_new(cfg_p))
+        cfg = cfg_p[0]
         try:
             for k, v in config.items():
                 self._set(cfg, k, v)
-            self._h = c_void_p()
-            _check(lib.fabriclib_engine_create(cfg, byref(self._h)))
+            out = ffi.new("struct fabriclib_engine **")
+            _check(lib.fabriclib_engine_create(cfg, out))
+            self._h = out[0]
         finally:
             lib.fabriclib_config_free(cfg)
         self._manual = bool(config.get("manual_progress", False))
-        self._flags = _Flags()
-        self._tls = _Local()
+        self._flags = _Slots()
         self._remotes: dict[bytes, Remote] = {}
+        self._mirrors: dict[int, Any] = {}
         self._waiting: dict[Any, list[tuple[Request, "asyncio.Future[None]"]]] = {}
         self._fd = -1
         self.address: bytes = _blob(lib.fabriclib_engine_address, self._h)
-        p = c_char_p()
-        _check(lib.fabriclib_engine_provider(self._h, byref(p)))
-        self.provider: str = (p.value or b"").decode()
+        p = ffi.new("char **")
+        _check(lib.fabriclib_engine_provider(self._h, p))
+        self.provider: str = ffi.string(p[0]).decode() if p[0] != NULL else ""
 
     @staticmethod
-    def _set(cfg: c_void_p, k: str, v: Any) -> None:
+    def _set(cfg: Any, k: str, v: Any) -> None:
         s = lambda x: str(x).encode()  # noqa: E731
         if k == "provider":
             _check(lib.fabriclib_config_set_provider(cfg, s(v)))
@@ -362,11 +392,13 @@ class Engine:
         elif k == "nic_count":
             _check(lib.fabriclib_config_set_nic_count(cfg, int(v)))
         elif k == "request_timeout":
-            _check(lib.fabriclib_config_set_request_timeout(cfg, L.NO_TIMEOUT if v is None else int(v * 1e6)))
+            _check(lib.fabriclib_config_set_request_timeout(cfg, NO_TIMEOUT if v is None else int(v * 1e6)))
         elif k == "max_inflight":
             _check(lib.fabriclib_config_set_max_inflight(cfg, int(v)))
         elif k == "idle_policy":
-            _check(lib.fabriclib_config_set_idle_policy(cfg, {"spin": 0, "auto": 1, "block": 2}[v]))
+            policies = {"spin": lib.FABRICLIB_IDLE_SPIN, "auto": lib.FABRICLIB_IDLE_AUTO,
+                        "block": lib.FABRICLIB_IDLE_BLOCK}
+            _check(lib.fabriclib_config_set_idle_policy(cfg, policies[v]))
         elif k == "manual_progress":
             _check(lib.fabriclib_config_set_manual_progress(cfg, bool(v)))
         elif k == "keepalive":
@@ -377,14 +409,14 @@ class Engine:
     # --- lifetime -----------------------------------------------------------
     def close(self) -> None:
         """Destroys the engine: requests still running end ``Shutdown``."""
-        if getattr(self, "_h", None):
+        if getattr(self, "_h", NULL) != NULL:
             for loop in list(self._waiting):
                 try:
                     loop.remove_reader(self._fd)
                 except Exception:
                     pass
             lib.fabriclib_engine_destroy(self._h)
-            self._h = c_void_p(None)
+            self._h = NULL
 
     def __enter__(self) -> "Engine":
         return self
@@ -401,58 +433,69 @@ class Engine:
         array (``__cuda_array_interface__``: torch tensors, CuPy; device memory
         registration) and returns its ``Region``."""
         ptr, n, keep, device = _buffer(buffer)
-        h = c_void_p()
+        out = ffi.new("struct fabriclib_mr **")
         if device is None:
-            _check(lib.fabriclib_mr_register(self._h, ptr, n, byref(h)))
+            _check(lib.fabriclib_mr_register(self._h, ffi.cast("void *", ptr), n, out))
         else:
-            _check(lib.fabriclib_mr_register_device(self._h, ptr, n, device, byref(h)))
-        return Region(self, h.value or 0, ptr, n, keep)
+            _check(lib.fabriclib_mr_register_device(self._h, ffi.cast("void *", ptr), n, device, out))
+        return Region(self, out[0], ptr, n, keep)
 
     def remote(self, descriptor: RemoteLike) -> Remote:
         """A peer's region from its descriptor bytes (cached per descriptor)."""
-        if isinstance(descriptor, Remote):
+        if type(descriptor) is Remote:
             return descriptor
-        r = self._remotes.get(descriptor)
+        r = self._remotes.get(descriptor)  # type: ignore[arg-type]
         if r is None:
-            r = self._remotes[descriptor] = Remote(descriptor)
+            r = self._remotes[descriptor] = Remote(descriptor)  # type: ignore[index,arg-type]
         return r
 
     # --- submitting -----------------------------------------------------------
-    def _opts(self, slot: int, timeout: Optional[float], nic: Optional[int], delivered: bool) -> Any:
-        t = self._tls
-        o = t.opts
-        o.flag = self._flags.addr(slot)
-        if timeout is not None or nic is not None or delivered or t.custom:
-            o.timeout_us = 0 if timeout is None else (L.NO_TIMEOUT if timeout == float("inf") else int(timeout * 1e6))
-            o.route, o.nic = (L.ROUTE_SHARD, 0) if nic is None else (L.ROUTE_NIC, nic)
-            o.flags = L.SUBMIT_DELIVERED if delivered else 0
-            t.custom = timeout is not None or nic is not None or delivered
-        return t.opts_p
-
-    def _imm(self, imm: Optional[int]) -> Any:
+    def _start(self, keep: Any, imm: Optional[int], timeout: Optional[float], nic: Optional[int],
+               delivered: bool) -> tuple[Request, Any]:
+        """A slot for a new request: its ``Request`` (keeping ``keep`` alive until
+        it ends) and its immediate's pointer (NULL without one); the slot's
+        options get ``timeout``, ``nic`` and ``delivered`` if any is given."""
+        slots = self._flags
+        s = slots.take()
+        req = Request(self, s, keep)
+        if timeout is not None or nic is not None or delivered:
+            slots.customize(s, timeout, nic, delivered)
         if imm is None:
-            return None
-        self._tls.imm.value = imm
-        return self._tls.imm_p
+            return req, NULL
+        ip = slots.imms[s]
+        ip[0] = imm
+        return req, ip
 
-    def _submit(self, fn: Callable[..., int], keep: Any, timeout: Optional[float], nic: Optional[int],
-                delivered: bool, *args: Any) -> Request:
-        slot = self._flags.take()
-        req = Request(self, slot, keep)
-        st = fn(self._h, *args, self._opts(slot, timeout, nic, delivered), self._tls.rid_p)
-        if st != L.STATUS_OK:
-            req._value = L.FLAG_DONE | st
-            _check(st)
-        req.id = self._tls.rid.value
+    @staticmethod
+    def _failed(req: Request, st: int) -> Request:
+        req._value = FLAG_DONE | st
+        _check(st)
         return req
+
+    @staticmethod
+    def _started(req: Request, st: int) -> Request:
+        return req if st == OK else Engine._failed(req, st)
 
     def write(self, src: Region, dst: RemoteLike, length: int, *, src_offset: int = 0, dst_offset: int = 0,
               imm: Optional[int] = None, timeout: Optional[float] = None, nic: Optional[int] = None,
               delivered: bool = False) -> Request:
         """One write of ``length`` bytes (``fabriclib_submit_single_write``)."""
-        r = self.remote(dst)
-        return self._submit(lib.fabriclib_submit_single_write, (src, r), timeout, nic, delivered,
-                            length, self._imm(imm), src._h, src_offset, r._h, dst_offset)
+        # The hot path, spelled out: _start's work without its calls.
+        r = dst if type(dst) is Remote else self.remote(dst)
+        slots = self._flags
+        s = slots.take()
+        # The source region (its buffer) lives until the write ends; the engine
+        # keeps what the descriptor names itself.
+        req = Request(self, s, src)
+        if timeout is not None or nic is not None or delivered:
+            slots.customize(s, timeout, nic, delivered)
+        if imm is None:
+            ip = NULL
+        else:
+            ip = slots.imms[s]
+            ip[0] = imm
+        st = _single_write(self._h, length, ip, src._h, src_offset, r._h, dst_offset, slots.opts[s], slots.ids[s])
+        return req if st == OK else self._failed(req, st)
 
     def write_pages(self, src: Region, src_pages: Iterable[int], dst: RemoteLike, dst_pages: Iterable[int],
                     page_len: int, *, src_stride: Optional[int] = None, dst_stride: Optional[int] = None,
@@ -462,32 +505,41 @@ class Engine:
         (``fabriclib_submit_paged_writes``); one immediate per page."""
         r = self.remote(dst)
         si, di = _u32s(src_pages), _u32s(dst_pages)
-        sp = L.Pages(si, len(si), src_stride or page_len, src_offset)
-        dp = L.Pages(di, len(di), dst_stride or page_len, dst_offset)
-        return self._submit(lib.fabriclib_submit_paged_writes, (src, r), timeout, nic, delivered,
-                            page_len, self._imm(imm), src._h, byref(sp), r._h, byref(dp))
+        sp = ffi.new("fabriclib_pages *", (si, len(si), src_stride or page_len, src_offset))
+        dp = ffi.new("fabriclib_pages *", (di, len(di), dst_stride or page_len, dst_offset))
+        req, ip = self._start((src, r), imm, timeout, nic, delivered)
+        s, slots = req._slot, self._flags
+        return self._started(req, lib.fabriclib_submit_paged_writes(
+            self._h, page_len, ip, src._h, sp, r._h, dp, slots.opts[s], slots.ids[s]))
 
     def scatter(self, src: Region, dsts: Iterable[tuple[RemoteLike, int, int, int]], *, imm: Optional[int] = None,
                 peer_set: int = 0, timeout: Optional[float] = None, delivered: bool = False) -> Request:
         """Writes ``(dst, length, src_offset, dst_offset)`` items from ``src``
         (``fabriclib_submit_scatter``)."""
         items = [(self.remote(d), n, so, do) for d, n, so, do in dsts]
-        arr = (L.ScatterDst * len(items))(*[L.ScatterDst(n, so, r._h.value, do) for r, n, so, do in items])
-        return self._submit(lib.fabriclib_submit_scatter, (src, items, arr), timeout, None, delivered,
-                            peer_set, self._imm(imm), src._h, arr, len(items))
+        arr = ffi.new("fabriclib_scatter_dst[]", [(n, so, r._h, do) for r, n, so, do in items])
+        req, ip = self._start((src, items), imm, timeout, None, delivered)
+        s, slots = req._slot, self._flags
+        return self._started(req, lib.fabriclib_submit_scatter(
+            self._h, peer_set, ip, src._h, arr, len(items), slots.opts[s], slots.ids[s]))
 
     def barrier(self, imm: int, dsts: Sequence[RemoteLike], *, peer_set: int = 0,
                 timeout: Optional[float] = None, delivered: bool = False) -> Request:
         """A zero-byte write with ``imm`` to each destination (``fabriclib_submit_barrier``)."""
         rs = [self.remote(d) for d in dsts]
-        arr = (c_void_p * len(rs))(*[r._h.value for r in rs])
-        return self._submit(lib.fabriclib_submit_barrier, (rs, arr), timeout, None, delivered,
-                            peer_set, imm, arr, len(rs))
+        arr = ffi.new("struct fabriclib_remote_mr *[]", [r._h for r in rs])
+        req, _ = self._start(rs, None, timeout, None, delivered)
+        s, slots = req._slot, self._flags
+        return self._started(req, lib.fabriclib_submit_barrier(
+            self._h, peer_set, imm, arr, len(rs), slots.opts[s], slots.ids[s]))
 
     def send(self, address: bytes, message: bytes, *, timeout: Optional[float] = None) -> Request:
         """Sends ``message`` to the engine at ``address`` (``fabriclib_submit_send``)."""
-        return self._submit(lib.fabriclib_submit_send, (address, message), timeout, None, False,
-                            _u8(address), len(address), message, len(message))
+        req, _ = self._start(None, None, timeout, None, False)
+        s, slots = req._slot, self._flags
+        return self._started(req, lib.fabriclib_submit_send(
+            self._h, _u8(address), len(address), ffi.from_buffer(message), len(message), slots.opts[s],
+            slots.ids[s]))
 
     def recv_pool(self, length: int, count: int) -> RecvPool:
         """A receive pool of ``count`` buffers of ``length`` bytes."""
@@ -497,51 +549,69 @@ class Engine:
     def expect(self, imm: int, count: int, *, timeout: Optional[float] = None) -> Request:
         """A request that ends once ``count`` immediates ``imm`` have arrived
         (``fabriclib_expect_imm_count``)."""
-        return self._submit(lib.fabriclib_expect_imm_count, None, timeout, None, False, imm, count)
+        req, _ = self._start(None, None, timeout, None, False)
+        s, slots = req._slot, self._flags
+        return self._started(req, lib.fabriclib_expect_imm_count(self._h, imm, count, slots.opts[s], slots.ids[s]))
 
     def imm_count(self, imm: int, *, reset: bool = False) -> int:
         """Immediates ``imm`` counted and not taken by an expectation."""
-        n = c_uint64(0)
+        n = ffi.new("uint64_t *")
         fn = lib.fabriclib_imm_count_reset if reset else lib.fabriclib_imm_count_get
-        _check(fn(self._h, imm, byref(n)))
-        return n.value
+        _check(fn(self._h, imm, n))
+        return n[0]
 
     def mirror(self, imm: int, word: Any) -> None:
-        """Mirrors immediate ``imm``'s count into the 8-byte ``word`` (a ctypes
-        ``c_uint64`` the caller keeps alive; None stops it)."""
-        _check(lib.fabriclib_imm_mirror(self._h, imm, None if word is None else byref(word)))
+        """Mirrors immediate ``imm``'s count into ``word`` (``fabriclib_imm_mirror``):
+        the first 8 bytes of a writable, 8-byte aligned buffer
+        (``numpy.zeros(1, numpy.uint64)``, a slice of a larger array), set at
+        once to the count so far, then one more per arrival; expectations do
+        not lower it. This engine keeps ``word`` alive until
+        ``mirror(imm, None)`` stops it (``InvalidArgument`` if misaligned)."""
+        if word is None:
+            _check(lib.fabriclib_imm_mirror(self._h, imm, NULL))
+            self._mirrors.pop(imm, None)
+            return
+        c = ffi.from_buffer(word, require_writable=True)
+        if len(c) < 8:
+            raise ValueError(f"a mirror needs 8 writable bytes, not {len(c)}")
+        _check(lib.fabriclib_imm_mirror(self._h, imm, ffi.cast("uint64_t *", c)))
+        self._mirrors[imm] = (word, c)
 
     # --- peers ------------------------------------------------------------------
     def connect(self, address: bytes, *, timeout: Optional[float] = None) -> Request:
         """Adds the peer at ``address`` and connects (``fabriclib_peer_add``)."""
-        return self._submit(lib.fabriclib_peer_add, address, timeout, None, False, _u8(address), len(address))
+        req, _ = self._start(None, None, timeout, None, False)
+        s, slots = req._slot, self._flags
+        return self._started(req, lib.fabriclib_peer_add(self._h, _u8(address), len(address), slots.opts[s],
+                                                         slots.ids[s]))
 
     def remove_peer(self, address: bytes) -> int:
         """Removes a peer: its requests end ``Canceled``; returns how many."""
-        n = c_size_t(0)
-        _check(lib.fabriclib_peer_remove(self._h, _u8(address), len(address), byref(n)))
-        return n.value
+        n = ffi.new("size_t *")
+        _check(lib.fabriclib_peer_remove(self._h, _u8(address), len(address), n))
+        return n[0]
 
     def cancel_peer(self, address: bytes) -> int:
         """Cancels every request to a peer; returns how many."""
-        n = c_size_t(0)
-        _check(lib.fabriclib_cancel_peer(self._h, _u8(address), len(address), byref(n)))
-        return n.value
+        n = ffi.new("size_t *")
+        _check(lib.fabriclib_cancel_peer(self._h, _u8(address), len(address), n))
+        return n[0]
 
     def peer_state(self, address: bytes) -> str:
         """"connecting", "up" or "down"."""
-        s = c_int32(0)
-        _check(lib.fabriclib_peer_state(self._h, _u8(address), len(address), byref(s)))
-        return ("connecting", "up", "down")[s.value]
+        st = ffi.new("fabriclib_peer_liveness *")
+        _check(lib.fabriclib_peer_state(self._h, _u8(address), len(address), st))
+        return {lib.FABRICLIB_PEER_CONNECTING: "connecting", lib.FABRICLIB_PEER_UP: "up",
+                lib.FABRICLIB_PEER_DOWN: "down"}[st[0]]
 
     def peer_set(self, addresses: Sequence[bytes]) -> int:
         """A peer set for scatter and barrier (``fabriclib_add_peer_set``); its id."""
-        bufs = [(c_uint8 * len(a)).from_buffer_copy(a) for a in addresses]
-        ptrs = (_U8P * len(bufs))(*[ctypes.cast(b, _U8P) for b in bufs])
-        lens = (c_size_t * len(bufs))(*[len(a) for a in addresses])
-        out = c_uint64(0)
-        _check(lib.fabriclib_add_peer_set(self._h, ptrs, lens, len(bufs), byref(out)))
-        return out.value
+        bufs = [_u8(a) for a in addresses]
+        ptrs = ffi.new("uint8_t *[]", bufs)
+        lens = ffi.new("size_t[]", [len(a) for a in addresses])
+        out = ffi.new("uint64_t *")
+        _check(lib.fabriclib_add_peer_set(self._h, ptrs, lens, len(bufs), out))
+        return out[0]
 
     def watch(self, callback: Callable[[int, int], None]) -> Watcher:
         """A watched word whose changes call ``callback(old, new)``."""
@@ -549,9 +619,9 @@ class Engine:
 
     def progress(self) -> bool:
         """Progresses a manual-progress engine once; whether anything happened."""
-        b = c_bool(False)
-        _check(lib.fabriclib_engine_progress(self._h, byref(b)))
-        return b.value
+        b = ffi.new("bool *")
+        _check(lib.fabriclib_engine_progress(self._h, b))
+        return bool(b[0])
 
     # --- metrics ------------------------------------------------------------------
     def metrics(self) -> dict[str, Any]:
@@ -560,24 +630,25 @@ class Engine:
 
     def metrics_text(self, fmt: str = "prometheus") -> str:
         """Every metric as Prometheus text (``fmt="prometheus"``) or JSON."""
-        f = {"json": L.METRICS_JSON, "prometheus": L.METRICS_PROMETHEUS}[fmt]
-        n = c_size_t(0)
-        st = lib.fabriclib_engine_metrics_text(self._h, f, None, 0, byref(n))
+        f = {"json": lib.FABRICLIB_METRICS_JSON, "prometheus": lib.FABRICLIB_METRICS_PROMETHEUS}[fmt]
+        n = ffi.new("size_t *")
+        st = lib.fabriclib_engine_metrics_text(self._h, f, NULL, 0, n)
         while True:
-            buf = ctypes.create_string_buffer(n.value + 4096)
-            st = lib.fabriclib_engine_metrics_text(self._h, f, buf, len(buf), byref(n))
-            if st != L.STATUS_BUFFER_TOO_SMALL:
+            cap = n[0] + 4096
+            buf = ffi.new("char[]", cap)
+            st = lib.fabriclib_engine_metrics_text(self._h, f, buf, cap, n)
+            if st != TOO_SMALL:
                 _check(st)
-                return buf.value.decode()
+                return ffi.string(buf).decode()
 
     # --- asyncio ------------------------------------------------------------------
     def _future(self, req: Request) -> "asyncio.Future[None]":
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
         if self._fd < 0:
-            fd = c_int32(-1)
-            _check(lib.fabriclib_engine_event_fd(self._h, byref(fd)))
-            self._fd = fd.value
+            fd = ffi.new("int32_t *", -1)
+            _check(lib.fabriclib_engine_event_fd(self._h, fd))
+            self._fd = fd[0]
         waiting = self._waiting.get(loop)
         if waiting is None:
             waiting = self._waiting[loop] = []
@@ -618,6 +689,8 @@ def _u32s(xs: Iterable[int]) -> Any:
     if isinstance(xs, memoryview) or hasattr(xs, "__array_interface__"):
         mv = memoryview(xs)  # type: ignore[arg-type]
         if mv.format in ("I", "=I", "<I") and mv.c_contiguous:
-            return (c_uint32 * len(mv)).from_buffer_copy(mv)
+            a = ffi.new("uint32_t[]", len(mv))
+            ffi.memmove(a, mv, mv.nbytes)
+            return a
     xs = xs if isinstance(xs, (list, tuple, range)) else list(xs)
-    return (c_uint32 * len(xs))(*xs)
+    return ffi.new("uint32_t[]", list(xs) if isinstance(xs, range) else xs)
