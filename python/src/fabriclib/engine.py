@@ -96,12 +96,16 @@ RemoteLike = Union[Remote, bytes]
 class Request:
     """A submitted request: ``wait(timeout)``, ``done()``, ``error``, ``id``,
     ``cancel()``, and ``await request`` in asyncio. Failures raise the
-    status's exception (``fabriclib.errors``) with the engine's message."""
+    status's exception (``fabriclib.errors``) with the engine's message.
+    It holds its slot (flag word, id) and what its data must outlive (the
+    source region) until it is collected."""
 
-    __slots__ = ("_engine", "_slot", "_keep", "_value", "__weakref__")
+    __slots__ = ("_engine", "_slot", "_keep", "__weakref__")
 
     def __init__(self, engine: "Engine", slot: int, keep: Any) -> None:
-        self._engine, self._slot, self._keep, self._value = engine, slot, keep, 0
+        self._engine = engine
+        self._slot = slot
+        self._keep = keep
 
     @property
     def id(self) -> int:
@@ -109,12 +113,8 @@ class Request:
         return self._engine._flags.ids[self._slot][0]
 
     def _flag(self) -> int:
-        if not self._value:
-            v = self._engine._flags.words[self._slot][0]
-            if v & FLAG_DONE:
-                self._value = v
-                self._keep = None
-        return self._value
+        v = self._engine._flags.words[self._slot][0]
+        return v if v & FLAG_DONE else 0
 
     def done(self) -> bool:
         """Whether the request has ended (without waiting)."""
@@ -165,7 +165,7 @@ class Request:
 
     def __del__(self) -> None:
         try:
-            self._engine._flags.release(self._slot, bool(self._flag()))
+            self._engine._flags.release(self._slot)
         except Exception:
             pass
 
@@ -173,7 +173,7 @@ class Request:
 class _Slots:
     """Per request in flight: its completion flag word, request id, immediate
     and submit options (pointing at the word), in chunks of 4096, so a
-    submit writes no C struct. A slot is reused once its request has ended
+    submit writes no C struct. A free slot's word is 0. A slot is reused once its request has ended
     and its ``Request`` is gone (a word the engine may still store to is
     never handed out again); one whose options were changed (a timeout, a
     NIC, a delivery fence) gets the defaults back when released."""
@@ -192,12 +192,11 @@ class _Slots:
         self._lock = threading.Lock()
 
     def take(self) -> int:
+        """A free slot, its word 0 (``Engine.write`` spells this out)."""
         try:
-            s = self._free.pop()  # atomic under the GIL: the common case takes no lock
+            return self._free.pop()  # atomic under the GIL: the common case takes no lock
         except IndexError:
-            s = self._refill()
-        self.words[s][0] = 0
-        return s
+            return self._refill()
 
     def customize(self, s: int, timeout: Optional[float], nic: Optional[int], delivered: bool) -> None:
         o = self.opts[s]
@@ -224,7 +223,12 @@ class _Slots:
             if not self._free and self._orphans:
                 still = []
                 for s in self._orphans:
-                    (self._free if self.words[s][0] & FLAG_DONE else still).append(s)
+                    w = self.words[s]
+                    if w[0] & FLAG_DONE:
+                        w[0] = 0
+                        self._free.append(s)
+                    else:
+                        still.append(s)
                 self._orphans = still
             if not self._free:
                 n = self.CHUNK
@@ -243,10 +247,14 @@ class _Slots:
                 self._free.extend(range(base + n - 1, base - 1, -1))
             return self._free.pop()
 
-    def release(self, s: int, done: bool) -> None:
+    def release(self, s: int) -> None:
+        """Slot ``s``'s request is gone: free again once the engine is done
+        with its word (zeroed for the next request)."""
         if self._custom and s in self._custom:
             self._reset(s)
-        if done:
+        w = self.words[s]
+        if w[0] & FLAG_DONE:
+            w[0] = 0
             self._free.append(s)
         else:
             with self._lock:
@@ -466,15 +474,15 @@ class Engine:
         ip[0] = imm
         return req, ip
 
-    @staticmethod
-    def _failed(req: Request, st: int) -> Request:
-        req._value = FLAG_DONE | st
+    def _failed(self, req: Request, st: int) -> Request:
+        """A submit that returned ``st``: its request ended (the slot is free
+        again once ``req`` is gone) and ``st``'s exception is raised."""
+        self._flags.words[req._slot][0] = FLAG_DONE | st
         _check(st)
         return req
 
-    @staticmethod
-    def _started(req: Request, st: int) -> Request:
-        return req if st == OK else Engine._failed(req, st)
+    def _started(self, req: Request, st: int) -> Request:
+        return req if st == OK else self._failed(req, st)
 
     def write(self, src: Region, dst: RemoteLike, length: int, *, src_offset: int = 0, dst_offset: int = 0,
               imm: Optional[int] = None, timeout: Optional[float] = None, nic: Optional[int] = None,
@@ -483,7 +491,10 @@ class Engine:
         # The hot path, spelled out: _start's work without its calls.
         r = dst if type(dst) is Remote else self.remote(dst)
         slots = self._flags
-        s = slots.take()
+        try:
+            s = slots._free.pop()
+        except IndexError:
+            s = slots._refill()
         # The source region (its buffer) lives until the write ends; the engine
         # keeps what the descriptor names itself.
         req = Request(self, s, src)
