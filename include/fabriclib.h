@@ -1643,6 +1643,26 @@ fabriclib_status fabriclib_recv_pool_add(const struct fabriclib_engine *engine,
                                          void *user_data,
                                          uint64_t *pool);
 
+// As `fabriclib_recv_pool_add`, but `callback` runs on the engine's worker
+// thread itself, as each message is taken from the NIC: no hand-off to the
+// callback thread and back, so answering a message from its callback
+// (request/response, a ping) saves two thread hops each way. The callback
+// must be short and must not block: it may submit (`AGAIN` when the queue
+// is full), count and copy; a call that waits for the worker (adding or
+// removing pools, peers or expectations, `fabriclib_flag_await`…) returns
+// `INVALID_ARGUMENT` from it, and it must not destroy the engine. With
+// manual progress every callback already runs on the progressing thread:
+// this is `fabriclib_recv_pool_add`. Any thread.
+//
+// Returns: as `fabriclib_recv_pool_add`.
+// Blocks: as `fabriclib_recv_pool_add`.
+fabriclib_status fabriclib_recv_pool_add_on_worker(const struct fabriclib_engine *engine,
+                                                   size_t len,
+                                                   size_t count,
+                                                   fabriclib_message_cb callback,
+                                                   void *user_data,
+                                                   uint64_t *pool);
+
 // Removes receive pool `pool` (`fabriclib_recv_pool_add`'s id): its
 // callback's last call, `FABRICLIB_STATUS_CANCELED`, runs after the
 // messages already handed to it, and no call follows. Its buffers are

@@ -321,13 +321,12 @@ impl Session {
         raw.post_recv(land.mem.as_mut_ptr(), MSG, land.raw.desc)?;
         let received = Arc::new(AtomicU64::new(0));
         let r = received.clone();
-        engine
-            .submit_recvs(MSG, 16, move |m| {
-                if m.is_ok() {
-                    r.fetch_add(1, Ordering::Release);
-                }
-            })
-            .map_err(|e| e.to_string())?;
+        crate::recv_pool(&engine, MSG, 16, move |m| {
+            if m.data.is_ok() {
+                r.fetch_add(1, Ordering::Release);
+            }
+        })
+        .map_err(|e| e.to_string())?;
         for p in peers.iter_mut() {
             let mut cmd = json!({ "op": "open", "provider": engine.provider(), "domains": domains });
             if let Some(b) = servers_bind {

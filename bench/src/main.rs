@@ -77,6 +77,9 @@ options:
                              huge pages; shm's copies run about 1.8x faster from them), client and servers
   --progress worker|manual   worker thread (default), or manual progress: the waiting
                              application thread drives the engine (TransferEngine::progress)
+  --recv-callbacks worker|thread
+                             the send rows' receive pools call back on the worker
+                             (add_recv_pool_on_worker, default) or on the callback thread
   --idle-policy P            the engines' idle policy: spin (default), auto or block
   --no-pin                   do not pin processes to CPUs (default: client on CPU 0,
                              server i on CPU (i+1) mod ncpus, on loopback; with 4 or more CPUs
@@ -170,6 +173,14 @@ fn parse(args: &[String]) -> R<Opts> {
                 // Spawned servers inherit it.
                 // SAFETY: set before any thread of ours reads the environment concurrently.
                 unsafe { std::env::set_var("FABRICLIB_BENCH_IDLE_POLICY", v) };
+            }
+            "--recv-callbacks" => {
+                let v = val()?;
+                if v != "worker" && v != "thread" {
+                    return Err(format!("--recv-callbacks {v}: worker or thread"));
+                }
+                // SAFETY: as for --idle-policy.
+                unsafe { std::env::set_var("FABRICLIB_BENCH_RECV_CALLBACKS", v) };
             }
             "--progress" => {
                 let v = val()?;
@@ -487,6 +498,23 @@ fn run(o: &Opts) -> R<bool> {
 
 /// Whether the engines run in manual-progress mode (`--progress manual`;
 /// servers inherit it): the waiting application thread drives them.
+/// Receive pools' callbacks on the worker (`add_recv_pool_on_worker`, the
+/// default) or on the callback thread (`--recv-callbacks thread`); servers
+/// inherit it through the environment.
+pub fn recv_on_worker() -> bool {
+    std::env::var("FABRICLIB_BENCH_RECV_CALLBACKS").as_deref() != Ok("thread")
+}
+
+/// A receive pool for the send rows, where `--recv-callbacks` says.
+pub fn recv_pool(
+    e: &fabriclib::TransferEngine,
+    len: usize,
+    count: usize,
+    cb: impl Fn(fabriclib::Received<'_>) + Send + Sync + 'static,
+) -> fabriclib::Result<fabriclib::RecvPoolId> {
+    if recv_on_worker() { e.add_recv_pool_on_worker(len, count, cb) } else { e.add_recv_pool(len, count, cb) }
+}
+
 pub fn manual_progress() -> bool {
     std::env::var("FABRICLIB_BENCH_PROGRESS").as_deref() == Ok("manual")
 }

@@ -78,16 +78,15 @@ impl Open {
         raw.post_recv(msgs.mem.as_mut_ptr(), MSG, msgs.raw.desc)?;
         let (echo_to, echoed) = (Arc::new(Mutex::new(None::<NetAddr>)), Arc::new(AtomicU64::new(0)));
         let (weak, to, n) = (Arc::downgrade(&engine), echo_to.clone(), echoed.clone());
-        engine
-            .submit_recvs(MSG, 16, move |msg| {
-                let (Ok(msg), Some(e)) = (msg, weak.upgrade()) else { return };
-                if let Some(to) = to.lock().unwrap().as_ref() {
-                    if e.submit_send(to, msg, OnDone::Nothing).is_ok() {
-                        n.fetch_add(1, Ordering::Release);
-                    }
+        crate::recv_pool(&engine, MSG, 16, move |m| {
+            let (Ok(msg), Some(e)) = (m.data, weak.upgrade()) else { return };
+            if let Some(to) = to.lock().unwrap().as_ref() {
+                if e.submit_send(to, msg, OnDone::Nothing).is_ok() {
+                    n.fetch_add(1, Ordering::Release);
                 }
-            })
-            .map_err(|e| e.to_string())?;
+            }
+        })
+        .map_err(|e| e.to_string())?;
         Ok(Open { engine, raw, buf: None, msgs, peer: None, echo_to, echoed })
     }
 

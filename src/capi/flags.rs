@@ -23,6 +23,7 @@ use std::ffi::c_char;
 pub extern "C" fn fabriclib_flag_await(flag: *const u32, timeout_us: u64, value: *mut u32) -> fabriclib_status {
     ffi(|| {
         let f = flag_word(flag, "fabriclib_flag_await")?;
+        crate::completion::notify::refuse_on_worker("fabriclib_flag_await")?;
         match crate::completion::flag::wait(f, timeout(timeout_us)) {
             Some(v) => put_opt(value, v),
             None => Err(Error::new(Status::TimedOut, "fabriclib_flag_await: the request did not end in time")),

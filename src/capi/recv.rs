@@ -48,9 +48,37 @@ fn add_pool(
     engine: *const fabriclib_engine,
     len: usize,
     count: usize,
+    on_worker: bool,
     cb: impl Fn(Received<'_>) + Send + Sync + 'static,
 ) -> Result<RecvPoolId> {
-    handle(engine)?.engine.add_recv_pool(len, count, cb)
+    let e = &handle(engine)?.engine;
+    if on_worker { e.add_recv_pool_on_worker(len, count, cb) } else { e.add_recv_pool(len, count, cb) }
+}
+
+/// `fabriclib_recv_pool_add` and `fabriclib_recv_pool_add_on_worker`.
+fn add_message_pool(
+    engine: *const fabriclib_engine,
+    len: usize,
+    count: usize,
+    on_worker: bool,
+    callback: fabriclib_message_cb,
+    user_data: *mut c_void,
+    pool: *mut u64,
+) -> Result<()> {
+    let cb = callback.ok_or_else(|| Error::new(Status::InvalidArgument, "callback is NULL"))?;
+    let ud = UserData(user_data);
+    let id = add_pool(engine, len, count, on_worker, move |m| {
+        let ud = &ud;
+        let (data, len, status) = match m.data {
+            Ok(b) => (b.as_ptr(), b.len(), Status::Ok),
+            Err(e) => (std::ptr::null(), 0, e.status),
+        };
+        let (from, from_len) = m.from.map_or((std::ptr::null(), 0), |o| (o.blob.as_ptr(), o.blob.len()));
+        let msg = fabriclib_message { data, len, from, from_len };
+        // SAFETY: the caller's callback with its user_data; msg and what it points to live during the call.
+        unsafe { cb(ud.0, status as i32, &msg) }
+    })?;
+    put_opt(pool, id.0)
 }
 
 /// Posts `count` receive buffers (at most 4096) for messages of up to `len`
@@ -82,7 +110,7 @@ pub extern "C" fn fabriclib_submit_recvs(
     ffi(|| {
         let cb = callback.ok_or_else(|| Error::new(Status::InvalidArgument, "callback is NULL"))?;
         let ud = UserData(user_data);
-        add_pool(engine, len, count, move |m| {
+        add_pool(engine, len, count, false, move |m| {
             let ud = &ud;
             // SAFETY: the caller's callback with its user_data; data is valid during the call.
             unsafe {
@@ -124,22 +152,32 @@ pub extern "C" fn fabriclib_recv_pool_add(
     user_data: *mut c_void,
     pool: *mut u64,
 ) -> fabriclib_status {
-    ffi(|| {
-        let cb = callback.ok_or_else(|| Error::new(Status::InvalidArgument, "callback is NULL"))?;
-        let ud = UserData(user_data);
-        let id = add_pool(engine, len, count, move |m| {
-            let ud = &ud;
-            let (data, len, status) = match m.data {
-                Ok(b) => (b.as_ptr(), b.len(), Status::Ok),
-                Err(e) => (std::ptr::null(), 0, e.status),
-            };
-            let (from, from_len) = m.from.map_or((std::ptr::null(), 0), |o| (o.blob.as_ptr(), o.blob.len()));
-            let msg = fabriclib_message { data, len, from, from_len };
-            // SAFETY: the caller's callback with its user_data; msg and what it points to live during the call.
-            unsafe { cb(ud.0, status as i32, &msg) }
-        })?;
-        put_opt(pool, id.0)
-    })
+    ffi(|| add_message_pool(engine, len, count, false, callback, user_data, pool))
+}
+
+/// As `fabriclib_recv_pool_add`, but `callback` runs on the engine's worker
+/// thread itself, as each message is taken from the NIC: no hand-off to the
+/// callback thread and back, so answering a message from its callback
+/// (request/response, a ping) saves two thread hops each way. The callback
+/// must be short and must not block: it may submit (`AGAIN` when the queue
+/// is full), count and copy; a call that waits for the worker (adding or
+/// removing pools, peers or expectations, `fabriclib_flag_await`…) returns
+/// `INVALID_ARGUMENT` from it, and it must not destroy the engine. With
+/// manual progress every callback already runs on the progressing thread:
+/// this is `fabriclib_recv_pool_add`. Any thread.
+///
+/// Returns: as `fabriclib_recv_pool_add`.
+/// Blocks: as `fabriclib_recv_pool_add`.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_recv_pool_add_on_worker(
+    engine: *const fabriclib_engine,
+    len: usize,
+    count: usize,
+    callback: fabriclib_message_cb,
+    user_data: *mut c_void,
+    pool: *mut u64,
+) -> fabriclib_status {
+    ffi(|| add_message_pool(engine, len, count, true, callback, user_data, pool))
 }
 
 /// Removes receive pool `pool` (`fabriclib_recv_pool_add`'s id): its

@@ -316,6 +316,40 @@ pub fn recv_polling<T>(rx: &Receiver<T>, poll: Duration) -> Option<T> {
     }
 }
 
+thread_local! {
+    /// Set while a callback runs on its engine's worker thread (a receive
+    /// pool added with `on_worker`).
+    static ON_WORKER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread is running a callback on its engine's worker.
+pub fn on_worker() -> bool {
+    ON_WORKER.with(|w| w.get())
+}
+
+/// Runs `f`, a callback, on the worker thread: blocking engine calls from it
+/// are refused (`refuse_on_worker`), a panic is caught and logged.
+pub(crate) fn run_on_worker(f: impl FnOnce()) {
+    ON_WORKER.with(|w| w.set(true));
+    if catch_unwind(AssertUnwindSafe(f)).is_err() {
+        crate::log!(Warn, "a receive callback panicked on the worker thread; the engine goes on");
+    }
+    ON_WORKER.with(|w| w.set(false));
+}
+
+/// `InvalidArgument` if called from a callback running on the worker thread:
+/// `what` would wait for that very thread.
+pub fn refuse_on_worker(what: &str) -> Result<()> {
+    if on_worker() {
+        crate::bail!(
+            InvalidArgument,
+            "{what} waits for the engine's worker, and is called from a callback running on that worker \
+             (a receive pool added on_worker): submit, or do it from another thread"
+        );
+    }
+    Ok(())
+}
+
 /// How long the callback thread keeps polling after a callback: the next
 /// completion of a request/response exchange then needs no futex wake.
 const CALLBACK_POLL: Duration = Duration::from_micros(50);

@@ -62,7 +62,10 @@ impl Group {
         }
         if let Some(t) = self.worker.take() {
             t.thread().unpark();
-            let _ = t.join();
+            // From a callback on this worker: it ends once the callback returns.
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
         }
     }
 }

@@ -259,6 +259,7 @@ impl TransferEngine {
     /// A control call answered by group `g`'s worker.
     fn rpc_to<T>(&self, g: usize, make: impl FnOnce(mpsc::Sender<Result<T>>) -> Ctrl) -> Result<T> {
         self.alive()?;
+        notify::refuse_on_worker("this call")?;
         let (tx, rx) = mpsc::channel();
         let shared = &self.groups[g].shared;
         shared.ctrl.push(make(tx));
@@ -534,8 +535,10 @@ impl TransferEngine {
             self.run_callbacks();
         }
         if let Some(cb) = self.callbacks.take() {
-            // Destroying the engine from its own callback cannot join that thread.
-            if cb.thread().id() != std::thread::current().id() {
+            // Destroying the engine from its own callback cannot join that
+            // thread; from a callback on a worker neither (that worker holds
+            // a sender until the callback returns): both end by themselves.
+            if cb.thread().id() != std::thread::current().id() && !notify::on_worker() {
                 let _ = cb.join();
             }
         }

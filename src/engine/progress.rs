@@ -70,6 +70,7 @@ impl TransferEngine {
     /// `wait_flag` in 0.4, which said `Again` then.)
     pub fn await_flag(&self, flag: &std::sync::atomic::AtomicU32, timeout: Option<std::time::Duration>) -> Result<u32> {
         let late = || Error::new(Status::TimedOut, format!("the flag was not done within {timeout:?}"));
+        crate::completion::notify::refuse_on_worker("await_flag")?;
         if !self.is_manual() {
             return crate::completion::flag::wait(flag, timeout).ok_or_else(late);
         }

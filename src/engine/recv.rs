@@ -7,7 +7,7 @@ use crate::error::Result;
 use crate::wire::NetAddr;
 use crate::worker::MAX_SEND;
 use crate::worker::recv::Received;
-use crate::worker::request::{Ctrl, Shape};
+use crate::worker::request::{Ctrl, RecvCallback, Shape};
 use std::sync::Arc;
 
 /// Most receive buffers one pool posts (each is 64 KiB underneath).
@@ -54,13 +54,35 @@ impl TransferEngine {
         count: usize,
         cb: impl Fn(Received<'_>) + Send + Sync + 'static,
     ) -> Result<RecvPoolId> {
+        self.recv_pool(len, count, Arc::new(cb), false)
+    }
+
+    /// As `add_recv_pool`, but `cb` runs on the worker thread itself, as the
+    /// message is taken from the NIC: no hand-off to the callback thread and
+    /// back, so a request/response exchange (a ping answered from the
+    /// callback) saves two thread hops each way. `cb` must be short and must
+    /// not block: it may submit (a full queue says `Again`), count and copy;
+    /// calls that wait for the worker (adding or removing pools, peers,
+    /// expectations; awaiting a flag) fail with `InvalidArgument` from it, and
+    /// it must not destroy the engine. With manual progress every callback
+    /// runs on the progressing thread already: this is `add_recv_pool`.
+    pub fn add_recv_pool_on_worker(
+        &self,
+        len: usize,
+        count: usize,
+        cb: impl Fn(Received<'_>) + Send + Sync + 'static,
+    ) -> Result<RecvPoolId> {
+        self.recv_pool(len, count, Arc::new(cb), !self.is_manual())
+    }
+
+    fn recv_pool(&self, len: usize, count: usize, cb: RecvCallback, on_worker: bool) -> Result<RecvPoolId> {
         if len == 0 || count == 0 {
             bail!(InvalidArgument, "add_recv_pool: buffer length and count must be at least 1");
         }
         if len > MAX_SEND || count > MAX_RECV_BUFFERS {
             bail!(InvalidArgument, "add_recv_pool: at most {MAX_RECV_BUFFERS} buffers of at most {MAX_SEND} bytes");
         }
-        self.rpc(|reply| Ctrl::RecvPool { len, count, cb: Arc::new(cb), reply }).map(RecvPoolId)
+        self.rpc(|reply| Ctrl::RecvPool { len, count, cb, on_worker, reply }).map(RecvPoolId)
     }
 
     /// Removes a receive pool: its callback's last call (`Canceled`) runs

@@ -51,8 +51,8 @@ impl<D: Domain> Worker<D> {
                 }
                 let _ = reply.send(r);
             }
-            Ctrl::RecvPool { len, count, cb, reply } => {
-                let _ = reply.send(self.add_pool(len, count, cb));
+            Ctrl::RecvPool { len, count, cb, on_worker, reply } => {
+                let _ = reply.send(self.add_pool(len, count, cb, on_worker));
             }
             Ctrl::RemoveRecvPool { id, reply } => {
                 let _ = reply.send(self.remove_pool(id));

@@ -2,7 +2,6 @@
 //! out, peer down, a failed post — nothing more is posted, and the report
 //! waits for the work requests already on the wire, up to the drain
 //! timeout), the deadlines (`tick`), and shutdown.
-use super::recv::Received;
 use super::request::Ctrl;
 use super::timers::Timer;
 use super::{Worker, release};
@@ -70,9 +69,8 @@ impl<D: Domain> Worker<D> {
             self.maybe_finish(s);
         }
         self.imm.fail_all(&err, &self.notifier);
-        for cb in self.recv.live_callbacks() {
-            let e = err.clone();
-            self.notifier.run(Box::new(move || cb(Received { data: Err(e), from: None })));
+        for (cb, on_worker) in self.recv.live_callbacks().collect::<Vec<_>>() {
+            self.last_call(cb, on_worker, err.clone());
         }
         while let Some(c) = self.shared.ctrl.pop() {
             match c {

@@ -1,6 +1,8 @@
 //! Receive pools: the worker's own memory, posted as receive buffers on
 //! domain 0, each message handed to the callback thread with its sender and
-//! the buffer reposted when the callback returns; a pool can be removed.
+//! the buffer reposted when the callback returns; a pool can be removed. A
+//! pool added `on_worker` has its callback run by the worker itself, as the
+//! message is taken, and its buffer queued for reposting at once.
 //!
 //! Every application message starts with `SEND_HEADER` bytes: the sending
 //! group's epoch (stage.rs writes it), which names the sender in this
@@ -21,6 +23,7 @@ use super::request::{Ctrl, RecvCallback};
 use super::stage::{SEND_HEADER, SEND_SLOT};
 use super::token::Token;
 use super::{Shared, Worker};
+use crate::completion::notify;
 use crate::domain::{Chan, Domain, LocalMr, Memory, Post};
 use crate::error::{Error, Result, Status};
 use crate::wire::NetAddr;
@@ -83,6 +86,8 @@ pub(super) struct RecvPool {
     len: usize,
     pub(super) mr: LocalMr,
     pub(super) cb: RecvCallback,
+    /// Its callback runs on the worker thread (`add_recv_pool_on_worker`).
+    on_worker: bool,
     posted: u32,
     out: u32,
     /// Removed: nothing is posted again; freed once every buffer is back.
@@ -118,20 +123,21 @@ impl Receives {
         self.pools.iter().position(|p| p.as_ref().is_some_and(|p| !p.retired)).map(|p| p as u32)
     }
 
-    /// Every live pool's callback (its last call, at shutdown).
-    pub(super) fn live_callbacks(&self) -> impl Iterator<Item = RecvCallback> + '_ {
-        self.pools.iter().flatten().filter(|p| !p.retired).map(|p| p.cb.clone())
+    /// Every live pool's callback and whether it runs on the worker (its
+    /// last call, at shutdown).
+    pub(super) fn live_callbacks(&self) -> impl Iterator<Item = (RecvCallback, bool)> + '_ {
+        self.pools.iter().flatten().filter(|p| !p.retired).map(|p| (p.cb.clone(), p.on_worker))
     }
 }
 
 impl<D: Domain> Worker<D> {
     /// Registers a pool of `count` buffers on domain 0 and queues them all
     /// for posting; its id. Messages waiting for a pool go to it first.
-    pub(super) fn add_pool(&mut self, len: usize, count: usize, cb: RecvCallback) -> Result<u64> {
+    pub(super) fn add_pool(&mut self, len: usize, count: usize, cb: RecvCallback, on_worker: bool) -> Result<u64> {
         let mem = OwnedMem::new(SEND_SLOT * count);
         let mr = self.domains[0].register(mem.ptr, mem.len, Memory::Host)?;
         let p = self.recv.pools.len() as u32;
-        self.recv.pools.push(Some(RecvPool { mem, len, mr, cb, posted: 0, out: 0, retired: false }));
+        self.recv.pools.push(Some(RecvPool { mem, len, mr, cb, on_worker, posted: 0, out: 0, retired: false }));
         self.recv.repost.extend((0..count as u32).map(|i| (p, i)));
         while let Some(s) = self.recv.strays.pop_front() {
             self.hand_over(s.pool, s.index, p, Ok(s.len), s.from);
@@ -146,9 +152,9 @@ impl<D: Domain> Worker<D> {
         let p = match self.recv.pools.get_mut(id as usize) {
             Some(Some(pool)) if !pool.retired => {
                 pool.retired = true;
-                let cb = pool.cb.clone();
+                let (cb, on_worker) = (pool.cb.clone(), pool.on_worker);
                 let e = Error::new(Status::Canceled, "the receive pool was removed");
-                self.notifier.run(Box::new(move || cb(Received { data: Err(e), from: None })));
+                self.last_call(cb, on_worker, e);
                 id as u32
             }
             _ => crate::bail!(NotFound, "receive pool {id} does not exist (or was removed already)"),
@@ -157,6 +163,16 @@ impl<D: Domain> Worker<D> {
         self.domains[0].cancel_recvs(&mut |t| matches!(Token::decode(t), Token::Recv { pool, .. } if pool == p));
         self.free_if_back(p);
         Ok(())
+    }
+
+    /// A pool's last call, with `e` (`Canceled`, `Shutdown`), where its
+    /// callbacks run.
+    pub(super) fn last_call(&self, cb: RecvCallback, on_worker: bool, e: Error) {
+        if on_worker {
+            notify::run_on_worker(|| cb(Received { data: Err(e), from: None }));
+        } else {
+            self.notifier.run(Box::new(move || cb(Received { data: Err(e), from: None })));
+        }
     }
 
     /// Frees retired pool `p` once none of its buffers is out.
@@ -246,9 +262,10 @@ impl<D: Domain> Worker<D> {
         }
     }
 
-    /// Runs pool `to`'s callback on the callback thread with the message in
-    /// buffer `i` of pool `p` (after its header); the buffer returns
-    /// (`Ctrl::Repost`) when the callback does.
+    /// Runs pool `to`'s callback with the message in buffer `i` of pool `p`
+    /// (after its header): on the worker, the buffer then queued for
+    /// reposting, for a pool added `on_worker`; else on the callback thread,
+    /// the buffer returning (`Ctrl::Repost`) when the callback does.
     fn hand_over(&mut self, p: u32, i: u32, to: u32, res: Result<usize>, from: Option<Arc<Origin>>) {
         let mem = self.recv.pool(p).mem.clone();
         let target = self.recv.pool(to);
@@ -260,6 +277,14 @@ impl<D: Domain> Worker<D> {
             )),
             len => Ok(len),
         });
+        if target.on_worker {
+            let data = res.map(|len| {
+                // SAFETY: the slot is ours until it is reposted below; header + len <= SEND_SLOT.
+                unsafe { std::slice::from_raw_parts(mem.ptr.add(i as usize * SEND_SLOT + SEND_HEADER), len) }
+            });
+            notify::run_on_worker(|| cb(Received { data, from: from.as_deref() }));
+            return self.returned(p, i);
+        }
         self.notifier.run(Box::new(move || {
             let data = res.map(|len| {
                 // SAFETY: the slot is ours until the guard below reposts it; header + len <= SEND_SLOT.

@@ -233,6 +233,8 @@ pub enum Ctrl {
         len: usize,
         count: usize,
         cb: RecvCallback,
+        /// Its callback runs on the worker thread (`add_recv_pool_on_worker`).
+        on_worker: bool,
         reply: Sender<crate::error::Result<u64>>,
     },
     /// Removes every entry of a peer engine (`remove_peer`); replies how

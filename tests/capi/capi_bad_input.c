@@ -54,6 +54,18 @@ static void count_canceled(void *user_data, fabriclib_status st, const fabriclib
         __atomic_fetch_add((int *)user_data, 1, __ATOMIC_SEQ_CST);
 }
 
+/* An on-worker pool's last call: a call that waits for the worker, made from
+   it, is refused (INVALID_ARGUMENT) instead of waiting for itself. */
+static fabriclib_engine *on_worker_engine;
+static int on_worker_refused = -1;
+static void try_blocking(void *user_data, fabriclib_status st, const fabriclib_message *msg) {
+    (void)msg;
+    if (st == FABRICLIB_STATUS_CANCELED) {
+        __atomic_store_n(&on_worker_refused, fabriclib_recv_pool_remove(on_worker_engine, 999999), __ATOMIC_SEQ_CST);
+        __atomic_fetch_add((int *)user_data, 1, __ATOMIC_SEQ_CST);
+    }
+}
+
 static fabriclib_engine *make_engine(void) {
     fabriclib_config *cfg = NULL;
     fabriclib_engine *e = NULL;
@@ -370,6 +382,20 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 2000 && __atomic_load_n(&pool_ends, __ATOMIC_SEQ_CST) == 0; i++) usleep(1000);
     checks++;
     if (__atomic_load_n(&pool_ends, __ATOMIC_SEQ_CST) != 1) failures++, fprintf(stderr, "FAIL: the removed pool's last call came %d times\n", pool_ends);
+    /* The same on the worker: its last call runs there, and may not wait for it. */
+    int worker_ends = 0;
+    on_worker_engine = e;
+    EXPECT(fabriclib_recv_pool_add_on_worker(e, 64, 4, NULL, NULL, &pool), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_recv_pool_add_on_worker(e, 64, 4097, try_blocking, &worker_ends, &pool), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_recv_pool_add_on_worker(NULL, 64, 4, try_blocking, &worker_ends, &pool), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_recv_pool_add_on_worker(e, 64, 4, try_blocking, &worker_ends, &pool), FABRICLIB_STATUS_OK);
+    EXPECT(fabriclib_recv_pool_remove(e, pool), FABRICLIB_STATUS_OK);
+    for (int i = 0; i < 2000 && __atomic_load_n(&worker_ends, __ATOMIC_SEQ_CST) == 0; i++) usleep(1000);
+    checks++;
+    if (__atomic_load_n(&worker_ends, __ATOMIC_SEQ_CST) != 1 ||
+        __atomic_load_n(&on_worker_refused, __ATOMIC_SEQ_CST) != FABRICLIB_STATUS_INVALID_ARGUMENT)
+        failures++, fprintf(stderr, "FAIL: the on-worker pool's last call came %d times, its blocking call said %d\n",
+                            worker_ends, on_worker_refused);
 
     /* Immediates. */
     EXPECT(fabriclib_expect_imm_count(e, 1, 0, NULL, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);

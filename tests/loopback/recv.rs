@@ -214,3 +214,85 @@ pub fn garbage_into_receive_pool(prov: &str, domains: usize) -> TestResult {
     }
     Ok(())
 }
+
+/// A pool whose callback runs on the worker (`add_recv_pool_on_worker`):
+/// every message is answered from the callback itself, exactly once and
+/// byte for byte, one at a time and many in flight; a call that waits for
+/// the worker is refused from it rather than hanging; its last call
+/// (`Canceled`) comes from the worker too, and nothing after it.
+pub fn pool_on_worker(prov: &str, domains: usize) -> TestResult {
+    let a = local(prov, domains, 4096, 31)?;
+    let (_, echoes) = pool(&a, 8192, 32)?;
+    let cfg = EngineConfig {
+        provider: Some(prov.into()),
+        bind_addr: Some("127.0.0.1".into()),
+        nic_count: domains,
+        ..Default::default()
+    };
+    let b = Arc::new(TransferEngine::new(&cfg).map_err(e2s)?);
+    // What b's callback saw: (the thread it ran on, the status of its call
+    // that waits for the worker, or of the message).
+    let (tx, seen) = channel::<(String, Status)>();
+    let (weak, tx) = (Arc::downgrade(&b), std::sync::Mutex::new(tx));
+    let id = b
+        .add_recv_pool_on_worker(8192, 8, move |m| {
+            let thread = std::thread::current().name().unwrap_or("").to_string();
+            let Some(e) = weak.upgrade() else { return };
+            let status = match (m.data, m.from) {
+                (Ok(d), Some(from)) => {
+                    let reply: Vec<u8> = std::iter::once(0xEC).chain(d.iter().copied()).collect();
+                    e.submit_send(&from.addr, &reply, OnDone::Nothing).expect("a send from the worker's callback");
+                    // Waits for this very worker: refused, not a hang.
+                    e.remove_recv_pool(RecvPoolId(u64::MAX)).map_or_else(|x| x.status, |_| Status::Ok)
+                }
+                (Err(x), _) => x.status,
+                (Ok(_), None) => Status::NotFound,
+            };
+            let _ = tx.lock().unwrap().send((thread, status));
+        })
+        .map_err(e2s)?;
+    let to = b.address().clone();
+    let want_seen = |what: &str, status: Status| -> Result<(), String> {
+        match seen.recv_timeout(WAIT) {
+            Ok((t, s)) if t.starts_with("fabriclib-w") && s == status => Ok(()),
+            Ok((t, s)) => {
+                Err(format!("{what}: the callback ran on {t:?} and saw {s:?}, not the worker and {status:?}"))
+            }
+            Err(e) => Err(format!("{what}: {e}")),
+        }
+    };
+    let mut rng = Rng(32);
+    for i in 0..50 {
+        let mut msg = vec![0u8; 1 + rng.below(4000) as usize];
+        rng.fill(&mut msg);
+        a.engine.submit_send(&to, &msg, OnDone::Nothing).map_err(e2s)?;
+        match echoes.recv_timeout(WAIT) {
+            Ok((Ok(e), Some(f))) if f == to && e[0] == 0xEC && e[1..] == msg[..] => {}
+            other => return Err(format!("round trip {i}: {:?}", other.map(|(d, f)| (d.map(|d| d.len()), f)))),
+        }
+        want_seen(&format!("round trip {i}"), Status::InvalidArgument)?;
+    }
+    let mut sent: Vec<Vec<u8>> = (0..20u8).map(|i| vec![i; 50 + i as usize]).collect();
+    for m in &sent {
+        a.engine.submit_send(&to, m, OnDone::Nothing).map_err(e2s)?;
+    }
+    let mut got = Vec::new();
+    for _ in 0..20 {
+        match echoes.recv_timeout(WAIT) {
+            Ok((Ok(e), _)) => got.push(e[1..].to_vec()),
+            other => return Err(format!("pipelined: {:?}", other.map(|(d, _)| d.map(|d| d.len())))),
+        }
+        want_seen("pipelined", Status::InvalidArgument)?;
+    }
+    got.sort();
+    sent.sort();
+    if got != sent {
+        return Err("pipelined echoes differ".into());
+    }
+    b.remove_recv_pool(id).map_err(e2s)?;
+    want_seen("last call", Status::Canceled)?;
+    if let Ok(extra) = seen.recv_timeout(Duration::from_millis(200)) {
+        return Err(format!("a call after the last one: {extra:?}"));
+    }
+    Ok(())
+}

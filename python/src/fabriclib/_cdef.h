@@ -369,6 +369,12 @@ fabriclib_status fabriclib_recv_pool_add(const struct fabriclib_engine *engine,
                                          fabriclib_message_cb callback,
                                          void *user_data,
                                          uint64_t *pool);
+fabriclib_status fabriclib_recv_pool_add_on_worker(const struct fabriclib_engine *engine,
+                                                   size_t len,
+                                                   size_t count,
+                                                   fabriclib_message_cb callback,
+                                                   void *user_data,
+                                                   uint64_t *pool);
 fabriclib_status fabriclib_recv_pool_remove(const struct fabriclib_engine *engine, uint64_t pool);
 fabriclib_status fabriclib_flag_await(const uint32_t *flag, uint64_t timeout_us, uint32_t *value);
 fabriclib_status fabriclib_request_error(const struct fabriclib_engine *engine,
