@@ -1654,8 +1654,12 @@ fabriclib_status fabriclib_recv_pool_add(const struct fabriclib_engine *engine,
 // manual progress every callback already runs on the progressing thread:
 // this is `fabriclib_recv_pool_add`. Any thread.
 //
-// Returns: as `fabriclib_recv_pool_add`.
-// Blocks: as `fabriclib_recv_pool_add`.
+// Returns: `OK`; `INVALID_ARGUMENT` (`engine` or `callback` NULL, a zero
+// `len` or `count`, more than 4096 buffers or 65536 bytes); `BAD_HANDLE` (a
+// destroyed or foreign engine); `PROVIDER` (registering the pool's buffers
+// failed); `SHUTDOWN`.
+// Blocks: until the engine's worker answers: microseconds while it runs; in
+// manual-progress mode the call progresses the engine itself until answered.
 fabriclib_status fabriclib_recv_pool_add_on_worker(const struct fabriclib_engine *engine,
                                                    size_t len,
                                                    size_t count,

@@ -166,8 +166,12 @@ pub extern "C" fn fabriclib_recv_pool_add(
 /// manual progress every callback already runs on the progressing thread:
 /// this is `fabriclib_recv_pool_add`. Any thread.
 ///
-/// Returns: as `fabriclib_recv_pool_add`.
-/// Blocks: as `fabriclib_recv_pool_add`.
+/// Returns: `OK`; `INVALID_ARGUMENT` (`engine` or `callback` NULL, a zero
+/// `len` or `count`, more than 4096 buffers or 65536 bytes); `BAD_HANDLE` (a
+/// destroyed or foreign engine); `PROVIDER` (registering the pool's buffers
+/// failed); `SHUTDOWN`.
+/// Blocks: until the engine's worker answers: microseconds while it runs; in
+/// manual-progress mode the call progresses the engine itself until answered.
 #[unsafe(no_mangle)]
 pub extern "C" fn fabriclib_recv_pool_add_on_worker(
     engine: *const fabriclib_engine,
