@@ -69,7 +69,7 @@ impl<D: Domain> Worker<D> {
             self.maybe_finish(s);
         }
         self.imm.fail_all(&err, &self.notifier);
-        for (cb, on_worker) in self.recv.live_callbacks().collect::<Vec<_>>() {
+        for (cb, on_worker) in self.recv.live_callbacks() {
             self.last_call(cb, on_worker, err.clone());
         }
         while let Some(c) = self.shared.ctrl.pop() {

@@ -118,6 +118,10 @@ impl Receives {
         self.pools[p as usize].as_mut().expect("a pool with buffers out stays in the table")
     }
 
+    fn get(&self, p: u32) -> &RecvPool {
+        self.pools[p as usize].as_ref().expect("a pool with buffers out stays in the table")
+    }
+
     /// The oldest live pool.
     fn live(&self) -> Option<u32> {
         self.pools.iter().position(|p| p.as_ref().is_some_and(|p| !p.retired)).map(|p| p as u32)
@@ -267,9 +271,8 @@ impl<D: Domain> Worker<D> {
     /// reposting, for a pool added `on_worker`; else on the callback thread,
     /// the buffer returning (`Ctrl::Repost`) when the callback does.
     fn hand_over(&mut self, p: u32, i: u32, to: u32, res: Result<usize>, from: Option<Arc<Origin>>) {
-        let mem = self.recv.pool(p).mem.clone();
-        let target = self.recv.pool(to);
-        let (cb, max, shared) = (target.cb.clone(), target.len, self.shared.clone());
+        let target = self.recv.get(to);
+        let max = target.len;
         let res = res.and_then(|len| match len {
             len if len > max => Err(Error::new(
                 Status::Truncated,
@@ -278,18 +281,14 @@ impl<D: Domain> Worker<D> {
             len => Ok(len),
         });
         if target.on_worker {
-            let data = res.map(|len| {
-                // SAFETY: the slot is ours until it is reposted below; header + len <= SEND_SLOT.
-                unsafe { std::slice::from_raw_parts(mem.ptr.add(i as usize * SEND_SLOT + SEND_HEADER), len) }
-            });
-            notify::run_on_worker(|| cb(Received { data, from: from.as_deref() }));
+            let mem = &self.recv.get(p).mem;
+            let data = res.map(|len| message(mem, i, len));
+            notify::run_on_worker(|| target.cb.as_ref()(Received { data, from: from.as_deref() }));
             return self.returned(p, i);
         }
+        let (mem, cb, shared) = (self.recv.get(p).mem.clone(), target.cb.clone(), self.shared.clone());
         self.notifier.run(Box::new(move || {
-            let data = res.map(|len| {
-                // SAFETY: the slot is ours until the guard below reposts it; header + len <= SEND_SLOT.
-                unsafe { std::slice::from_raw_parts(mem.ptr.add(i as usize * SEND_SLOT + SEND_HEADER), len) }
-            });
+            let data = res.map(|len| message(&mem, i, len));
             // Repost even if the callback panics (the callback thread catches it).
             struct Repost(Arc<Shared>, u32, u32);
             impl Drop for Repost {
@@ -302,4 +301,11 @@ impl<D: Domain> Worker<D> {
             cb(Received { data, from: from.as_deref() });
         }));
     }
+}
+
+/// The `len` bytes of the message in buffer `i` of `mem` (after its header).
+fn message(mem: &OwnedMem, i: u32, len: usize) -> &[u8] {
+    // SAFETY: buffer i is the callback's until it is reposted (after the
+    // callback returns); header + len <= SEND_SLOT, inside the allocation.
+    unsafe { std::slice::from_raw_parts(mem.ptr.add(i as usize * SEND_SLOT + SEND_HEADER), len) }
 }

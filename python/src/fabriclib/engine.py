@@ -53,10 +53,28 @@ def _u8(b: bytes) -> Any:
     return ffi.from_buffer("uint8_t[]", b)
 
 
-class Region:
+class _Owned:
+    """Owns a C handle (``_h``), freed once by ``_free``: on ``close`` or when
+    collected (a handle never made stays NULL)."""
+
+    _h: Any = NULL
+    _free: Any = None
+
+    def close(self) -> None:
+        if self._h != NULL:
+            self._free(self._h)
+            self._h = NULL
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class Region(_Owned):
     """A registered local memory region (``fabriclib_mr``). Keeps the buffer
     it was made from alive; deregistered by ``close`` or when collected (the
     engine keeps it registered until requests reading it have ended)."""
+
+    _free = lib.fabriclib_mr_deregister
 
     def __init__(self, engine: "Engine", handle: Any, ptr: int, length: int, keep: Any) -> None:
         self._engine, self._h, self.ptr, self.length, self._keep = engine, handle, ptr, length, keep
@@ -65,29 +83,17 @@ class Region:
         """The region's descriptor, to hand to peers (``fabriclib_mr_descriptor``)."""
         return _blob(lib.fabriclib_mr_descriptor, self._h)
 
-    def close(self) -> None:
-        if self._h != NULL:
-            lib.fabriclib_mr_deregister(self._h)
-            self._h = NULL
 
-    def __del__(self) -> None:
-        self.close()
-
-
-class Remote:
+class Remote(_Owned):
     """A peer's region, parsed from its descriptor bytes (``fabriclib_remote_mr``)."""
 
+    _free = lib.fabriclib_remote_mr_free
+
     def __init__(self, descriptor: bytes) -> None:
-        self._h = NULL
         self.descriptor = bytes(descriptor)
         out = ffi.new("struct fabriclib_remote_mr **")
         _check(lib.fabriclib_remote_mr_parse(_u8(self.descriptor), len(self.descriptor), out))
         self._h = out[0]
-
-    def __del__(self) -> None:
-        if getattr(self, "_h", NULL) != NULL:
-            lib.fabriclib_remote_mr_free(self._h)
-            self._h = NULL
 
 
 RemoteLike = Union[Remote, bytes]
@@ -327,10 +333,12 @@ class RecvPool:
         _check(lib.fabriclib_recv_pool_remove(self._engine._h, self.id))
 
 
-class Watcher:
+class Watcher(_Owned):
     """A watched 64-bit word (``Engine.watch``): ``callback(old, new)`` runs on
     the engine's watcher thread (it takes the GIL: keep it short). ``store``
     writes the word from Python; ``address`` is its host address."""
+
+    _free = lib.fabriclib_watcher_destroy
 
     def __init__(self, engine: "Engine", callback: Callable[[int, int], None]) -> None:
         self._cb = ffi.callback("fabriclib_watcher_cb", lambda _ud, old, new: callback(old, new))
@@ -346,14 +354,6 @@ class Watcher:
 
     def store(self, value: int) -> None:
         self._word[0] = value
-
-    def close(self) -> None:
-        if self._h != NULL:
-            lib.fabriclib_watcher_destroy(self._h)
-            self._h = NULL
-
-    def __del__(self) -> None:
-        self.close()
 
 
 class Engine:
