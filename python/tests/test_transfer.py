@@ -192,3 +192,24 @@ def test_immediates_counted_and_mirrored(engine_kw):
             b.mirror(0x56, bytearray(4))
         with pytest.raises(errors.InvalidArgument):
             b.mirror(0x56, memoryview(word).cast("B")[1:9])  # misaligned
+
+
+def test_a_watcher_calls_back_on_a_store(engine_kw):
+    """A watched word's change calls back (old, new) on the watcher thread;
+    a closed watcher is closed once."""
+    import threading
+
+    with Engine(**engine_kw) as e:
+        seen, changed = [], threading.Event()
+
+        def on_change(old, new):
+            seen.append((old, new))
+            changed.set()
+
+        w = e.watch(on_change)
+        assert w.address
+        w.store(7)
+        assert changed.wait(10)
+        assert seen[0] == (0, 7)
+        w.close()
+        w.close()
