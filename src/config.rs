@@ -116,7 +116,8 @@ pub struct EngineConfig {
     /// `expect_imm_count` expectation is armed. Keep it above `idle_nap_us`, so
     /// that two engines in a request/response exchange stay awake.
     pub idle_spin_us: u64,
-    /// How long one nap lasts at most, in microseconds (a submit wakes it at once).
+    /// How long one nap lasts at most, in microseconds (a submit wakes it at
+    /// once, and on shm so does a peer engine's write or message).
     pub idle_nap_us: u64,
     /// No worker thread: the application drives the engine with
     /// `TransferEngine::progress` (or calls that progress while they wait).
@@ -423,11 +424,14 @@ pub enum IdlePolicy {
     #[default]
     Spin,
     /// Block on the wait object where the provider has one (tcp;ofi_rxm:
-    /// `FI_WAIT_FD`, woken by the arrival), keep spinning where it has none
-    /// (shm 1.17), so that no arrival waits out a nap.
+    /// `FI_WAIT_FD`, woken by the arrival); on shm, which has none, sleep on
+    /// the group's doorbell in naps of `idle_nap_us`, which a peer engine
+    /// rings after posting to it (src/bell.rs), so that no arrival waits out
+    /// a nap; keep spinning where there is neither (verbs without a channel).
     Auto,
-    /// Sleep as when nothing is armed: block on the wait object, or nap
-    /// where there is none (an arrival may then wait up to `idle_nap_us`).
+    /// Sleep as when nothing is armed: block on the wait object or the
+    /// doorbell, or nap where there is neither (an arrival may then wait up
+    /// to `idle_nap_us`).
     Block,
 }
 

@@ -7,6 +7,7 @@
 //! (libfabric bindings). `completion` (callbacks, flag words, the ImmCounter,
 //! peer state) is used by `engine` and `worker` and uses neither; `os` is the
 //! one room for the operating system.
+pub mod bell;
 pub mod capi;
 pub mod completion;
 pub mod config;

@@ -28,6 +28,7 @@
 //! map memory at the same address within that gap. Records of killed
 //! processes are left in `/dev/shm` (like shm's own files) and swept by the
 //! next engine that creates one.
+use crate::bell::Bell;
 use crate::error::{Error, Result, Status};
 use crate::os::{self, SharedMutex};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -52,7 +53,9 @@ struct Page {
     epoch: u64,
 }
 
-fn path(epoch: u64) -> String {
+/// The record file of the engine group of `epoch`; its second page is the
+/// group's doorbell (bell.rs).
+pub fn path(epoch: u64) -> String {
     format!("/dev/shm/{PREFIX}{epoch:016x}")
 }
 
@@ -159,6 +162,11 @@ impl Record {
         let tmp = format!("{path}.{}", std::process::id());
         let page = map(&tmp, true, true)?;
         let mut rec = Record { page, path: tmp };
+        // Two pages: the record, then the doorbell (bell.rs), zero: awake.
+        let grown = std::fs::OpenOptions::new().write(true).open(&rec.path).and_then(|f| f.set_len(2 * PAGE as u64));
+        if let Err(e) = grown {
+            crate::bail!(Provider, "liveness record: {}: {e}", rec.path);
+        }
         // SAFETY: page is a fresh, zeroed, writable mapping of PAGE bytes.
         unsafe {
             let r = os::robust_mutex_init(&mut (*page).mutex);
@@ -206,9 +214,11 @@ impl Drop for Record {
     }
 }
 
-/// A peer's record, mapped read-only: `gone()` is one load.
+/// A peer's record, mapped read-only: `gone()` is one load; and its
+/// doorbell, mapped writable, if it has one (bell.rs).
 pub struct Watch {
     page: *const Page,
+    bell: Option<Bell>,
 }
 
 // SAFETY: a read-only shared mapping, read through atomics only.
@@ -226,7 +236,7 @@ impl Watch {
                 format!("the peer engine has no liveness record ({}): it has shut down or its process died", e.message),
             )
         })?;
-        let w = Watch { page };
+        let w = Watch { page, bell: Bell::open(&path) };
         // SAFETY: page is a live read-only mapping of PAGE bytes.
         let (magic, ep) = unsafe { ((*page).magic, (*page).epoch) };
         if magic != MAGIC || ep != epoch {
@@ -243,6 +253,11 @@ impl Watch {
     pub fn gone(&self) -> bool {
         // SAFETY: mapped for as long as self lives.
         unsafe { gone(self.page) }
+    }
+
+    /// The peer's doorbell (`None`: an engine of a version without one).
+    pub fn bell(&self) -> Option<&Bell> {
+        self.bell.as_ref()
     }
 }
 

@@ -114,10 +114,25 @@ impl Drop for Epoll {
 
 /// Sleeps while `*word == expected` (or until `timeout`, or a spurious wake-up).
 pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
+    wait_op(word, expected, timeout, libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG)
+}
+
+/// `futex_wait` on a word other processes map too (a `MAP_SHARED` file).
+pub fn futex_wait_shared(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
+    wait_op(word, expected, timeout, libc::FUTEX_WAIT)
+}
+
+fn wait_op(word: &AtomicU32, expected: u32, timeout: Option<Duration>, op: i32) {
     let ts = timeout.map(|d| libc::timespec { tv_sec: d.as_secs() as _, tv_nsec: d.subsec_nanos() as _ });
     let tp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: futex(2) on a live, aligned u32; the kernel only reads it.
-    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG, expected, tp) };
+    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), op, expected, tp) };
+}
+
+/// Wakes the threads, of any process, sleeping in `futex_wait_shared` on `word`.
+pub fn futex_wake_shared(word: &AtomicU32) {
+    // SAFETY: futex(2) wake on a live, aligned u32.
+    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };
 }
 
 /// Wakes every thread sleeping on `word`. The word may already be freed by
@@ -218,6 +233,36 @@ pub fn map_shared_file(path: &str, len: usize, create: bool, write: bool) -> std
         let e = std::io::Error::last_os_error();
         libc::close(fd);
         if p == libc::MAP_FAILED { Err(e) } else { Ok(p.cast()) }
+    }
+}
+
+/// The `len` bytes at `offset` of the existing file at `path`, mapped
+/// shared and writable; `None` if the file is shorter than that.
+pub fn map_shared_file_at(path: &str, offset: usize, len: usize) -> std::io::Result<Option<*mut u8>> {
+    let c = std::ffi::CString::new(path).map_err(|_| std::io::Error::other("NUL in a path"))?;
+    // SAFETY: c is a valid C string; the fd is closed below in every case.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd is ours; st is plain data the kernel fills; the mapping
+    // keeps its own reference to the file.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd, &mut st) != 0 {
+            let e = std::io::Error::last_os_error();
+            libc::close(fd);
+            return Err(e);
+        }
+        if (st.st_size.max(0) as usize) < offset + len {
+            libc::close(fd);
+            return Ok(None);
+        }
+        let prot = libc::PROT_READ | libc::PROT_WRITE;
+        let p = libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd, offset as libc::off_t);
+        let e = std::io::Error::last_os_error();
+        libc::close(fd);
+        if p == libc::MAP_FAILED { Err(e) } else { Ok(Some(p.cast())) }
     }
 }
 

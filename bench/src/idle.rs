@@ -8,6 +8,9 @@
 //! - first write: `--samples` times, after a quiet spell of `--quiet-ms`, the
 //!   writer submits an 8-byte write with the immediate and the application
 //!   thread spins on the receiver's expectation flag: submit → flag seen.
+//!
+//! `--idle-nap-us` sets both engines' `idle_nap_us` (default 500): how long
+//! a sleeping worker's naps last where a doorbell or nothing ends them.
 use fabriclib::{EngineConfig, FLAG_DONE, IdlePolicy, OnDone, TransferEngine};
 use serde_json::json;
 use std::sync::Arc;
@@ -33,12 +36,14 @@ struct Pair {
     _mem: (Vec<u8>, Vec<u8>),
 }
 
-fn pair(provider: &str, policy: IdlePolicy) -> R<Pair> {
+fn pair(provider: &str, policy: IdlePolicy, nap_us: Option<u64>) -> R<Pair> {
+    let d = EngineConfig::default();
     let cfg = EngineConfig {
         provider: Some(provider.into()),
         bind_addr: Some("127.0.0.1".into()),
         idle_policy: policy,
-        ..Default::default()
+        idle_nap_us: nap_us.unwrap_or(d.idle_nap_us),
+        ..d
     };
     let (w, r) = (TransferEngine::new(&cfg).map_err(e2s)?, TransferEngine::new(&cfg).map_err(e2s)?);
     let (mut a, mut b) = (vec![1u8; 4096], vec![0u8; 4096]);
@@ -77,7 +82,7 @@ fn write_and_wait(p: &Pair, imm: u32, f: &AtomicU32) -> R<Duration> {
 }
 
 pub fn run(args: &[String]) -> R<bool> {
-    let (mut idle_ms, mut quiet_ms, mut samples, mut json_out) = (2000u64, 50u64, 20usize, None);
+    let (mut idle_ms, mut quiet_ms, mut samples, mut json_out, mut nap_us) = (2000u64, 50u64, 20usize, None, None);
     let mut providers = vec!["tcp;ofi_rxm".to_string(), "shm".to_string()];
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -87,11 +92,12 @@ pub fn run(args: &[String]) -> R<bool> {
             "--idle-ms" => idle_ms = num(val()?)?,
             "--quiet-ms" => quiet_ms = num(val()?)?,
             "--samples" => samples = num(val()?)? as usize,
+            "--idle-nap-us" => nap_us = Some(num(val()?)?),
             "--provider" => providers = val()?.split(',').map(str::to_string).collect(),
             "--json" => json_out = Some(val()?),
             other => {
                 return Err(format!(
-                    "idle: unknown option {other} (--idle-ms, --quiet-ms, --samples, --provider, --json)"
+                    "idle: unknown option {other} (--idle-ms, --quiet-ms, --samples, --idle-nap-us, --provider, --json)"
                 ));
             }
         }
@@ -107,7 +113,7 @@ pub fn run(args: &[String]) -> R<bool> {
     let mut rows = Vec::new();
     for prov in &providers {
         for (name, policy) in [("spin", IdlePolicy::Spin), ("auto", IdlePolicy::Auto), ("block", IdlePolicy::Block)] {
-            let p = pair(prov, policy)?;
+            let p = pair(prov, policy, nap_us)?;
             // Warm up: the handshake and the first write.
             let f = arm(&p, 1)?;
             write_and_wait(&p, 1, &f)?;
@@ -126,10 +132,12 @@ pub fn run(args: &[String]) -> R<bool> {
             }
             lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
             let (p50, max) = (lat[lat.len() / 2], lat[lat.len() - 1]);
-            // Whether this provider gave the worker a wait object (tcp: yes, shm 1.17: no).
+            // What the idle worker sleeps on: a wait object (tcp), its doorbell (shm), or naps.
             let blocks = match policy {
                 IdlePolicy::Spin => "no",
                 _ if prov.starts_with("tcp") => "fd",
+                // Its doorbell (src/bell.rs), rung by the writer's engine.
+                _ if prov == "shm" => "bell",
                 IdlePolicy::Auto => "no",
                 IdlePolicy::Block => "naps",
             };

@@ -33,7 +33,7 @@ use std::time::Instant;
 
 const USAGE: &str = "\
 usage: fabriclib-bench [options]                 run the client; spawns its servers on loopback
-       fabriclib-bench idle [--idle-ms N] [--quiet-ms N] [--samples N] [--provider LIST] [--json FILE]
+       fabriclib-bench idle [--idle-ms N] [--quiet-ms N] [--samples N] [--idle-nap-us N] [--provider LIST] [--json FILE]
                                                   CPU of an idle engine with an armed expectation, and the
                                                   first write after a quiet spell, per idle policy
        fabriclib-bench layers [--layers N] [--compute-us N] [--rounds N] [--provider P] [--json FILE]
@@ -59,7 +59,8 @@ usage: fabriclib-bench [options]                 run the client; spawns its serv
 
 options:
   --suite smoke|quick|full   a predefined plan (default: quick, unless --workload is given)
-  --workload LIST            single,paged,imm,sendrecv,scatter,barrier,host (comma-separated)
+  --workload LIST            single,paged,imm,sendrecv,scatter,barrier,host (comma-separated;
+                             host-single, host-paged, host-scatter: one host row)
   --provider LIST            libfabric providers, comma-separated (default: tcp;ofi_rxm,shm, and verbs
                              where the machine has a verbs device); verbs: fabriclib's verbs backend,
                              against bare verbs (bench/src/raw_verbs.rs)
@@ -295,11 +296,18 @@ fn plan(o: &Opts) -> R<(Vec<Spec>, Vec<Spec>, usize, usize)> {
                     }
                 }
             }
-            "host" => {
+            "host" | "host-single" | "host-paged" | "host-scatter" => {
                 let n = if smoke { 8 } else { 64 };
-                host.push(spec(Kind::HostSingle, 4 << 10, 1, 0, 64, o.iters.unwrap_or(n * 1024)));
-                host.push(spec(Kind::HostPaged, 4 << 10, 1024, 0, 4, o.iters.unwrap_or(n)));
-                host.push(spec(Kind::HostScatter, 64, 1, 64, 8, o.iters.unwrap_or(n * 16)));
+                let want = |k: &str| w == "host" || w == k;
+                if want("host-single") {
+                    host.push(spec(Kind::HostSingle, 4 << 10, 1, 0, 64, o.iters.unwrap_or(n * 1024)));
+                }
+                if want("host-paged") {
+                    host.push(spec(Kind::HostPaged, 4 << 10, 1024, 0, 4, o.iters.unwrap_or(n)));
+                }
+                if want("host-scatter") {
+                    host.push(spec(Kind::HostScatter, 64, 1, 64, 8, o.iters.unwrap_or(n * 16)));
+                }
             }
             other => return Err(format!("unknown workload {other}")),
         }

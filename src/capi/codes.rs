@@ -35,10 +35,12 @@ pub enum fabriclib_idle {
     /// latency; one core per engine). The default.
     Spin = 0,
     /// Block on the completion queues' wait object where the provider has
-    /// one (tcp), keep spinning where it has none (shm).
+    /// one (tcp); on shm, which has none, sleep in naps of `nap_us` that a
+    /// peer engine's write ends at once (a doorbell it rings).
     Auto = 1,
-    /// Sleep even with an expectation armed: block on the wait object, or nap
-    /// `nap_us` at a time where there is none.
+    /// Sleep even with an expectation armed: as `FABRICLIB_IDLE_AUTO`, and
+    /// nap `nap_us` at a time where there is neither a wait object nor a
+    /// doorbell.
     Block = 2,
 }
 

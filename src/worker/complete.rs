@@ -31,7 +31,17 @@ impl<D: Domain> Worker<D> {
                 self.deliver(pool, index, res)
             }
             (Token::Split(i), Ok(_)) => self.split_done(d, i),
-            (t, Ok(_)) => self.wr_done(t, None),
+            // The common case, counted down here: a unit of a request with
+            // others still out or to post.
+            (Token::Request { slot, epoch }, Ok(_)) => {
+                let Some(a) = self.requests.slots.current(slot, epoch) else {
+                    return;
+                };
+                a.outstanding -= 1;
+                if a.outstanding == 0 && (a.posted >= a.units || a.error.is_some()) {
+                    self.maybe_finish(slot);
+                }
+            }
             (t, Err((peer, e))) => {
                 self.tally.failed(d, peer, e.status);
                 let err = Error::new(e.status, format!("work request failed: {}", e.message));

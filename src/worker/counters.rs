@@ -156,15 +156,16 @@ impl Tally {
         &nic.chunks[c].get_or_init(|| (0..CHUNK).map(|_| Cells::default()).collect())[i]
     }
 
-    /// A work request of `bytes` posted on domain `d` to the peer it knows
-    /// as `peer`, an engine group of epoch `epoch` (0: not known here).
+    /// `wrs` work requests of `bytes` in all posted on domain `d` to the
+    /// peer it knows as `peer`, an engine group of epoch `epoch` (0: not
+    /// known here).
     #[inline]
-    pub(super) fn posted(&self, d: usize, peer: PeerId, epoch: u64, bytes: usize) {
+    pub(super) fn posted_run(&self, d: usize, peer: PeerId, epoch: u64, wrs: usize, bytes: usize) {
         let c = self.at(d, peer);
         if epoch != 0 && c.epoch.get() != epoch {
             c.epoch.set(epoch);
         }
-        c.wrs_posted.add(1);
+        c.wrs_posted.add(wrs as u64);
         c.bytes_posted.add(bytes as u64);
     }
 
@@ -218,18 +219,18 @@ mod tests {
     #[test]
     fn counts_add_up_per_nic_and_per_peer() {
         let t = Tally::new(&["a".into(), "b".into()]);
-        t.posted(0, 3, 4, 100);
-        t.posted(0, 3, 4, 50);
+        t.posted_run(0, 3, 4, 1, 100);
+        t.posted_run(0, 3, 4, 2, 50); // a run of two
         t.completed(0, 3, 100);
-        t.posted(1, 0, 1, 7);
-        t.posted(1, 300, 2, 9);
+        t.posted_run(1, 0, 1, 1, 7);
+        t.posted_run(1, 300, 2, 1, 9);
         t.failed(1, 0, Status::PeerDown);
         t.failed(1, PeerId::MAX, Status::TimedOut); // no peer id: the total only
         let s = t.clone().snapshot();
         let c0 =
-            Count { wrs_posted: 2, bytes_posted: 150, wrs_completed: 1, bytes_completed: 100, ..Default::default() };
+            Count { wrs_posted: 3, bytes_posted: 150, wrs_completed: 1, bytes_completed: 100, ..Default::default() };
         assert_eq!((s.nics[0].nic.as_str(), s.nics[0].total), ("a", c0));
-        assert_eq!(s.nics[0].total.wrs_in_flight(), 1);
+        assert_eq!(s.nics[0].total.wrs_in_flight(), 2);
         assert_eq!(s.nics[0].peers, vec![(4, c0)]);
         let t1 = s.nics[1].total;
         assert_eq!((t1.wrs_posted, t1.bytes_posted, t1.errors), (2, 16, 2));

@@ -11,6 +11,7 @@
 //! sender-address main-address` (the engine's main address, so that peers can
 //! tell the application about the engine by the address it knows). Messages
 //! go domain d to domain d: 0 for the protocol, every domain for fences.
+use super::peers::NO_ENTRY;
 use super::recv::OwnedMem;
 use super::token::Token;
 use crate::domain::{Chan, Domain, LocalMr, Memory, PeerId, Post, SendWr};
@@ -55,6 +56,10 @@ pub(super) struct Mailbox {
     send_mr: Vec<LocalMr>,
     /// Send slots not on the wire.
     send_free: Vec<u32>,
+    /// Peers have doorbells here (shm): the entries messages went to in
+    /// this pass are kept in `posted_to`, for the worker to ring (bell.rs).
+    bells: bool,
+    pub(super) posted_to: Vec<u32>,
 }
 
 impl Mailbox {
@@ -86,7 +91,8 @@ impl Mailbox {
         };
         let repost = (0..(SLOTS * domains.len()) as u32).collect();
         let send_free = (0..SLOTS as u32).collect();
-        Ok(Mailbox { me, with_main, recv, recv_mr, repost, send, send_mr, send_free })
+        let bells = !domains[0].keys_checked_by_target();
+        Ok(Mailbox { me, with_main, recv, recv_mr, repost, send, send_mr, send_free, bells, posted_to: Vec::new() })
     }
 
     /// Messages still on the wire.
@@ -138,7 +144,12 @@ impl Mailbox {
         let token = Token::EngineSend { peer: p, slot: slot as u16 }.encode();
         let wr = SendWr { chan: Chan::Engine, peer: id, buf, len, desc: self.send_mr[d].desc, ordered };
         match domain.post_send(&wr, token) {
-            Ok(Post::Posted) => true,
+            Ok(Post::Posted) => {
+                if p != NO_ENTRY && self.bells {
+                    self.posted_to.push(p);
+                }
+                true
+            }
             _ => {
                 self.send_free.push(slot);
                 false

@@ -63,6 +63,8 @@ pub struct Shared {
     /// Its NICs' counters per peer (counters.rs), set when the worker has
     /// opened them.
     pub tally: std::sync::OnceLock<counters::Tally>,
+    /// The group's doorbell, where its worker sleeps on one (bell.rs).
+    bell: std::sync::OnceLock<Arc<crate::bell::Bell>>,
 }
 
 impl Shared {
@@ -75,6 +77,9 @@ impl Shared {
             }
             if let Some(t) = self.thread.get() {
                 t.unpark();
+            }
+            if let Some(b) = self.bell.get() {
+                b.ring();
             }
         }
     }
@@ -195,6 +200,17 @@ impl<D: Domain> Worker<D> {
         if let Some(w) = &waiter {
             shared.wake_fd.store(w.wake_fd, Ordering::Relaxed);
         }
+        // No wait object (shm): the worker sleeps on its doorbell instead,
+        // which peers on this host ring (bell.rs).
+        let bell = match (&waiter, &live) {
+            (None, Some(_)) => crate::bell::Bell::open(&crate::liveness::path(address.epoch)).map(Arc::new),
+            _ => None,
+        };
+        if let Some(b) = &bell {
+            let _ = shared.bell.set(b.clone());
+        }
+        let mut pass = Pass::new(waiter, bell, place.home);
+        pass.bell_peers = live.is_some();
         Ok(Worker {
             requests,
             tally,
@@ -206,7 +222,7 @@ impl<D: Domain> Worker<D> {
             address,
             group: place.index,
             peers,
-            pass: Pass::new(waiter, place.home),
+            pass,
             recv: Receives::default(),
             peer_sets: Vec::new(),
             peer_states: place.peer_states,

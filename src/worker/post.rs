@@ -2,11 +2,18 @@
 //! (`Requests::pending`) becomes work requests, up to `POST_BURST` per
 //! domain per pass; a peer whose window is full lets the requests behind it
 //! go first. Receive buffers, engine messages and fences go before them.
+//!
+//! A request's units to one peer are posted as a run (`post_run`): what is
+//! the same for all of them (the peer's id and liveness, the source region,
+//! the token) is looked up once, and its counters and metrics are updated
+//! once per run, so a page of a paged write costs its work request and
+//! little else.
 use super::request::Shape;
 use super::stage::SEND_HEADER;
 use super::token::Token;
 use super::{POST_BURST, Worker};
 use crate::domain::{Chan, Domain, Post, SendWr};
+use crate::error::Result;
 use crate::metrics::SUBMIT_TO_POST;
 
 impl<D: Domain> Worker<D> {
@@ -22,78 +29,32 @@ impl<D: Domain> Worker<D> {
     }
 
     fn post_domain(&mut self, d: usize) -> bool {
-        let scratch_mr = self.requests.scratch_mr[d];
-        let scratch = (self.requests.scratch.ptr as *const u8, &scratch_mr);
         let (mut posted, mut busy_peers) = (self.post_split_imms(d) as usize, 0);
         while posted < POST_BURST && busy_peers < self.requests.pending[d].len() {
             let Some(&(slot, epoch)) = self.requests.pending[d].front() else {
                 break;
             };
-            let a = match self.requests.slots.current(slot, epoch) {
-                Some(a) if a.error.is_none() && a.next[d] < a.units => a,
+            let entry = match self.requests.slots.current(slot, epoch) {
+                Some(a) if a.error.is_none() && a.next[d] < a.units => {
+                    a.unit_peers.as_ref().map_or(a.peer, |u| u[a.next[d]])
+                }
                 _ => {
                     self.requests.pending[d].pop_front();
                     continue;
                 }
             };
-            let k = a.next[d];
-            let tok = Token::Request { slot, epoch }.encode();
-            let entry = a.unit_peers.as_ref().map_or(a.peer, |u| u[k]);
             // Nothing goes to an engine whose liveness record says it is gone
             // (shm: a restarted process could sit at its pid; liveness.rs).
             if self.peers.gone(entry) {
                 self.peer_gone(entry);
                 continue;
             }
-            let peer = self.peers.id(entry, d);
-            let (res, bytes) = if let Shape::Send { msg, .. } = &a.req.shape {
-                if a.stage.is_none() {
-                    let Some(s) = self.requests.stage.stage(msg) else {
-                        break;
-                    };
-                    a.stage = Some(s);
-                }
-                let buf = self.requests.stage.buf(a.stage.unwrap());
-                let wr = SendWr {
-                    chan: Chan::User,
-                    peer,
-                    buf,
-                    len: msg.len() + SEND_HEADER,
-                    desc: self.requests.stage.desc(),
-                    ordered: false,
-                };
-                (self.domains[d].post_send(&wr, tok), msg.len())
-            } else {
-                let src = a.req.region.map(|i| &self.requests.regions.locals(i)[d]);
-                let wr = a.req.write_wr(k, d, peer, src, scratch, &self.requests.dsts);
-                let r = if wr.imm.is_some() && wr.len > self.domains[d].answer_free_limit() {
-                    let (bytes, i) = self.requests.splits.start(&wr, Token::Request { slot, epoch });
-                    let r = self.domains[d].post_write(&bytes, Token::Split(i).encode());
-                    if !matches!(r, Ok(Post::Posted)) {
-                        self.requests.splits.take(i);
-                    }
-                    r
-                } else {
-                    self.domains[d].post_write(&wr, tok)
-                };
-                (r, wr.len)
-            };
+            let (n, res) = self.post_run(d, slot, entry, POST_BURST - posted);
+            posted += n;
             match res {
-                Ok(Post::Posted) => {
-                    self.tally.posted(d, peer, self.peers.address(entry).epoch, bytes);
-                    if a.first_post.is_none() {
-                        let now = self.pass.now;
-                        a.first_post = Some(now);
-                        if let Some(t) = a.req.submitted {
-                            self.shared.stats.hists[SUBMIT_TO_POST].record_time(now.saturating_duration_since(t));
-                        }
-                    }
-                    a.bytes += bytes as u64;
-                    a.next[d] += a.step;
-                    a.posted += 1;
-                    a.outstanding += 1;
-                    posted += 1;
-                }
+                // Run over: the budget is spent, or the request's next unit
+                // goes to another peer, or it has none left.
+                Ok(Post::Posted) => {}
                 Ok(Post::Again) => break,
                 // Its peer's window is full: let the requests behind it go first.
                 Ok(Post::Busy) => {
@@ -107,5 +68,84 @@ impl<D: Domain> Worker<D> {
             }
         }
         posted > 0
+    }
+
+    /// Posts the units of the live request in `slot` that go next on domain
+    /// `d` to peer table entry `entry`, up to `budget` of them; returns how
+    /// many went, and `Ok(Posted)` if it stopped for no fault of the
+    /// provider's, else what the provider said of the one that did not go.
+    fn post_run(&mut self, d: usize, slot: u32, entry: u32, budget: usize) -> (usize, Result<Post>) {
+        let peer = self.peers.id(entry, d);
+        let peer_epoch = self.peers.address(entry).epoch;
+        let a = self.requests.slots.get(slot).expect("a live request");
+        let tok = Token::Request { slot, epoch: a.epoch };
+        let (mut n, mut bytes, mut res) = (0, 0, Ok(Post::Posted));
+        if let Shape::Send { msg, .. } = &a.req.shape {
+            let s = match a.stage {
+                Some(s) => s,
+                None => match self.requests.stage.stage(msg) {
+                    Some(s) => *a.stage.insert(s),
+                    None => return (0, Ok(Post::Again)),
+                },
+            };
+            let wr = SendWr {
+                chan: Chan::User,
+                peer,
+                buf: self.requests.stage.buf(s),
+                len: msg.len() + SEND_HEADER,
+                desc: self.requests.stage.desc(),
+                ordered: false,
+            };
+            res = self.domains[d].post_send(&wr, tok.encode());
+            if matches!(res, Ok(Post::Posted)) {
+                a.next[d] += a.step;
+                (n, bytes) = (1, msg.len());
+            }
+        } else {
+            let scratch = (self.requests.scratch.ptr as *const u8, &self.requests.scratch_mr[d]);
+            let src = a.req.region.map(|i| &self.requests.regions.locals(i)[d]);
+            let split_over = self.domains[d].answer_free_limit();
+            while n < budget && a.next[d] < a.units {
+                let k = a.next[d];
+                if a.unit_peers.as_ref().is_some_and(|u| u[k] != entry) {
+                    break;
+                }
+                let wr = a.req.write_wr(k, d, peer, src, scratch, &self.requests.dsts);
+                let r = if wr.imm.is_some() && wr.len > split_over {
+                    let (body, i) = self.requests.splits.start(&wr, tok);
+                    let r = self.domains[d].post_write(&body, Token::Split(i).encode());
+                    if !matches!(r, Ok(Post::Posted)) {
+                        self.requests.splits.take(i);
+                    }
+                    r
+                } else {
+                    self.domains[d].post_write(&wr, tok.encode())
+                };
+                if !matches!(r, Ok(Post::Posted)) {
+                    res = r;
+                    break;
+                }
+                a.next[d] += a.step;
+                bytes += wr.len;
+                n += 1;
+            }
+        }
+        if n > 0 {
+            if self.pass.bell_peers {
+                self.pass.posted_to.push(entry);
+            }
+            self.tally.posted_run(d, peer, peer_epoch, n, bytes);
+            if a.first_post.is_none() {
+                let now = self.pass.now;
+                a.first_post = Some(now);
+                if let Some(t) = a.req.submitted {
+                    self.shared.stats.hists[SUBMIT_TO_POST].record_time(now.saturating_duration_since(t));
+                }
+            }
+            a.bytes += bytes as u64;
+            a.posted += n;
+            a.outstanding += n;
+        }
+        (n, res)
     }
 }

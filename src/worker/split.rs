@@ -69,7 +69,10 @@ impl<D: Domain> Worker<D> {
             let res = if live { self.domains[d].post_write(&wr, token.encode()) } else { Ok(Post::Posted) };
             match res {
                 Ok(Post::Posted) if live => {
-                    self.tally.posted(d, wr.peer, 0, 0);
+                    self.tally.posted_run(d, wr.peer, 0, 1, 0);
+                    if let Some(p) = self.peers.by_id(d, wr.peer).filter(|_| self.pass.bell_peers) {
+                        self.pass.posted_to.push(p);
+                    }
                     busy = true
                 }
                 Ok(Post::Posted) => self.wr_done(token, None),

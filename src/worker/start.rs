@@ -21,6 +21,7 @@ fn new_shared(plan: &GroupPlan, notifier: &Notifier) -> Result<Arc<Shared>> {
         napping: AtomicBool::new(false),
         thread: Default::default(),
         wake_fd: std::sync::atomic::AtomicI32::new(-1),
+        bell: std::sync::OnceLock::new(),
         tag: held::new_tag(),
         awaited: AtomicBool::new(false),
         stats: Default::default(),

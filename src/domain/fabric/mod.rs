@@ -45,6 +45,21 @@ pub(super) fn check(what: &str, ret: i64) -> Result<()> {
     if ret < 0 { Err(fi_err(what, ret)) } else { Ok(()) }
 }
 
+/// Whether shm writes with an immediate larger than its inject size are
+/// split (`Domain::answer_free_limit`). shm carries an operation up to its
+/// inject size inside the command it queues at the target and completes it
+/// at once; a larger one is completed when the target answers, and the
+/// sender takes answers in the order it posted (a write without an
+/// immediate is the exception: with CMA the sender copies it itself). So one
+/// dead peer stalls every later large write-with-immediate of the engine:
+/// measured with libfabric 1.17 and 1.20 (the loopback test
+/// `dead_peer_with_large_imm_writes` fails without the split on both).
+/// `FABRICLIB_SHM_SPLIT=never` turns the split off, for measuring its cost
+/// and re-checking a newer libfabric with that test; it is unsafe to deploy.
+fn shm_split() -> bool {
+    std::env::var("FABRICLIB_SHM_SPLIT").as_deref() != Ok("never")
+}
+
 pub struct FabricDomain {
     fe: FabricEndpoint,
     /// `Domain::answer_free_limit`: shm's inject size, else unlimited.
@@ -70,15 +85,9 @@ impl FabricDomain {
     fn open_with(provider: &str, bind: Option<&Bind>, nic: &Choice, window: usize, wait: bool) -> Result<FabricDomain> {
         let fe = FabricEndpoint::open_on(provider, bind, nic, 4096, wait)?;
         let ctx = CtxPool::new(fe.depth().max(256), window);
-        // shm (1.17) carries an operation up to its inject size inside the
-        // command it queues at the target, and completes it at once; a larger
-        // one is completed when the target answers, in the order posted (a
-        // write without an immediate is the exception: with CMA the sender
-        // copies it itself). Measured: one dead peer stalled every later
-        // large write-with-immediate of the engine.
         // SAFETY: info is valid for the endpoint's life.
         let inject = unsafe { (*(*fe.info).tx_attr).inject_size };
-        let answer_free = if fe.provider == "shm" { inject } else { usize::MAX };
+        let answer_free = if fe.provider == "shm" && shm_split() { inject } else { usize::MAX };
         // SAFETY: as above.
         let ip = IP_FORMATS.contains(&unsafe { (*fe.info).addr_format });
         let cq_buf = vec![fi_cq_data_entry::default(); CQ_BATCH];
