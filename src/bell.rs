@@ -17,38 +17,34 @@
 //!
 //! A bell costs nothing while the worker is busy: a fence and a load per
 //! peer posted to in a pass. An engine of an older version has no bell page
-//! (`Bell::open` finds none) and never rings; a worker it writes to wakes at
-//! its next deadline or after `BLOCK_MAX`.
-use crate::os;
+//! (its record file is one page long) and never rings; a worker it writes to
+//! wakes at the end of its nap.
+use crate::os::SharedMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering, fence};
 use std::time::Duration;
 
 const AWAKE: u32 = 0;
 const SLEEPING: u32 = 1;
-/// The bell's place in the record's file: its second page.
-pub const OFFSET: usize = 4096;
-const LEN: usize = 4096;
 
-/// A mapping of one engine group's bell page (its own, or a peer's).
+/// One engine group's bell (its own, or a peer's): a word in a shared
+/// mapping of its record's file, kept mapped while the bell lives.
 pub struct Bell {
-    page: *mut u8,
+    map: Arc<SharedMap>,
+    offset: usize,
 }
 
-// SAFETY: a shared mapping touched only through atomics.
-unsafe impl Send for Bell {}
-// SAFETY: as above.
-unsafe impl Sync for Bell {}
-
 impl Bell {
-    /// Maps the bell of the record file at `path`; `None` if the file has
-    /// no bell page (an older engine's) or cannot be opened.
-    pub fn open(path: &str) -> Option<Bell> {
-        os::map_shared_file_at(path, OFFSET, LEN).ok().flatten().map(|page| Bell { page })
+    /// The bell at `offset` of `map` (writable there, 4-byte aligned).
+    pub fn new(map: Arc<SharedMap>, offset: usize) -> Bell {
+        assert!(offset % 4 == 0 && offset + 4 <= map.len(), "a bell inside its mapping");
+        Bell { map, offset }
     }
 
     fn word(&self) -> &AtomicU32 {
-        // SAFETY: offset 0 of a live, page-aligned shared mapping.
-        unsafe { &*(self.page as *const AtomicU32) }
+        // SAFETY: inside a live shared mapping (checked in `new`, kept alive
+        // by `map`), aligned, written only through atomics.
+        unsafe { &*(self.map.ptr().add(self.offset) as *const AtomicU32) }
     }
 
     /// Sleeps until rung or `timeout` has passed, unless `look` (one more
@@ -58,7 +54,7 @@ impl Bell {
         w.store(SLEEPING, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         if !look() {
-            os::futex_wait_shared(w, SLEEPING, Some(timeout));
+            crate::os::futex_wait_shared(w, SLEEPING, Some(timeout));
         }
         w.store(AWAKE, Ordering::SeqCst);
     }
@@ -71,35 +67,33 @@ impl Bell {
         if w.load(Ordering::Relaxed) == SLEEPING
             && w.compare_exchange(SLEEPING, AWAKE, Ordering::AcqRel, Ordering::Relaxed).is_ok()
         {
-            os::futex_wake_shared(w);
+            crate::os::futex_wake_shared(w);
         }
-    }
-}
-
-impl Drop for Bell {
-    fn drop(&mut self) {
-        // SAFETY: our own mapping, used no more.
-        unsafe { os::unmap(self.page, LEN) };
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
     use std::time::Instant;
 
-    fn file(len: usize) -> String {
-        let path = format!("/dev/shm/fabriclib-bell-test-{}-{len}", std::process::id());
-        std::fs::write(&path, vec![0u8; len]).unwrap();
-        path
+    /// Two mappings of one two-page file: its bell as the owner and as a
+    /// peer map it.
+    fn two_mappings() -> (Bell, Bell) {
+        let path = format!("/dev/shm/fabriclib-bell-test-{}-{:?}", std::process::id(), std::thread::current().id());
+        let _ = std::fs::remove_file(&path);
+        let mine = crate::os::map_shared_file(&path, 8192, true, true).unwrap();
+        // SAFETY: a fresh mapping of 8192 bytes, owned from here.
+        let mine = Arc::new(unsafe { SharedMap::from_raw(mine, 8192) });
+        let theirs = Arc::new(crate::os::map_shared_file_split(&path, 4096, 4096).unwrap());
+        std::fs::remove_file(&path).unwrap();
+        (Bell::new(mine, 4096), Bell::new(theirs, 4096))
     }
 
     #[test]
-    fn a_ring_wakes_a_sleeper_in_another_mapping() {
-        let path = file(2 * 4096);
-        let (mine, theirs) = (Arc::new(Bell::open(&path).unwrap()), Bell::open(&path).unwrap());
-        std::fs::remove_file(&path).unwrap();
+    fn a_ring_wakes_a_sleeper_through_another_mapping() {
+        let (mine, theirs) = two_mappings();
+        let mine = Arc::new(mine);
         // Nothing rings: the timeout ends the sleep.
         let t = Instant::now();
         mine.sleep(Duration::from_millis(30), || false);
@@ -108,7 +102,7 @@ mod tests {
         let t = Instant::now();
         mine.sleep(Duration::from_secs(5), || true);
         assert!(t.elapsed() < Duration::from_secs(1));
-        // A ring through another mapping of the file wakes it.
+        // A ring through the other mapping wakes it.
         let m = mine.clone();
         let h = std::thread::spawn(move || {
             let t = Instant::now();
@@ -127,23 +121,22 @@ mod tests {
 
     #[test]
     fn a_ring_before_the_sleep_is_not_lost() {
-        let path = file(2 * 4096);
-        let b = Bell::open(&path).unwrap();
-        std::fs::remove_file(&path).unwrap();
+        let (b, theirs) = two_mappings();
         // The ring lands between the announcement and the futex wait.
         let t = Instant::now();
         b.sleep(Duration::from_secs(5), || {
-            b.ring();
+            theirs.ring();
             false
         });
         assert!(t.elapsed() < Duration::from_secs(1), "a ring before the wait was lost: {:?}", t.elapsed());
     }
 
     #[test]
-    fn a_file_without_a_bell_page_has_no_bell() {
-        let path = file(4096);
-        assert!(Bell::open(&path).is_none());
+    fn a_one_page_file_is_mapped_without_a_bell_page() {
+        let path = format!("/dev/shm/fabriclib-bell-test-{}-short", std::process::id());
+        std::fs::write(&path, vec![0u8; 4096]).unwrap();
+        let m = crate::os::map_shared_file_split(&path, 4096, 4096).unwrap();
         std::fs::remove_file(&path).unwrap();
-        assert!(Bell::open(&path).is_none(), "a missing file has no bell");
+        assert_eq!(m.len(), 4096, "the record page only: an older engine's file");
     }
 }

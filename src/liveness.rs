@@ -30,9 +30,9 @@
 //! next engine that creates one.
 use crate::bell::Bell;
 use crate::error::{Error, Result, Status};
-use crate::os::{self, SharedMutex};
+use crate::os::{self, SharedMap, SharedMutex};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Mutex, mpsc};
+use std::sync::{Arc, Mutex, mpsc};
 
 /// The bit the kernel sets in a robust futex word whose owner died (linux/futex.h).
 const FUTEX_OWNER_DIED: u32 = 0x4000_0000;
@@ -55,14 +55,13 @@ struct Page {
 
 /// The record file of the engine group of `epoch`; its second page is the
 /// group's doorbell (bell.rs).
-pub fn path(epoch: u64) -> String {
+fn path(epoch: u64) -> String {
     format!("/dev/shm/{PREFIX}{epoch:016x}")
 }
 
-/// Maps the record page of the file at `path`: created (exclusively,
-/// mode 0600) with `create`, read-write with `write`, else read-only.
-fn map(path: &str, write: bool, create: bool) -> Result<*mut Page> {
-    match crate::os::map_shared_file(path, PAGE, create, write) {
+/// Maps the record page of the file at `path`, read-only (`sweep`).
+fn map_read_only(path: &str) -> Result<*mut Page> {
+    match crate::os::map_shared_file(path, PAGE, false, false) {
         Ok(p) => Ok(p.cast()),
         Err(e) => Err(Error::new(Status::Provider, format!("liveness record: {path}: {e}"))),
     }
@@ -145,8 +144,11 @@ fn ask(cmd: impl FnOnce(mpsc::Sender<std::result::Result<u32, i32>>) -> Keep) ->
 }
 
 /// This engine group's own record, held for its life (see the module doc).
+/// Its file is two pages: the record, then the group's doorbell (bell.rs),
+/// in one mapping.
 pub struct Record {
     page: *mut Page,
+    map: Arc<SharedMap>,
     path: String,
 }
 
@@ -160,13 +162,12 @@ impl Record {
         sweep();
         let path = path(epoch);
         let tmp = format!("{path}.{}", std::process::id());
-        let page = map(&tmp, true, true)?;
-        let mut rec = Record { page, path: tmp };
-        // Two pages: the record, then the doorbell (bell.rs), zero: awake.
-        let grown = std::fs::OpenOptions::new().write(true).open(&rec.path).and_then(|f| f.set_len(2 * PAGE as u64));
-        if let Err(e) = grown {
-            crate::bail!(Provider, "liveness record: {}: {e}", rec.path);
-        }
+        let base = crate::os::map_shared_file(&tmp, 2 * PAGE, true, true)
+            .map_err(|e| Error::new(Status::Provider, format!("liveness record: {tmp}: {e}")))?;
+        // SAFETY: a fresh mapping of two pages, owned from here.
+        let map = Arc::new(unsafe { SharedMap::from_raw(base, 2 * PAGE) });
+        let page = base.cast::<Page>();
+        let mut rec = Record { page, map, path: tmp };
         // SAFETY: page is a fresh, zeroed, writable mapping of PAGE bytes.
         unsafe {
             let r = os::robust_mutex_init(&mut (*page).mutex);
@@ -198,26 +199,34 @@ impl Record {
     }
 }
 
+impl Record {
+    /// The group's doorbell, in the second page (bell.rs).
+    pub fn bell(&self) -> Bell {
+        Bell::new(self.map.clone(), PAGE)
+    }
+}
+
 impl Drop for Record {
     fn drop(&mut self) {
-        // SAFETY: page stays mapped until munmap below; closed first, so a
-        // reader never takes the unlocked word for a live engine.
+        // SAFETY: the page stays mapped while `map` lives; closed first, so
+        // a reader never takes the unlocked word for a live engine.
         unsafe { (*self.page).closed.store(1, Ordering::Release) };
         // SAFETY: as above: the page is still mapped.
         if unsafe { word(self.page) }.load(Ordering::Acquire) & FUTEX_TID_MASK != 0 {
             let _ = ask(|tx| Keep::Unlock(self.page as usize, tx));
         }
         let _ = std::fs::remove_file(&self.path);
-        // SAFETY: the page is ours to unmap (the keeper has answered, so it
-        // no longer holds the mutex in it).
-        unsafe { os::unmap(self.page.cast(), PAGE) };
+        // The mapping goes with the last of `map` (a bell may outlive the
+        // record by a moment); the keeper has answered, so it no longer
+        // holds the mutex in it.
     }
 }
 
 /// A peer's record, mapped read-only: `gone()` is one load; and its
-/// doorbell, mapped writable, if it has one (bell.rs).
+/// doorbell, mapped writable in the same mapping, if it has one (bell.rs).
 pub struct Watch {
     page: *const Page,
+    _map: Arc<SharedMap>,
     bell: Option<Bell>,
 }
 
@@ -230,13 +239,16 @@ impl Watch {
     /// or it says the engine is gone.
     pub fn open(epoch: u64) -> Result<Watch> {
         let path = path(epoch);
-        let page = map(&path, false, false).map_err(|e| {
+        let map = crate::os::map_shared_file_split(&path, PAGE, PAGE).map_err(|e| {
             Error::new(
                 Status::PeerDown,
-                format!("the peer engine has no liveness record ({}): it has shut down or its process died", e.message),
+                format!("the peer engine has no liveness record ({path}: {e}): it has shut down or its process died"),
             )
         })?;
-        let w = Watch { page, bell: Bell::open(&path) };
+        let map = Arc::new(map);
+        let page = map.ptr().cast::<Page>().cast_const();
+        let bell = (map.len() >= 2 * PAGE).then(|| Bell::new(map.clone(), PAGE));
+        let w = Watch { page, _map: map, bell };
         // SAFETY: page is a live read-only mapping of PAGE bytes.
         let (magic, ep) = unsafe { ((*page).magic, (*page).epoch) };
         if magic != MAGIC || ep != epoch {
@@ -261,13 +273,6 @@ impl Watch {
     }
 }
 
-impl Drop for Watch {
-    fn drop(&mut self) {
-        // SAFETY: our own mapping, used no more.
-        unsafe { os::unmap(self.page as *mut u8, PAGE) };
-    }
-}
-
 /// Removes the records of engines that are gone (processes killed without
 /// closing them), so they do not pile up in `/dev/shm`.
 fn sweep() {
@@ -281,7 +286,7 @@ fn sweep() {
             continue;
         }
         let p = format!("/dev/shm/{name}");
-        if let Ok(page) = map(&p, false, false) {
+        if let Ok(page) = map_read_only(&p) {
             // SAFETY: a live read-only mapping of PAGE bytes, unmapped right after.
             unsafe {
                 if (*page).magic == MAGIC && gone(page) {

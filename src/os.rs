@@ -236,9 +236,51 @@ pub fn map_shared_file(path: &str, len: usize, create: bool, write: bool) -> std
     }
 }
 
-/// The `len` bytes at `offset` of the existing file at `path`, mapped
-/// shared and writable; `None` if the file is shorter than that.
-pub fn map_shared_file_at(path: &str, offset: usize, len: usize) -> std::io::Result<Option<*mut u8>> {
+/// A shared mapping of a file (`map_shared_file`, `map_shared_file_split`),
+/// unmapped when dropped.
+pub struct SharedMap {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: shared memory; what lies in it is touched through atomics (or
+// under a process-shared mutex) by its users.
+unsafe impl Send for SharedMap {}
+// SAFETY: as above.
+unsafe impl Sync for SharedMap {}
+
+impl SharedMap {
+    /// Takes ownership of `len` bytes at `ptr` mapped by `map_shared_file`.
+    ///
+    /// # Safety
+    /// `ptr` is a mapping of `len` bytes that nothing else unmaps.
+    pub unsafe fn from_raw(ptr: *mut u8, len: usize) -> SharedMap {
+        SharedMap { ptr, len }
+    }
+    pub fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for SharedMap {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping, used no more.
+        unsafe { unmap(self.ptr, self.len) };
+    }
+}
+
+/// Maps the existing file at `path` in one mapping: its first `ro` bytes
+/// read-only and the `rw` bytes after them writable, or only the first `ro`
+/// bytes (read-only) if the file is shorter than `ro + rw`. One mapping per
+/// file, not two: valgrind 3.19's address-space manager asserts when a file
+/// it saw mapped under its name before a rename is mapped again.
+pub fn map_shared_file_split(path: &str, ro: usize, rw: usize) -> std::io::Result<SharedMap> {
     let c = std::ffi::CString::new(path).map_err(|_| std::io::Error::other("NUL in a path"))?;
     // SAFETY: c is a valid C string; the fd is closed below in every case.
     let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
@@ -246,23 +288,22 @@ pub fn map_shared_file_at(path: &str, offset: usize, len: usize) -> std::io::Res
         return Err(std::io::Error::last_os_error());
     }
     // SAFETY: fd is ours; st is plain data the kernel fills; the mapping
-    // keeps its own reference to the file.
+    // keeps its own reference to the file; mprotect covers a part of it.
     unsafe {
         let mut st: libc::stat = std::mem::zeroed();
-        if libc::fstat(fd, &mut st) != 0 {
-            let e = std::io::Error::last_os_error();
-            libc::close(fd);
-            return Err(e);
-        }
-        if (st.st_size.max(0) as usize) < offset + len {
-            libc::close(fd);
-            return Ok(None);
-        }
-        let prot = libc::PROT_READ | libc::PROT_WRITE;
-        let p = libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd, offset as libc::off_t);
+        let size = if libc::fstat(fd, &mut st) == 0 { st.st_size.max(0) as usize } else { 0 };
+        let len = if size >= ro + rw { ro + rw } else { ro };
+        let p = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, fd, 0);
         let e = std::io::Error::last_os_error();
         libc::close(fd);
-        if p == libc::MAP_FAILED { Err(e) } else { Ok(Some(p.cast())) }
+        if p == libc::MAP_FAILED {
+            return Err(e);
+        }
+        let map = SharedMap { ptr: p.cast(), len };
+        if len > ro && libc::mprotect(map.ptr.add(ro).cast(), rw, libc::PROT_READ | libc::PROT_WRITE) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(map)
     }
 }
 

@@ -203,7 +203,7 @@ impl<D: Domain> Worker<D> {
         // No wait object (shm): the worker sleeps on its doorbell instead,
         // which peers on this host ring (bell.rs).
         let bell = match (&waiter, &live) {
-            (None, Some(_)) => crate::bell::Bell::open(&crate::liveness::path(address.epoch)).map(Arc::new),
+            (None, Some(rec)) => Some(Arc::new(rec.bell())),
             _ => None,
         };
         if let Some(b) = &bell {
