@@ -56,9 +56,8 @@ pub(super) struct Mailbox {
     send_mr: Vec<LocalMr>,
     /// Send slots not on the wire.
     send_free: Vec<u32>,
-    /// Peers have doorbells here (shm): the entries messages went to in
-    /// this pass are kept in `posted_to`, for the worker to ring (bell.rs).
-    bells: bool,
+    /// The entries messages went to in this pass, for the worker to ring
+    /// their doorbells where they have one (bell.rs).
     pub(super) posted_to: Vec<u32>,
 }
 
@@ -91,8 +90,7 @@ impl Mailbox {
         };
         let repost = (0..(SLOTS * domains.len()) as u32).collect();
         let send_free = (0..SLOTS as u32).collect();
-        let bells = !domains[0].keys_checked_by_target();
-        Ok(Mailbox { me, with_main, recv, recv_mr, repost, send, send_mr, send_free, bells, posted_to: Vec::new() })
+        Ok(Mailbox { me, with_main, recv, recv_mr, repost, send, send_mr, send_free, posted_to: Vec::new() })
     }
 
     /// Messages still on the wire.
@@ -145,7 +143,7 @@ impl Mailbox {
         let wr = SendWr { chan: Chan::Engine, peer: id, buf, len, desc: self.send_mr[d].desc, ordered };
         match domain.post_send(&wr, token) {
             Ok(Post::Posted) => {
-                if p != NO_ENTRY && self.bells {
+                if p != NO_ENTRY {
                     self.posted_to.push(p);
                 }
                 true

@@ -172,6 +172,11 @@ impl<D: Domain> Worker<D> {
     /// Rings the doorbell of every peer posted to in this pass (engine
     /// messages included), once each, after everything was queued (bell.rs).
     fn ring_posted_to(&mut self) {
+        if !self.pass.bell_peers {
+            // Engine messages note their peers on every provider; none rings here.
+            self.peers.mail.posted_to.clear();
+            return;
+        }
         self.pass.posted_to.append(&mut self.peers.mail.posted_to);
         if self.pass.posted_to.is_empty() {
             return;

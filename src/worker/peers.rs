@@ -238,14 +238,14 @@ impl Peers {
         self.list[p as usize].main.as_ref()
     }
 
-    /// Whether peer `p`'s engine is known to be gone (its liveness record
-    /// says its process died or it was destroyed). One load per call.
-    #[inline]
     /// Entry `p`'s doorbell, where it has one (bell.rs).
     pub(super) fn bell(&self, p: u32) -> Option<&crate::bell::Bell> {
         self.list[p as usize].watch.as_ref()?.bell()
     }
 
+    /// Whether peer `p`'s engine is known to be gone (its liveness record
+    /// says its process died or it was destroyed). One load per call.
+    #[inline]
     pub(super) fn gone(&self, p: u32) -> bool {
         self.list[p as usize].watch.as_ref().is_some_and(|w| w.gone())
     }

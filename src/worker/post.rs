@@ -104,7 +104,7 @@ impl<D: Domain> Worker<D> {
         } else {
             let scratch = (self.requests.scratch.ptr as *const u8, &self.requests.scratch_mr[d]);
             let src = a.req.region.map(|i| &self.requests.regions.locals(i)[d]);
-            let split_over = self.domains[d].answer_free_limit();
+            let (split_over, code) = (self.domains[d].answer_free_limit(), tok.encode());
             while n < budget && a.next[d] < a.units {
                 let k = a.next[d];
                 if a.unit_peers.as_ref().is_some_and(|u| u[k] != entry) {
@@ -119,7 +119,7 @@ impl<D: Domain> Worker<D> {
                     }
                     r
                 } else {
-                    self.domains[d].post_write(&wr, tok.encode())
+                    self.domains[d].post_write(&wr, code)
                 };
                 if !matches!(r, Ok(Post::Posted)) {
                     res = r;
