@@ -243,11 +243,12 @@ enum fabriclib_idle
 #endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
  {
   // Keep spinning while an expectation is armed (the lowest first-arrival
-  // latency; one core per engine). The default.
+  // latency; one core per engine): for engine threads on CPUs of their own.
   FABRICLIB_IDLE_SPIN = 0,
   // Block on the completion queues' wait object where the provider has
-  // one (tcp); on shm, which has none, sleep in naps of `nap_us` that a
-  // peer engine's write ends at once (a doorbell it rings).
+  // one (tcp, verbs); on shm, which has none, sleep in naps of `nap_us`
+  // that a peer engine's write ends at once (a doorbell it rings). The
+  // default (since 0.4).
   FABRICLIB_IDLE_AUTO = 1,
   // Sleep even with an expectation armed: as `FABRICLIB_IDLE_AUTO`, and
   // nap `nap_us` at a time where there is neither a wait object nor a
@@ -867,10 +868,13 @@ fabriclib_status fabriclib_config_set_submit_queue(struct fabriclib_config *conf
                                                    size_t requests);
 
 // Sets how the worker waits when it has nothing to do. It busy-polls while
-// requests are in flight or an immediate expectation is armed, and for
-// `spin_us` microseconds after its last activity (default 2000); then it
-// naps up to `nap_us` microseconds at a time (default 500; a submit wakes it
-// at once, but data arriving for a receive pool waits out the nap). Larger
+// requests are in flight or an immediate expectation is armed (unless the
+// idle policy lets it sleep then: `fabriclib_config_set_idle_policy`), and
+// for `spin_us` microseconds after its last activity (default 2000); then it
+// sleeps in naps of up to `nap_us` microseconds (default 500). A submit ends
+// a nap at once, and so does an arrival where the worker sleeps on a wait
+// object (tcp, verbs, under `FABRICLIB_IDLE_AUTO` or `_BLOCK`) or a doorbell
+// (shm); elsewhere data arriving for a receive pool waits out the nap. Larger
 // `spin_us` lowers the latency of sporadic traffic and costs CPU; `spin_us`
 // should stay above `nap_us` so that two engines exchanging requests keep
 // each other awake. `nap_us` must be at least 1.
@@ -897,16 +901,19 @@ fabriclib_status fabriclib_config_set_manual_progress(struct fabriclib_config *c
 
 // Sets what the worker does once it has been idle for `spin_us`
 // (`fabriclib_config_set_idle`) while an immediate expectation is armed or an
-// immediate is mirrored: `FABRICLIB_IDLE_SPIN` (default), `_AUTO` or
-// `_BLOCK`. With nothing armed it always sleeps. Blocking saves the core
-// (tcp: 0.02-0.05 CPU s per s instead of 1.0) but the wait object it needs
-// costs on every transfer (tcp: about +1.5 us per small round trip, 8-20% of
-// small-write bandwidth) and about 70 us on the first write after a quiet
-// spell. On shm the worker sleeps on a doorbell that peer engines ring
-// instead, which costs nothing on a transfer: an engine pair used 0.03 CPU
-// s per s and took about 30 us more than spinning for the first write after
-// a quiet spell, with the default 500 us naps: docs/benchmarks.md has the
-// figures.
+// immediate is mirrored: `FABRICLIB_IDLE_AUTO` (the default since 0.4),
+// `_SPIN` or `_BLOCK`. With nothing armed it always sleeps. `AUTO` saves the
+// core (about 0.03 CPU s per s per idle engine instead of 1.0). On shm the
+// worker sleeps on a doorbell that peer engines ring, and on verbs on the
+// completion channel, neither of which costs anything on a transfer; the
+// first write after a quiet spell takes 20-50 us more than with `SPIN`. On
+// tcp the completion queue's wait fd costs on every transfer (the provider
+// signals it per completion: about +1 us per 8-byte write-with-immediate
+// half round trip) and 36-84 us on the first write after a quiet spell.
+// Sleeps are cut into naps of `nap_us` (`fabriclib_config_set_idle`), which
+// an arrival ends: longer naps cost less CPU and wake slower.
+// `SPIN` is for engine threads on CPUs of their own, latency first.
+// docs/benchmarks.md has the figures.
 //
 // Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
 // this comment allows); `BAD_HANDLE` (a freed or foreign config).

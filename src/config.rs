@@ -112,12 +112,14 @@ pub struct EngineConfig {
     /// (larger writes without an immediate are split). `None`: the provider's.
     pub max_msg_size: Option<usize>,
     /// How long the worker busy-polls after its last activity before it naps,
-    /// in microseconds. It never naps while requests are in flight or an
-    /// `expect_imm_count` expectation is armed. Keep it above `idle_nap_us`, so
+    /// in microseconds. It never naps while requests are in flight, nor while
+    /// an `expect_imm_count` expectation is armed unless `idle_policy` lets
+    /// it. Keep it above `idle_nap_us`, so
     /// that two engines in a request/response exchange stay awake.
     pub idle_spin_us: u64,
     /// How long one nap lasts at most, in microseconds (a submit wakes it at
-    /// once, and on shm so does a peer engine's write or message).
+    /// once, and so does an arrival where the worker sleeps on a wait object
+    /// or, on shm, its doorbell: see `IdlePolicy`).
     pub idle_nap_us: u64,
     /// No worker thread: the application drives the engine with
     /// `TransferEngine::progress` (or calls that progress while they wait).
@@ -182,7 +184,7 @@ impl Default for EngineConfig {
             idle_spin_us: 2000,
             idle_nap_us: 500,
             manual_progress: false,
-            idle_policy: IdlePolicy::Spin,
+            idle_policy: IdlePolicy::Auto,
             watcher_spin_us: WATCHER_SPIN_AUTO,
             watcher_nap_us: 50,
             request_timeout: Some(Duration::from_secs(30)),
@@ -412,26 +414,39 @@ impl EngineConfig {
 /// the policy opened one, else napping `idle_nap_us` at a time; on shm those
 /// naps are on its doorbell, which a peer engine's write ends: src/bell.rs).
 ///
-/// Measured (docs/benchmarks.md, `fabriclib-bench idle`): spinning costs a
-/// whole core per engine; blocking on tcp's wait fd costs 0.02–0.05 CPU
-/// seconds per second and about 70 µs more for the first write after a quiet
-/// spell. But a completion queue opened with a wait object costs on the hot
-/// path too (tcp: about +1.5 µs per write-with-immediate half round trip and
-/// 8–20% of small-write bandwidth), so blocking is a choice, not the default.
-/// On shm `Auto` costs nothing on a transfer (its doorbell needs no wait
-/// object): 0.03 CPU s/s per idle engine and about +30 µs on the first write
-/// after a quiet spell on the 16-core machine.
+/// Measured on the 16-core machine (docs/benchmarks.md, `fabriclib-bench
+/// idle`): spinning costs a whole core per engine; `Auto` costs about 0.03
+/// CPU seconds per second per idle engine with the default naps of 500 µs
+/// (the sleep is cut into naps of `idle_nap_us` whatever it is on, because
+/// an idle virtual CPU wakes slowly: 10 ms naps cost half as much CPU and
+/// about 100 µs more on the first write after a quiet spell). What it costs
+/// otherwise depends on what the worker sleeps on:
+/// - shm: its doorbell, which needs no wait object: nothing on a transfer,
+///   +20–46 µs on the first write after a quiet spell (a futex wake of a
+///   sleeping thread alone takes 66–100 µs there);
+/// - verbs: the completion channel, armed only as the worker goes to sleep:
+///   nothing on a transfer;
+/// - tcp;ofi_rxm: the completion queue's `FI_WAIT_FD`, which the provider
+///   signals (a write and a read syscall) for every completion: about +1 µs
+///   per 8-byte write-with-immediate half round trip, and +36–84 µs on the
+///   first write after a quiet spell (+56–66 µs for a thread blocked on a
+///   plain loopback TCP socket against one spinning on it).
+///
+/// `Auto` is the default since 0.4: an engine waiting for data costs no
+/// core. `Spin` is for the dedicated-core deployment (the engine threads on
+/// CPUs of their own, latency first).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum IdlePolicy {
-    /// Keep spinning: the lowest latency, one core while armed. The default;
-    /// no wait objects are opened.
-    #[default]
+    /// Keep spinning: the lowest latency, one core while armed. No wait
+    /// objects are opened.
     Spin,
     /// Block on the wait object where the provider has one (tcp;ofi_rxm:
-    /// `FI_WAIT_FD`, woken by the arrival); on shm, which has none, sleep on
-    /// the group's doorbell in naps of `idle_nap_us`, which a peer engine
-    /// rings after posting to it (src/bell.rs), so that no arrival waits out
-    /// a nap; keep spinning where there is neither (verbs without a channel).
+    /// `FI_WAIT_FD`, woken by the arrival; verbs: the completion channel); on
+    /// shm, which has none, sleep on the group's doorbell in naps of
+    /// `idle_nap_us`, which a peer engine rings after posting to it
+    /// (src/bell.rs), so that no arrival waits out a nap; keep spinning where
+    /// there is neither. The default.
+    #[default]
     Auto,
     /// Sleep as when nothing is armed: block on the wait object or the
     /// doorbell, or nap where there is neither (an arrival may then wait up

@@ -4,7 +4,7 @@
 //! structs. Each function says what it needs; the rest of the crate calls
 //! these.
 use std::ffi::{CStr, c_char, c_void};
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 /// Closes `fd` (errors ignored: there is nothing to do about them).
@@ -91,13 +91,30 @@ impl Epoll {
         unsafe { libc::epoll_ctl(self.0, libc::EPOLL_CTL_ADD, fd, &mut ev) == 0 }
     }
 
-    /// Sleeps until a watched fd is readable or `timeout` (rounded up to a
-    /// millisecond) has passed; calls `ready` with the data of each ready fd.
+    /// Sleeps until a watched fd is readable or `timeout` has passed (to the
+    /// microsecond with `epoll_pwait2`, Linux 5.11; rounded up to a
+    /// millisecond before); calls `ready` with the data of each ready fd.
     pub fn wait(&self, timeout: Duration, mut ready: impl FnMut(u64)) {
-        let ms = timeout.as_micros().div_ceil(1000).clamp(1, i32::MAX as u128) as i32;
+        static NO_PWAIT2: AtomicBool = AtomicBool::new(false);
         let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 8];
-        // SAFETY: our epoll fd and a buffer of 8 events.
-        let n = unsafe { libc::epoll_wait(self.0, evs.as_mut_ptr(), 8, ms) };
+        let mut n = -1;
+        if !NO_PWAIT2.load(Ordering::Relaxed) {
+            let ts = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as _ };
+            // SAFETY: our epoll fd, a buffer of 8 events, a timespec the
+            // kernel only reads, and no signal mask (as epoll_wait). Called
+            // through syscall(2): glibc's wrapper needs glibc 2.35.
+            n = unsafe {
+                libc::syscall(libc::SYS_epoll_pwait2, self.0, evs.as_mut_ptr(), 8, &ts, std::ptr::null::<u8>(), 0)
+            } as i32;
+            if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+                NO_PWAIT2.store(true, Ordering::Relaxed);
+            }
+        }
+        if NO_PWAIT2.load(Ordering::Relaxed) {
+            let ms = timeout.as_micros().div_ceil(1000).clamp(1, i32::MAX as u128) as i32;
+            // SAFETY: our epoll fd and a buffer of 8 events.
+            n = unsafe { libc::epoll_wait(self.0, evs.as_mut_ptr(), 8, ms) };
+        }
         for e in evs.iter().take(n.max(0) as usize) {
             ready(e.u64);
         }

@@ -651,8 +651,12 @@ impl Session {
 pub fn host_cost(spec: &Spec, reps: usize, warmup: usize, progress: &dyn Fn(&str)) -> R<Row> {
     // With --progress manual the submitting thread also posts and polls:
     // no hand-off at all.
-    let cfg =
-        EngineConfig { provider: Some("null".into()), manual_progress: crate::manual_progress(), ..Default::default() };
+    let cfg = EngineConfig {
+        provider: Some("null".into()),
+        manual_progress: crate::manual_progress(),
+        idle_policy: crate::idle_policy(),
+        ..Default::default()
+    };
     let e = TransferEngine::new(&cfg).map_err(|e| e.to_string())?;
     let pages = spec.pages.max(1);
     let len = (spec.size as usize * pages.max(spec.peers)).max(64);

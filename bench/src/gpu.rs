@@ -94,6 +94,7 @@ fn engine() -> R<TransferEngine> {
         provider: Some("shm".into()),
         watcher_spin_us: u64::MAX,
         idle_spin_us: 1_000_000,
+        idle_policy: crate::idle_policy(),
         ..Default::default()
     };
     TransferEngine::new(&cfg).map_err(e2s)

@@ -38,6 +38,7 @@ fn setup(provider: &str, n: usize, per_group: bool, len: usize) -> R<Setup> {
         bind_addr: Some("127.0.0.1".into()),
         nic_count: if per_group { 1 } else { n },
         groups: if per_group { vec![GroupConfig::default(); n] } else { Vec::new() },
+        idle_policy: crate::idle_policy(),
         ..Default::default()
     };
     let (a, b) = (TransferEngine::new(&cfg).map_err(e2s)?, TransferEngine::new(&cfg).map_err(e2s)?);

@@ -11,8 +11,16 @@
 //!
 //! `--idle-nap-us` sets both engines' `idle_nap_us` (default 500): how long
 //! a sleeping worker's naps last where a doorbell or nothing ends them.
+//!
+//! Then the floor, without an engine (`raw_wake`): the same quiet spells and
+//! an 8-byte message to a thread that spins on a non-blocking loopback TCP
+//! socket, is blocked reading it, or is parked (a futex) and unparked. What
+//! blocking adds there is the kernel's wake of a sleeping thread, which no
+//! idle policy can take off the first write after a quiet spell.
 use fabriclib::{EngineConfig, FLAG_DONE, IdlePolicy, OnDone, TransferEngine};
 use serde_json::json;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -61,22 +69,104 @@ fn arm(p: &Pair, imm: u32) -> R<Arc<AtomicU32>> {
     Ok(f)
 }
 
-/// One write with `imm`; returns when the receiver's flag says it landed.
-fn write_and_wait(p: &Pair, imm: u32, f: &AtomicU32) -> R<Duration> {
-    let t0 = Instant::now();
-    p.w.submit_single_write(8, Some(imm), &p.src, 0, p.dst.descriptor(), 0, OnDone::Nothing).map_err(e2s)?;
-    // Spin, yielding the core now and then (on a 2-core host the writer's
-    // and the receiver's workers need it too).
+/// Spins until `f` holds `want`, yielding now and then (on a 2-core host the
+/// other side's threads need the core too); false after 10 s.
+fn spin_until(f: &AtomicU32, want: impl Fn(u32) -> bool, t0: Instant) -> bool {
     let mut spins = 0u32;
-    while f.load(Ordering::Acquire) & FLAG_DONE == 0 {
+    while !want(f.load(Ordering::Acquire)) {
         spins = spins.wrapping_add(1);
         if spins % 8 == 0 {
             std::thread::yield_now();
             if t0.elapsed() > Duration::from_secs(10) {
-                return Err("the write did not land within 10 s".into());
+                return false;
             }
         }
         std::hint::spin_loop();
+    }
+    true
+}
+
+/// How the raw floor's receiving thread waits.
+#[derive(Clone, Copy)]
+enum RawWait {
+    /// Spins on a non-blocking TCP socket.
+    TcpSpin,
+    /// Blocked in `read` on a TCP socket.
+    TcpBlock,
+    /// Parked on a futex (`thread::park`); the writer unparks it.
+    Futex,
+}
+
+/// The raw floor: `samples` times, after `quiet_ms`, the application thread
+/// sends 8 bytes (or unparks) and spins until the receiving thread has seen
+/// them; returns the sorted latencies in µs.
+fn raw_wake(how: RawWait, quiet_ms: u64, samples: usize) -> R<Vec<f64>> {
+    let e = |e: std::io::Error| e.to_string();
+    let l = TcpListener::bind("127.0.0.1:0").map_err(e)?;
+    let mut tx = TcpStream::connect(l.local_addr().map_err(e)?).map_err(e)?;
+    let (mut rx, _) = l.accept().map_err(e)?;
+    tx.set_nodelay(true).map_err(e)?;
+    rx.set_nonblocking(matches!(how, RawWait::TcpSpin)).map_err(e)?;
+    let seen = Arc::new(AtomicU32::new(0));
+    let s = seen.clone();
+    let receiver = std::thread::spawn(move || {
+        let mut buf = [0u8; 8];
+        for i in 1..=samples as u32 {
+            match how {
+                RawWait::Futex => {
+                    while s.load(Ordering::Acquire) != u32::MAX {
+                        std::thread::park();
+                    }
+                }
+                _ => {
+                    let mut got = 0;
+                    let mut spins = 0u32;
+                    while got < buf.len() {
+                        match rx.read(&mut buf[got..]) {
+                            Ok(0) => return,
+                            Ok(n) => got += n,
+                            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                                spins = spins.wrapping_add(1);
+                                if spins % 64 == 0 {
+                                    std::thread::yield_now();
+                                }
+                            }
+                            Err(_) => return,
+                        }
+                    }
+                }
+            }
+            s.store(i, Ordering::Release);
+        }
+    });
+    let mut lat = Vec::new();
+    for i in 1..=samples as u32 {
+        std::thread::sleep(Duration::from_millis(quiet_ms));
+        let t0 = Instant::now();
+        match how {
+            RawWait::Futex => {
+                seen.store(u32::MAX, Ordering::Release);
+                receiver.thread().unpark();
+            }
+            _ => tx.write_all(&[1u8; 8]).map_err(e)?,
+        }
+        if !spin_until(&seen, |v| v == i, t0) {
+            return Err("the raw receiver did not see the message within 10 s".into());
+        }
+        lat.push(t0.elapsed().as_secs_f64() * 1e6);
+    }
+    drop(tx);
+    receiver.join().map_err(|_| "the raw receiver panicked".to_string())?;
+    lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    Ok(lat)
+}
+
+/// One write with `imm`; returns when the receiver's flag says it landed.
+fn write_and_wait(p: &Pair, imm: u32, f: &AtomicU32) -> R<Duration> {
+    let t0 = Instant::now();
+    p.w.submit_single_write(8, Some(imm), &p.src, 0, p.dst.descriptor(), 0, OnDone::Nothing).map_err(e2s)?;
+    if !spin_until(f, |v| v & FLAG_DONE != 0, t0) {
+        return Err("the write did not land within 10 s".into());
     }
     Ok(t0.elapsed())
 }
@@ -145,6 +235,18 @@ pub fn run(args: &[String]) -> R<bool> {
             rows.push(json!({ "provider": prov, "policy": name, "cpu_per_wall": cpu, "first_write_p50_us": p50,
                               "first_write_max_us": max, "samples": samples, "idle_ms": idle_ms, "quiet_ms": quiet_ms }));
         }
+    }
+    // The floor: the same quiet spells and message, no engine.
+    for (prov, name, how) in [
+        ("raw tcp", "spin", RawWait::TcpSpin),
+        ("raw tcp", "block", RawWait::TcpBlock),
+        ("raw futex", "block", RawWait::Futex),
+    ] {
+        let lat = raw_wake(how, quiet_ms, samples)?;
+        let (p50, max) = (lat[lat.len() / 2], lat[lat.len() - 1]);
+        println!("{prov:<12} {name:<6} {:>14} {:>13.1} us {:>13.1} us {:>10}", "-", p50, max, "-");
+        rows.push(json!({ "provider": prov, "policy": name, "first_write_p50_us": p50, "first_write_max_us": max,
+                          "samples": samples, "quiet_ms": quiet_ms }));
     }
     if let Some(f) = json_out {
         std::fs::write(&f, serde_json::to_string_pretty(&json!({ "idle": rows })).unwrap())

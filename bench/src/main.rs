@@ -81,7 +81,9 @@ options:
   --recv-callbacks worker|thread
                              the send rows' receive pools call back on the worker
                              (add_recv_pool_on_worker, default) or on the callback thread
-  --idle-policy P            the engines' idle policy: spin (default), auto or block
+  --idle-policy P            the engines' idle policy: spin (the default here: engine threads on CPUs
+                             of their own, as the bench pins them; the library's default is auto),
+                             auto or block
   --no-pin                   do not pin processes to CPUs (default: client on CPU 0,
                              server i on CPU (i+1) mod ncpus, on loopback; with 4 or more CPUs
                              each process's engine threads on CPU k + ncpus/2 of their own)
@@ -527,7 +529,10 @@ pub fn manual_progress() -> bool {
     std::env::var("FABRICLIB_BENCH_PROGRESS").as_deref() == Ok("manual")
 }
 
-/// The engines' idle policy (`--idle-policy`; servers inherit it through the environment).
+/// The engines' idle policy (`--idle-policy`; servers inherit it through the
+/// environment). `Spin` unless told: the bench measures the dedicated-core
+/// deployment (each process's engine threads pinned to a CPU of their own),
+/// not the library's default (`Auto`).
 pub fn idle_policy() -> fabriclib::IdlePolicy {
     match std::env::var("FABRICLIB_BENCH_IDLE_POLICY").as_deref() {
         Ok("auto") => fabriclib::IdlePolicy::Auto,

@@ -32,11 +32,12 @@ pub enum fabriclib_log_level {
 #[repr(u32)]
 pub enum fabriclib_idle {
     /// Keep spinning while an expectation is armed (the lowest first-arrival
-    /// latency; one core per engine). The default.
+    /// latency; one core per engine): for engine threads on CPUs of their own.
     Spin = 0,
     /// Block on the completion queues' wait object where the provider has
-    /// one (tcp); on shm, which has none, sleep in naps of `nap_us` that a
-    /// peer engine's write ends at once (a doorbell it rings).
+    /// one (tcp, verbs); on shm, which has none, sleep in naps of `nap_us`
+    /// that a peer engine's write ends at once (a doorbell it rings). The
+    /// default (since 0.4).
     Auto = 1,
     /// Sleep even with an expectation armed: as `FABRICLIB_IDLE_AUTO`, and
     /// nap `nap_us` at a time where there is neither a wait object nor a

@@ -208,15 +208,16 @@ fn cpu_seconds() -> f64 {
     fabriclib::os::process_cpu_seconds()
 }
 
-/// The sleeping idle policies: with an expectation armed and nothing
-/// arriving, the worker sleeps (blocked on tcp's wait fd, on its doorbell on
+/// The sleeping idle policies, the default (`Auto`) first: with an
+/// expectation armed and nothing arriving, the worker sleeps (blocked on tcp's wait fd, on its doorbell on
 /// shm, which has no wait object: bell.rs), an arrival still completes the
 /// expectation at once (the first write after a quiet spell, submit to the
 /// expectation's flag, within 15 ms at the median, where a missed wake-up
 /// would wait out the test's 100 ms naps), and a deadline still fires.
 pub fn idle_policies_sleep_and_wake(prov: &str, domains: usize) -> TestResult {
     use fabriclib::IdlePolicy;
-    for policy in [IdlePolicy::Auto, IdlePolicy::Block] {
+    // The default must sleep: an engine that waits costs no core unless told.
+    for policy in [EngineConfig::default().idle_policy, IdlePolicy::Block] {
         // Naps of 100 ms: a wake-up that did not happen would show.
         let cfg = EngineConfig { nic_count: domains, idle_policy: policy, idle_nap_us: 100_000, ..Default::default() };
         let (w, r) = (local_with(cfg.clone(), prov, 1 << 16, 81)?, local_with(cfg, prov, 1 << 16, 82)?);
