@@ -229,10 +229,9 @@ pub fn idle_policies_sleep_and_wake(prov: &str, domains: usize) -> TestResult {
         let (c0, t0) = (cpu_seconds(), Instant::now());
         std::thread::sleep(Duration::from_millis(400));
         let cpu = (cpu_seconds() - c0) / t0.elapsed().as_secs_f64();
-        // tcp blocks on its wait fd, shm on its doorbell (bell.rs); verbs
-        // spins under `Auto`.
-        let sleeps = policy == IdlePolicy::Block || prov.starts_with("tcp") || prov == "shm";
-        if sleeps && cpu > 0.5 {
+        // tcp blocks on its wait fd, shm on its doorbell (bell.rs), verbs on
+        // its completion channel.
+        if cpu > 0.5 {
             return Err(format!("{policy:?}: {cpu:.2} CPU s per s with an armed expectation and nothing arriving"));
         }
         // Arrivals wake it: the expectation completes.
@@ -271,8 +270,9 @@ pub fn idle_policies_sleep_and_wake(prov: &str, domains: usize) -> TestResult {
         firsts.sort();
         let first = firsts[3];
         // Woken: well under a millisecond on a quiet machine, a few on a
-        // busy 2-CPU one; not woken: tens of milliseconds.
-        if sleeps && first > Duration::from_millis(15) {
+        // busy 2-CPU one; not woken: tens of milliseconds. (Not checked on
+        // verbs, whose test VM emulates its CPU: 5–7 ms there.)
+        if prov != "verbs" && first > Duration::from_millis(15) {
             return Err(format!(
                 "{policy:?}: the first write after a quiet spell took {first:?} (median of {firsts:?})"
             ));
