@@ -14,7 +14,7 @@ use crate::completion::notify::{self, Deadline, RequestId, RequestOpts};
 use crate::config::EngineConfig;
 use crate::error::{Error, Result, Status};
 use crate::wire::{MrDesc, NetAddr};
-use crate::worker::request::{Ctrl, Dst, Request, ScatterItem, Shape};
+use crate::worker::request::{Ctrl, Dst, PagedShape, Request, ScatterItem, Shape};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
@@ -345,8 +345,9 @@ impl TransferEngine {
         let id = self.next_request.fetch_add(1, Ordering::Relaxed);
         let timeout = self.timeout(opts.deadline);
         let (done, delivered, region) = (opts.done, opts.delivered, src_mr.map(|m| m.0.index));
-        let submitted = crate::metrics::submit_sampled(id).then(std::time::Instant::now);
-        let req = Request { id, timeout, shape, imm, done, region, nic, delivered, submitted };
+        let submitted_ns = if crate::metrics::submit_sampled(id) { crate::metrics::since_epoch_ns() } else { 0 };
+        let timeout_ns = Request::timeout_ns(timeout);
+        let req = Request { id, timeout_ns, shape, imm, done, region, nic, delivered, submitted_ns };
         if let Err(req) = shared.data.push(req) {
             // Dropped unfired: a submit that returns an error never calls back.
             drop(req);
@@ -443,7 +444,7 @@ impl TransferEngine {
                 None => bail!(OutOfBounds, "paged write {side}: page {max_idx} * stride overflows"),
             }
         }
-        let shape = Shape::Paged {
+        let shape = Shape::Paged(Box::new(PagedShape {
             page_len,
             src: src.0.ptr + src_pages.offset as usize,
             src_stride: src_pages.stride,
@@ -452,7 +453,7 @@ impl TransferEngine {
             dst_off: dst_pages.offset,
             dst_stride: dst_pages.stride,
             dst_idx: dst_pages.indices.into(),
-        };
+        }));
         self.submit(g, shape, imm, Some(src), done.into())
     }
 

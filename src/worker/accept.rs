@@ -115,7 +115,7 @@ impl<D: Domain> Worker<D> {
                 return self.notifier.fire_request(req.id, req.done, Err(e));
             }
         };
-        let timeout = req.timeout;
+        let timeout = req.timeout();
         let (slot, epoch) = self.requests.slots.insert(req, peer, unit_peers);
         if let Some(t) = timeout {
             let in_order = timeout == self.cfg.request_timeout;

@@ -245,7 +245,7 @@ impl<D: Domain> Worker<D> {
                         continue;
                     };
                     if a.error.is_none() {
-                        let t = a.req.timeout.unwrap_or_default();
+                        let t = a.req.timeout().unwrap_or_default();
                         self.end(
                             slot,
                             Error::new(Status::TimedOut, format!("the request did not complete within {t:?}")),

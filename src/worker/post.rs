@@ -15,6 +15,7 @@ use super::{POST_BURST, Worker};
 use crate::domain::{Chan, Domain, Post, SendWr};
 use crate::error::Result;
 use crate::metrics::SUBMIT_TO_POST;
+use std::time::Duration;
 
 impl<D: Domain> Worker<D> {
     pub(super) fn post_all(&mut self) -> bool {
@@ -105,12 +106,16 @@ impl<D: Domain> Worker<D> {
             let scratch = (self.requests.scratch.ptr as *const u8, &self.requests.scratch_mr[d]);
             let src = a.req.region.map(|i| &self.requests.regions.locals(i)[d]);
             let (split_over, code) = (self.domains[d].answer_free_limit(), tok.encode());
+            let pages = a.req.page_wrs(d, peer, src, scratch.1, &self.requests.dsts);
             while n < budget && a.next[d] < a.units {
                 let k = a.next[d];
                 if a.unit_peers.as_ref().is_some_and(|u| u[k] != entry) {
                     break;
                 }
-                let wr = a.req.write_wr(k, d, peer, src, scratch, &self.requests.dsts);
+                let wr = match &pages {
+                    Some(p) => p.wr(k),
+                    None => a.req.write_wr(k, d, peer, src, scratch, &self.requests.dsts),
+                };
                 let r = if wr.imm.is_some() && wr.len > split_over {
                     let (body, i) = self.requests.splits.start(&wr, tok);
                     let r = self.domains[d].post_write(&body, Token::Split(i).encode());
@@ -138,7 +143,8 @@ impl<D: Domain> Worker<D> {
             if a.first_post.is_none() {
                 let now = self.pass.now;
                 a.first_post = Some(now);
-                if let Some(t) = a.req.submitted {
+                if a.req.submitted_ns != 0 {
+                    let t = crate::metrics::EPOCH.get().map_or(now, |e| *e + Duration::from_nanos(a.req.submitted_ns));
                     self.shared.stats.hists[SUBMIT_TO_POST].record_time(now.saturating_duration_since(t));
                 }
             }

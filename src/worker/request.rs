@@ -42,35 +42,61 @@ pub struct ScatterItem {
     pub dst_offset: u64,
 }
 
+/// Page k of a paged write: `page_len` bytes from `src + src_idx[k]*src_stride`
+/// to `dst_off + dst_idx[k]*dst_stride`.
+pub struct PagedShape {
+    pub page_len: u64,
+    pub src: usize,
+    pub src_stride: u64,
+    pub src_idx: Box<[u32]>,
+    pub dst: Dst,
+    pub dst_off: u64,
+    pub dst_stride: u64,
+    pub dst_idx: Box<[u32]>,
+}
+
+/// A request's shape. Every variant but `Paged` is at most 48 bytes, and a
+/// `Request` is copied into the submission queue and out of it: the paged
+/// one, the largest (88 bytes), is boxed (one allocation per request of many
+/// pages), which keeps every `Request` to 128 bytes, two cache lines (176 before).
 pub enum Shape {
     /// `len` bytes from `src` to `dst_off` of `dst`, in chunks of `chunk` bytes.
-    Single { src: usize, dst: Dst, dst_off: u64, len: u64, chunk: u64 },
-    /// Page k: `page_len` bytes from `src + src_idx[k]*src_stride` to `dst_off + dst_idx[k]*dst_stride`.
-    Paged {
-        page_len: u64,
+    Single {
         src: usize,
-        src_stride: u64,
-        src_idx: Box<[u32]>,
         dst: Dst,
         dst_off: u64,
-        dst_stride: u64,
-        dst_idx: Box<[u32]>,
+        len: u64,
+        chunk: u64,
     },
+    Paged(Box<PagedShape>),
     /// Item k to its own destination.
-    Scatter { src: usize, items: Box<[ScatterItem]>, peer_set: Option<u64> },
+    Scatter {
+        src: usize,
+        items: Box<[ScatterItem]>,
+        peer_set: Option<u64>,
+    },
     /// A zero-byte write to each destination.
-    Barrier { dsts: Box<[Dst]>, peer_set: Option<u64> },
+    Barrier {
+        dsts: Box<[Dst]>,
+        peer_set: Option<u64>,
+    },
     /// One message to domain 0 of a peer.
-    Send { to: NetAddr, msg: Box<[u8]> },
+    Send {
+        to: NetAddr,
+        msg: Box<[u8]>,
+    },
     /// Nothing to post: ends once the peer is up (greeted afresh if down).
-    Connect { to: NetAddr },
+    Connect {
+        to: NetAddr,
+    },
 }
 
 pub struct Request {
     /// The id `submit_*` returned (for `cancel`).
     pub id: u64,
-    /// How long it may take; `None`: no deadline.
-    pub timeout: Option<Duration>,
+    /// How long it may take, in nanoseconds; `u64::MAX`: no deadline
+    /// (`timeout()`; kept to 8 bytes, as `submitted_ns`: see `Shape`).
+    pub timeout_ns: u64,
     pub shape: Shape,
     pub imm: Option<u32>,
     pub done: OnDone,
@@ -82,17 +108,28 @@ pub struct Request {
     /// `Ok` only once delivered: every byte and immediate taken in by the
     /// target engine (a delivery fence, fence.rs).
     pub delivered: bool,
-    /// When it was submitted, for the one request in
-    /// `metrics::SUBMIT_SAMPLE` that the histogram submit → first post times.
-    pub submitted: Option<std::time::Instant>,
+    /// When it was submitted (`metrics::since_epoch_ns`), for the one request
+    /// in `metrics::SUBMIT_SAMPLE` that the histogram submit → first post
+    /// times; 0 for the others.
+    pub submitted_ns: u64,
 }
 
 impl Request {
+    /// `timeout_ns` as `EngineConfig` and `RequestOpts` give it.
+    pub fn timeout(&self) -> Option<Duration> {
+        (self.timeout_ns != u64::MAX).then(|| Duration::from_nanos(self.timeout_ns))
+    }
+
+    /// `timeout` as `timeout_ns` keeps it (a deadline beyond 584 years is none).
+    pub fn timeout_ns(t: Option<Duration>) -> u64 {
+        t.map_or(u64::MAX, |t| t.as_nanos().min(u64::MAX as u128) as u64)
+    }
+
     /// Its kind, as the metrics count it (`metrics::KINDS`).
     pub fn kind(&self) -> usize {
         match &self.shape {
             Shape::Single { .. } => 0,
-            Shape::Paged { .. } => 1,
+            Shape::Paged(_) => 1,
             Shape::Scatter { .. } => 2,
             Shape::Barrier { .. } => 3,
             Shape::Send { .. } => 4,
@@ -103,7 +140,7 @@ impl Request {
     pub fn units(&self) -> usize {
         match &self.shape {
             Shape::Single { len, chunk, .. } => (len.div_ceil(*chunk) as usize).max(1),
-            Shape::Paged { src_idx, .. } => src_idx.len(),
+            Shape::Paged(p) => p.src_idx.len(),
             Shape::Scatter { items, .. } => items.len(),
             Shape::Barrier { dsts, .. } => dsts.len(),
             Shape::Send { .. } => 1,
@@ -115,7 +152,7 @@ impl Request {
     /// write, one per unit for a scatter or barrier, none for the rest.
     pub fn dst_count(&self) -> usize {
         match &self.shape {
-            Shape::Single { .. } | Shape::Paged { .. } => 1,
+            Shape::Single { .. } | Shape::Paged(_) => 1,
             Shape::Scatter { items, .. } => items.len(),
             Shape::Barrier { dsts, .. } => dsts.len(),
             Shape::Send { .. } | Shape::Connect { .. } => 0,
@@ -125,7 +162,8 @@ impl Request {
     /// Destination `j` (of `dst_count`); a single-destination request's for any `j`.
     pub fn dst(&self, j: usize) -> &Dst {
         match &self.shape {
-            Shape::Single { dst, .. } | Shape::Paged { dst, .. } => dst,
+            Shape::Single { dst, .. } => dst,
+            Shape::Paged(p) => &p.dst,
             Shape::Scatter { items, .. } => &items[j].dst,
             Shape::Barrier { dsts, .. } => &dsts[j],
             Shape::Send { .. } | Shape::Connect { .. } => unreachable!("no descriptor"),
@@ -134,7 +172,8 @@ impl Request {
 
     pub fn dst_mut(&mut self, j: usize) -> &mut Dst {
         match &mut self.shape {
-            Shape::Single { dst, .. } | Shape::Paged { dst, .. } => dst,
+            Shape::Single { dst, .. } => dst,
+            Shape::Paged(p) => &mut p.dst,
             Shape::Scatter { items, .. } => &mut items[j].dst,
             Shape::Barrier { dsts, .. } => &mut dsts[j],
             Shape::Send { .. } | Shape::Connect { .. } => unreachable!("no descriptor"),
@@ -152,6 +191,34 @@ impl Request {
             Shape::Scatter { peer_set, .. } | Shape::Barrier { peer_set, .. } => *peer_set,
             _ => None,
         }
+    }
+
+    /// A paged write's work requests on domain `d` to `peer`, with what every
+    /// page shares (the destination's key, the descriptor) looked up once:
+    /// `PageWrs::wr(k)` is `write_wr(k, …)` for a page, without the shape's
+    /// match and the key's lookup per page. `None` for other shapes.
+    pub(super) fn page_wrs(
+        &self,
+        d: usize,
+        peer: PeerId,
+        src: Option<&LocalMr>,
+        scratch: &LocalMr,
+        dsts: &Dsts,
+    ) -> Option<PageWrs<'_>> {
+        let Shape::Paged(p) = &self.shape else {
+            return None;
+        };
+        let key = dsts.get(&p.dst).keys[d];
+        let tpl = WriteWr {
+            local: std::ptr::null(),
+            len: p.page_len as usize,
+            desc: src.unwrap_or(scratch).desc,
+            peer,
+            remote_addr: key.remote_base + p.dst_off,
+            key: key.key,
+            imm: self.imm,
+        };
+        Some(PageWrs { p, tpl })
     }
 
     /// Work request for unit `k` on domain `d`, sent to `peer`. `src` is
@@ -186,11 +253,11 @@ impl Request {
                 let off = k as u64 * chunk;
                 wr(*src as u64 + off, (*chunk).min(len - off), dst, dst_off + off)
             }
-            Shape::Paged { page_len, src, src_stride, src_idx, dst, dst_off, dst_stride, dst_idx } => wr(
-                *src as u64 + src_idx[k] as u64 * src_stride,
-                *page_len,
-                dst,
-                dst_off + dst_idx[k] as u64 * dst_stride,
+            Shape::Paged(p) => wr(
+                p.src as u64 + p.src_idx[k] as u64 * p.src_stride,
+                p.page_len,
+                &p.dst,
+                p.dst_off + p.dst_idx[k] as u64 * p.dst_stride,
             ),
             Shape::Scatter { src, items, .. } => {
                 let it = &items[k];
@@ -201,6 +268,26 @@ impl Request {
             Shape::Send { .. } | Shape::Connect { .. } => {
                 unreachable!("sends are posted by post_send; connects post nothing")
             }
+        }
+    }
+}
+
+/// `Request::page_wrs`: a paged write's pages on one domain.
+pub(super) struct PageWrs<'a> {
+    p: &'a PagedShape,
+    /// Page 0 of the destination's offset, every field but `local` set.
+    tpl: WriteWr,
+}
+
+impl PageWrs<'_> {
+    /// Page `k`'s work request.
+    #[inline]
+    pub(super) fn wr(&self, k: usize) -> WriteWr {
+        let p = self.p;
+        WriteWr {
+            local: (p.src as u64 + p.src_idx[k] as u64 * p.src_stride) as *const u8,
+            remote_addr: self.tpl.remote_addr + p.dst_idx[k] as u64 * p.dst_stride,
+            ..self.tpl
         }
     }
 }
@@ -309,14 +396,14 @@ impl Request {
     pub(crate) fn test(shape: Shape) -> Request {
         Request {
             id: 1,
-            timeout: None,
+            timeout_ns: u64::MAX,
             shape,
             imm: None,
             done: OnDone::Nothing,
             region: None,
             nic: None,
             delivered: false,
-            submitted: None,
+            submitted_ns: 0,
         }
     }
 }
@@ -350,6 +437,12 @@ mod tests {
             .map(|k| {
                 let w = r.write_wr(k, d, 3, None, (0x99 as *const u8, &s), &Dsts::new(0));
                 assert_eq!((w.peer, w.imm), (3, r.imm));
+                // A paged write's run (post_run) takes its pages from `page_wrs`: the same.
+                if let Some(p) = r.page_wrs(d, 3, None, &s, &Dsts::new(0)) {
+                    let v = p.wr(k);
+                    let same = (v.local, v.len, v.desc, v.peer, v.remote_addr, v.key, v.imm);
+                    assert_eq!(same, (w.local, w.len, w.desc, w.peer, w.remote_addr, w.key, w.imm), "page {k}");
+                }
                 (w.local as u64, w.len, w.remote_addr, w.key)
             })
             .collect()
@@ -372,11 +465,19 @@ mod tests {
         assert_eq!(wrs(&empty, 0), [(0, 0, 0x1000, 7)]);
     }
 
+    /// A request is copied into the submission queue and out of it, then
+    /// into its slot: the paged shape is boxed to keep it small (Shape).
+    #[test]
+    fn a_request_stays_small() {
+        assert!(std::mem::size_of::<Shape>() <= 56, "Shape: {} bytes", std::mem::size_of::<Shape>());
+        assert!(std::mem::size_of::<Request>() <= 128, "Request: {} bytes", std::mem::size_of::<Request>());
+    }
+
     #[test]
     fn pages_follow_their_indices_and_strides() {
         let r = Request {
             imm: Some(9),
-            ..Request::test(Shape::Paged {
+            ..Request::test(Shape::Paged(Box::new(PagedShape {
                 page_len: 16,
                 src: 0x4000,
                 src_stride: 32,
@@ -385,7 +486,7 @@ mod tests {
                 dst_off: 8,
                 dst_stride: 64,
                 dst_idx: vec![1, 3, 0].into(),
-            })
+            })))
         };
         assert_eq!(
             wrs(&r, 0),

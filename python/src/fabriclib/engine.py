@@ -360,7 +360,8 @@ class Engine:
     """A transfer engine (``fabriclib_engine``). Keyword arguments configure
     it: ``provider`` ("tcp;ofi_rxm", "shm", "verbs"…), ``bind_address``,
     ``nics`` (comma-separated names), ``nic_count``, ``request_timeout``
-    (seconds), ``max_inflight``, ``idle_policy`` ("spin", "auto", "block"),
+    (seconds), ``max_inflight``, ``idle_policy`` ("auto", the default: a
+    waiting engine sleeps; "spin": it keeps a core; "block"),
     ``manual_progress``, ``keepalive`` ((interval, peer timeout) in seconds).
     Use it as a context manager, or ``close()`` it."""
 
