@@ -225,7 +225,9 @@ impl Request {
     /// the source region's registration in domain `d` (the worker's region
     /// table); `scratch` is the worker's registered buffer, the source of
     /// zero-byte barrier writes (EFA wants a valid descriptor even then);
-    /// `dsts` resolves destinations held by index.
+    /// `dsts` resolves destinations held by index. Inlined into `post_run`
+    /// (measured on the 16-core machine: scatter 0.83 against not inlined).
+    #[inline(always)]
     pub(super) fn write_wr(
         &self,
         k: usize,
