@@ -143,7 +143,8 @@ impl<D: Domain> Worker<D> {
         // after a quiet spell in 240–270 µs (p50), one that looks again
         // every 500 µs in 158–168 µs, for 0.03 more CPU s/s
         // (docs/benchmarks.md): an idle virtual CPU is slow to wake.
-        self.pass.waiter.as_ref().unwrap().wait(until_timer().min(nap));
+        // (And 10 ms at most whatever the nap: verbs retries handshakes by polling.)
+        self.pass.waiter.as_ref().unwrap().wait(until_timer().min(nap).min(BLOCK_MAX));
     }
 
     /// One pass: new requests and posting first (a request's latency), then
