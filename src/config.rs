@@ -422,14 +422,14 @@ impl EngineConfig {
 /// about 100 µs more on the first write after a quiet spell). What it costs
 /// otherwise depends on what the worker sleeps on:
 /// - shm: its doorbell, which needs no wait object: nothing on a transfer,
-///   +20–46 µs on the first write after a quiet spell (a futex wake of a
-///   sleeping thread alone takes 66–100 µs there);
+///   +17–51 µs on the first write after a quiet spell (a futex wake of a
+///   sleeping thread alone takes 66–101 µs there);
 /// - verbs: the completion channel, armed only as the worker goes to sleep:
 ///   nothing on a transfer;
 /// - tcp;ofi_rxm: the completion queue's `FI_WAIT_FD`, which the provider
 ///   signals (a write and a read syscall) for every completion: about +1 µs
-///   per 8-byte write-with-immediate half round trip, and +36–84 µs on the
-///   first write after a quiet spell (+56–66 µs for a thread blocked on a
+///   per 8-byte write-with-immediate half round trip, and +11–84 µs on the
+///   first write after a quiet spell (+60–84 µs for a thread blocked on a
 ///   plain loopback TCP socket against one spinning on it).
 ///
 /// `Auto` is the default since 0.4: an engine waiting for data costs no

@@ -413,10 +413,10 @@ pub extern "C" fn fabriclib_config_set_manual_progress(
 /// core (about 0.03 CPU s per s per idle engine instead of 1.0). On shm the
 /// worker sleeps on a doorbell that peer engines ring, and on verbs on the
 /// completion channel, neither of which costs anything on a transfer; the
-/// first write after a quiet spell takes 20-50 us more than with `SPIN`. On
+/// first write after a quiet spell takes 17-51 us more than with `SPIN`. On
 /// tcp the completion queue's wait fd costs on every transfer (the provider
 /// signals it per completion: about +1 us per 8-byte write-with-immediate
-/// half round trip) and 36-84 us on the first write after a quiet spell.
+/// half round trip) and 11-84 us on the first write after a quiet spell.
 /// Sleeps are cut into naps of `nap_us` (`fabriclib_config_set_idle`), which
 /// an arrival ends: longer naps cost less CPU and wake slower.
 /// `SPIN` is for engine threads on CPUs of their own, latency first.

@@ -141,7 +141,7 @@ impl<D: Domain> Worker<D> {
         // Bounded by `nap` too, as the doorbell's naps: on the 16-core VM
         // (tcp) a worker blocked 10 ms at a time woke for the first write
         // after a quiet spell in 240–270 µs (p50), one that looks again
-        // every 500 µs in 158–168 µs, for 0.03 more CPU s/s
+        // every 500 µs in 116–168 µs, for 0.03 more CPU s/s
         // (docs/benchmarks.md): an idle virtual CPU is slow to wake.
         // (And 10 ms at most whatever the nap: verbs retries handshakes by polling.)
         self.pass.waiter.as_ref().unwrap().wait(until_timer().min(nap).min(BLOCK_MAX));
