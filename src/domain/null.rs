@@ -81,7 +81,15 @@ impl Domain for NullDomain {
     }
     fn poll(&mut self, out: &mut Vec<Completion>) -> Result<usize> {
         let n = self.done.len().min(64);
-        out.extend(self.done.drain(..n).map(|(token, peer, bytes)| Completion::Done { token, peer, bytes }));
+        // From the queue's two slices, whose length is known: a copy loop,
+        // where draining one element at a time cost a tenth of the worker's
+        // time in the host rows (what this provider must keep out of them).
+        let (a, b) = self.done.as_slices();
+        let (a, b) = (&a[..n.min(a.len())], &b[..n - n.min(a.len())]);
+        let done = |&(token, peer, bytes): &(u64, PeerId, u64)| Completion::Done { token, peer, bytes };
+        out.extend(a.iter().map(done));
+        out.extend(b.iter().map(done));
+        self.done.drain(..n);
         Ok(n)
     }
     fn in_flight(&self) -> usize {
@@ -92,5 +100,50 @@ impl Domain for NullDomain {
     /// Nobody answers on the null provider: peers count as up at once.
     fn handshakes(&self) -> bool {
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every posted work request comes back once, in posting order, also
+    /// across the queue's wrap (its two slices) and the 64-per-poll cap.
+    #[test]
+    fn completions_come_back_once_in_order_across_the_wrap() {
+        let mut d =
+            NullDomain { addr: Vec::new(), done: VecDeque::with_capacity(DEPTH), peers: HashMap::new(), next_key: 1 };
+        let wr = |len| WriteWr {
+            local: std::ptr::null(),
+            len,
+            desc: std::ptr::null_mut(),
+            peer: 3,
+            remote_addr: 0,
+            key: 0,
+            imm: None,
+        };
+        let (mut posted, mut seen, mut out) = (0u64, 0u64, Vec::new());
+        let mut drain = |d: &mut NullDomain, seen: &mut u64| {
+            out.clear();
+            let n = d.poll(&mut out).unwrap();
+            assert!(n == out.len() && n <= 64);
+            for c in &out {
+                let Completion::Done { token, peer, bytes } = *c else { panic!("not a write's completion") };
+                assert_eq!((token, peer, bytes), (*seen, 3, *seen));
+                *seen += 1;
+            }
+            n
+        };
+        for round in 0..200 {
+            for _ in 0..(round * 37 % 150) {
+                if matches!(d.post_write(&wr(posted as usize), posted).unwrap(), Post::Posted) {
+                    posted += 1;
+                }
+            }
+            drain(&mut d, &mut seen);
+        }
+        while drain(&mut d, &mut seen) > 0 {}
+        assert_eq!((seen, d.in_flight()), (posted, 0));
+        assert!(posted > 10_000);
     }
 }
