@@ -100,9 +100,9 @@ impl Epoll {
         let mut n = -1;
         if !NO_PWAIT2.load(Ordering::Relaxed) {
             let ts = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as _ };
-            // SAFETY: our epoll fd, a buffer of 8 events, a timespec the
-            // kernel only reads, and no signal mask (as epoll_wait). Called
-            // through syscall(2): glibc's wrapper needs glibc 2.35.
+            // Through syscall(2): glibc's wrapper needs glibc 2.35.
+            // SAFETY: our epoll fd, a buffer of 8 events, a timespec the kernel
+            // only reads, and no signal mask (as epoll_wait).
             n = unsafe {
                 libc::syscall(libc::SYS_epoll_pwait2, self.0, evs.as_mut_ptr(), 8, &ts, std::ptr::null::<u8>(), 0)
             } as i32;
@@ -203,9 +203,9 @@ pub fn numa_node_of(addr: usize) -> Option<u32> {
     const MPOL_F_NODE: libc::c_ulong = 1;
     const MPOL_F_ADDR: libc::c_ulong = 2;
     let mut node: libc::c_int = -1;
-    // SAFETY: the kernel writes one int to `node`; no node mask is passed
-    // (NULL, 0); `addr` is only looked up in the page tables (an unmapped
-    // one is an error return, not a fault).
+    // `addr` is only looked up in the page tables: an unmapped one is an
+    // error return, not a fault.
+    // SAFETY: the kernel writes one int to `node`; no node mask is passed (NULL, 0).
     let r = unsafe {
         libc::syscall(
             libc::SYS_get_mempolicy,

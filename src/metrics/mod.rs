@@ -172,12 +172,17 @@ pub const SUBMIT_TO_POST: usize = 0;
 pub const SUBMIT_SAMPLE: u64 = 16;
 
 /// What a sampled request's submit time is measured from (set by the first).
-pub static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
 
 /// Nanoseconds since `EPOCH` (at least 1: 0 says "not sampled" in a `Request`).
 pub fn since_epoch_ns() -> u64 {
     let e = *EPOCH.get_or_init(std::time::Instant::now);
     (e.elapsed().as_nanos() as u64).max(1)
+}
+
+/// The instant `since_epoch_ns` gave `ns` for.
+pub fn at_epoch_ns(ns: u64) -> std::time::Instant {
+    *EPOCH.get_or_init(std::time::Instant::now) + std::time::Duration::from_nanos(ns)
 }
 
 /// Whether request `id` is timed from its submit (`SUBMIT_SAMPLE`).

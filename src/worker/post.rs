@@ -15,7 +15,6 @@ use super::{POST_BURST, Worker};
 use crate::domain::{Chan, Domain, Post, SendWr};
 use crate::error::Result;
 use crate::metrics::SUBMIT_TO_POST;
-use std::time::Duration;
 
 impl<D: Domain> Worker<D> {
     pub(super) fn post_all(&mut self) -> bool {
@@ -144,7 +143,7 @@ impl<D: Domain> Worker<D> {
                 let now = self.pass.now;
                 a.first_post = Some(now);
                 if a.req.submitted_ns != 0 {
-                    let t = crate::metrics::EPOCH.get().map_or(now, |e| *e + Duration::from_nanos(a.req.submitted_ns));
+                    let t = crate::metrics::at_epoch_ns(a.req.submitted_ns);
                     self.shared.stats.hists[SUBMIT_TO_POST].record_time(now.saturating_duration_since(t));
                 }
             }

@@ -209,8 +209,9 @@ fn cpu_seconds() -> f64 {
 }
 
 /// The sleeping idle policies, the default (`Auto`) first: with an
-/// expectation armed and nothing arriving, the worker sleeps (blocked on tcp's wait fd, on its doorbell on
-/// shm, which has no wait object: bell.rs), an arrival still completes the
+/// expectation armed and nothing arriving, the worker sleeps (blocked on
+/// tcp's wait fd, on its doorbell on shm, which has no wait object: bell.rs,
+/// on verbs' completion channel), an arrival still completes the
 /// expectation at once (the first write after a quiet spell, submit to the
 /// expectation's flag, within 15 ms at the median, where a missed wake-up
 /// would wait out the test's 100 ms naps), and a deadline still fires.

@@ -311,9 +311,9 @@ impl Domain for FabricDomain {
 
     fn cancel_recvs(&mut self, which: &mut dyn FnMut(u64) -> bool) {
         for ctx in self.ctx.receives(which) {
-            // SAFETY: ep is open and ctx is the context of a receive posted on it;
-            // a canceled one completes with FI_ECANCELED (or with its message, if
-            // one raced the cancel), which frees the slot as any completion does.
+            // A canceled receive completes with FI_ECANCELED (or with its message,
+            // if one raced the cancel), which frees the slot as any completion does.
+            // SAFETY: ep is open and ctx is the context of a receive posted on it.
             let r = unsafe { fi_cancel(&mut (*self.fe.ep).fid, ctx) };
             if r != 0 {
                 crate::log!(Warn, "fi_cancel of a receive: {}", strerror(r as i32));

@@ -65,9 +65,9 @@ fn open() -> Result<Lib, String> {
     }
     macro_rules! sym {
         ($name:literal, $version:literal) => {{
-            // SAFETY: h is an open handle; the symbol is libfabric's exported
-            // entry point of that name at the version a link against the 1.17
-            // headers binds, with the signature of the field it goes to.
+            // The symbol is libfabric's entry point of that name at the version a
+            // link against the 1.17 headers binds.
+            // SAFETY: h is an open handle; the signature is the field's it goes to.
             let p = unsafe {
                 libc::dlvsym(h, concat!($name, "\0").as_ptr().cast(), concat!($version, "\0").as_ptr().cast())
             };
