@@ -530,6 +530,20 @@ typedef struct fabriclib_submit_opts {
   uint32_t flags;
 } fabriclib_submit_opts;
 
+// One write of `fabriclib_submit_single_writes`: the arguments of
+// `fabriclib_submit_single_write` but its source region, which the batch's
+// writes share. `imm`: NULL or a pointer to this write's immediate; `opts`:
+// NULL (no report, the engine's deadline) or this write's own options.
+// (Since 0.4; its layout is fixed: later versions add functions, not fields.)
+typedef struct fabriclib_single_write {
+  uint64_t len;
+  const uint32_t *imm;
+  uint64_t src_offset;
+  const struct fabriclib_remote_mr *dst;
+  uint64_t dst_offset;
+  const struct fabriclib_submit_opts *opts;
+} fabriclib_single_write;
+
 // Pages on one side of a paged write: page `i` starts at byte
 // `offset + indices[i] * stride` of the region.
 typedef struct fabriclib_pages {
@@ -1463,6 +1477,33 @@ fabriclib_status fabriclib_submit_single_write(const struct fabriclib_engine *en
                                                uint64_t dst_offset,
                                                const struct fabriclib_submit_opts *opts,
                                                uint64_t *request_id);
+
+// Submits `count` single writes from `src` in one hand-off to the engine's
+// worker (since 0.4): each is a request of its own, with its own id,
+// immediate, options and report, checked and carried out exactly as
+// `fabriclib_submit_single_write` would; the batch costs one slot of the
+// submission queue and one wake where single submits pay each per write.
+// Write `k`'s id is `*first_request_id + k`. All or none: every write is
+// checked first, and any error submits none of them (and none reports); the
+// last-error message names the first bad write by its index. The array
+// and what it points to are read during the call only. Any thread.
+//
+// Returns: `OK` (each write then reports exactly once); `INVALID_ARGUMENT` (a
+// NULL pointer argument); `BAD_HANDLE` (a destroyed or foreign engine);
+// `BAD_HANDLE` also for a region of another engine; `OUT_OF_BOUNDS` (a range
+// outside its region); `MALFORMED` (a descriptor or address that does not
+// parse); `UNSUPPORTED` (`FABRICLIB_SUBMIT_DELIVERED` on a provider that
+// cannot confirm delivery); `AGAIN` (the submission queue is full, or
+// `max_inflight` has no room for all `count` writes: progress, then retry);
+// `SHUTDOWN` (the engine is being destroyed). A submit that returns an error
+// never reports. `INVALID_ARGUMENT` also for `count` 0 or over
+// `max_inflight`, and for what `fabriclib_submit_single_write` refuses.
+// Blocks: no.
+fabriclib_status fabriclib_submit_single_writes(const struct fabriclib_engine *engine,
+                                                const struct fabriclib_mr *src,
+                                                const struct fabriclib_single_write *writes,
+                                                size_t count,
+                                                uint64_t *first_request_id);
 
 // Writes `src_pages->count` pages of `page_len` bytes: page `i` goes from
 // source page `src_pages->indices[i]` to destination page

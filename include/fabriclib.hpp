@@ -221,6 +221,17 @@ struct Pages {
   fabriclib_pages c() const noexcept { return fabriclib_pages{indices.data(), indices.size(), stride, offset}; }
 };
 
+/// One write of `Engine::writes` (`fabriclib_single_write`): `len` bytes
+/// from `src_offset` of the batch's source to `dst_offset` of `dst` (which
+/// must outlive the call), with an immediate if given.
+struct SingleWrite {
+  uint64_t src_offset;
+  const RemoteMr &dst;
+  uint64_t dst_offset;
+  uint64_t len;
+  std::optional<uint32_t> imm = std::nullopt;
+};
+
 /// A submitted request with a completion flag it owns. Move-only. It holds
 /// its engine alive; dropped before its end, its flag stays with the engine.
 class Request {
@@ -419,6 +430,32 @@ class Engine {
                 return fabriclib_submit_single_write(get(), len, imm ? &*imm : nullptr, src.get(), src_offset,
                                                      dst.get(), dst_offset, o, id);
               });
+  }
+
+  /// `fabriclib_submit_single_writes`: every write of `batch` from `src`,
+  /// each a request of its own, in one hand-off to the worker. All or none:
+  /// on an error it throws and none was submitted.
+  std::vector<Request> writes(const Mr &src, const std::vector<SingleWrite> &batch) const {
+    std::vector<Request> out(batch.size());
+    std::vector<std::shared_ptr<std::atomic<uint32_t>>> flags;
+    std::vector<fabriclib_submit_opts> opts(batch.size());
+    std::vector<fabriclib_single_write> w(batch.size());
+    for (size_t k = 0; k < batch.size(); k++) {
+      const SingleWrite &b = batch[k];
+      flags.push_back(std::make_shared<std::atomic<uint32_t>>(0));
+      opts[k].struct_size = sizeof opts[k];
+      opts[k].flag = reinterpret_cast<uint32_t *>(flags[k].get());
+      w[k] = fabriclib_single_write{b.len, b.imm ? &*b.imm : nullptr, b.src_offset, b.dst.get(), b.dst_offset, &opts[k]};
+    }
+    uint64_t first = 0;
+    detail::check(fabriclib_submit_single_writes(get(), src.get(), w.data(), w.size(), &first),
+                  "fabriclib_submit_single_writes");
+    for (size_t k = 0; k < batch.size(); k++) {
+      out[k].flag_ = std::move(flags[k]);
+      out[k].state_ = s_;
+      out[k].id_ = first + k;
+    }
+    return out;
   }
 
   /// `fabriclib_submit_paged_writes`: page i of `src_pages` to page i of

@@ -30,7 +30,7 @@ pub use completion::flag::wait as wait_flag;
 pub use completion::notify::{Deadline, FLAG_DONE, OnDone, RequestId, RequestOpts, Route};
 pub use config::{EngineConfig, GroupConfig, IdlePolicy, MAX_GROUPS, PeerState};
 pub use domain::Nic;
-pub use engine::{MrHandle, Pages, PeerSet, RecvPoolId, ScatterDst, TransferEngine};
+pub use engine::{MrHandle, Pages, PeerSet, RecvPoolId, ScatterDst, SingleWrite, TransferEngine};
 pub use error::{Error, Result, Status};
 pub use wire::{EngineAddress, MrDesc, MrMemory, NetAddr};
 pub use worker::counters::{Count, Counters, NicCount};

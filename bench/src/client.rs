@@ -7,7 +7,9 @@ use crate::raw::{RawEp, RawWrite};
 use crate::server::{MSG, Region};
 use fabriclib::completion::notify::{RawFlag, flag_value};
 use fabriclib::wire::RemoteKey;
-use fabriclib::{EngineConfig, FLAG_DONE, MrDesc, NetAddr, OnDone, Pages, PeerSet, ScatterDst, Status, TransferEngine};
+use fabriclib::{
+    EngineConfig, FLAG_DONE, MrDesc, NetAddr, OnDone, Pages, PeerSet, ScatterDst, SingleWrite, Status, TransferEngine,
+};
 use serde_json::json;
 use std::process::Child;
 use std::sync::Arc;
@@ -35,6 +37,7 @@ pub enum Kind {
     Scatter,
     Barrier,
     HostSingle,
+    HostBatch,
     HostPaged,
     HostScatter,
 }
@@ -49,12 +52,13 @@ impl Kind {
             Kind::Scatter => "scatter",
             Kind::Barrier => "barrier",
             Kind::HostSingle => "host-single",
+            Kind::HostBatch => "host-batch",
             Kind::HostPaged => "host-paged",
             Kind::HostScatter => "host-scatter",
         }
     }
     pub fn is_host(self) -> bool {
-        matches!(self, Kind::HostSingle | Kind::HostPaged | Kind::HostScatter)
+        matches!(self, Kind::HostSingle | Kind::HostBatch | Kind::HostPaged | Kind::HostScatter)
     }
     pub fn is_bandwidth(self) -> bool {
         matches!(self, Kind::Single | Kind::Paged | Kind::Scatter)
@@ -206,7 +210,7 @@ fn windowed<T>(
     // (`OnDone::RawFlag`): flags of neighbouring requests in one line would
     // have the worker writing one while this thread resets the other, and
     // an `Arc` per request would add its reference count to every hand-off.
-    let flags: &[FlagLine] = Box::leak((0..w).map(|_| FlagLine(AtomicU32::new(0))).collect());
+    let flags = leak_flags(w);
     let on_done = |f: &'static AtomicU32| match how {
         // SAFETY: the flags are leaked: valid for as long as any request may store into them.
         Wait::Spin => OnDone::RawFlag(unsafe { RawFlag::new(f.as_ptr()) }),
@@ -245,11 +249,20 @@ fn windowed<T>(
     };
     let res = run();
     if res.is_ok() {
-        // Every request has stored its flag: the memory can go.
-        // SAFETY: leaked above from a Box<[FlagLine]> of this length; nothing refers to it any more.
-        drop(unsafe { Box::from_raw(flags as *const [FlagLine] as *mut [FlagLine]) });
+        free_flags(flags);
     }
     res
+}
+
+/// `w` flags, leaked: valid for as long as any request may store into them.
+pub fn leak_flags(w: usize) -> &'static [FlagLine] {
+    Box::leak((0..w).map(|_| FlagLine(AtomicU32::new(0))).collect())
+}
+
+/// Frees `leak_flags`' flags once every request has stored its own.
+pub fn free_flags(flags: &'static [FlagLine]) {
+    // SAFETY: leaked by `leak_flags` from a Box<[FlagLine]> of this length; nothing refers to it any more.
+    drop(unsafe { Box::from_raw(flags as *const [FlagLine] as *mut [FlagLine]) });
 }
 
 /// A completion flag alone in its cache line (two lines: adjacent-line prefetch).
@@ -710,6 +723,21 @@ pub fn host_cost(spec: &Spec, reps: usize, warmup: usize, progress: &dyn Fn(&str
             let ns = match mode {
                 // The bare hand-off of as many requests, the same window (handoff.rs).
                 Mode::Raw => crate::handoff::floor_ns(spec.iters, spec.window, Instant::now() + DEADLINE)?,
+                Mode::Engine if spec.kind == Kind::HostBatch => {
+                    let t0 = Instant::now();
+                    crate::batch::windowed_batches(&e, spec.iters, spec.window, spec.pages, |_, dones| {
+                        let write = |done: OnDone| SingleWrite {
+                            len: spec.size,
+                            imm: None,
+                            src_offset: 0,
+                            dst: dst.descriptor(),
+                            dst_offset: 0,
+                            done: done.into(),
+                        };
+                        e.submit_single_writes(&src, dones.map(write))
+                    })?;
+                    t0.elapsed().as_secs_f64() * 1e9 / spec.iters as f64
+                }
                 Mode::Engine => {
                     let t0 = Instant::now();
                     windowed(&e, spec.iters, spec.window, 0, |_, done| match spec.kind {

@@ -10,6 +10,7 @@
 //! fabriclib-bench --connect 10.0.0.2:7471 --bind 10.0.0.1 ...    # on host A
 //! ```
 mod bare;
+mod batch;
 mod client;
 mod ctl;
 mod gpu;
@@ -60,7 +61,8 @@ usage: fabriclib-bench [options]                 run the client; spawns its serv
 options:
   --suite smoke|quick|full   a predefined plan (default: quick, unless --workload is given)
   --workload LIST            single,paged,imm,sendrecv,scatter,barrier,host (comma-separated;
-                             host-single, host-paged, host-scatter: one host row)
+                             host-single, host-batch, host-paged, host-scatter: one host row;
+                             host-batch: host-single's one-WR writes, 16 per submit_single_writes)
   --provider LIST            libfabric providers, comma-separated (default: tcp;ofi_rxm,shm, and verbs
                              where the machine has a verbs device); verbs: fabriclib's verbs backend,
                              against bare verbs (bench/src/raw_verbs.rs)
@@ -216,6 +218,9 @@ fn iters_for(bytes: u64, per_req: u64, lo: usize, hi: usize) -> usize {
     ((bytes / per_req.max(1)) as usize).clamp(lo, hi)
 }
 
+/// Writes per `submit_single_writes` in the host-batch row.
+const BATCH: usize = 16;
+
 fn spec(kind: Kind, size: u64, pages: usize, peers: usize, window: usize, iters: usize) -> Spec {
     Spec { kind, size, pages, peers, window, iters }
 }
@@ -298,11 +303,15 @@ fn plan(o: &Opts) -> R<(Vec<Spec>, Vec<Spec>, usize, usize)> {
                     }
                 }
             }
-            "host" | "host-single" | "host-paged" | "host-scatter" => {
+            "host" | "host-single" | "host-batch" | "host-paged" | "host-scatter" => {
                 let n = if smoke { 8 } else { 64 };
                 let want = |k: &str| w == "host" || w == k;
                 if want("host-single") {
                     host.push(spec(Kind::HostSingle, 4 << 10, 1, 0, 64, o.iters.unwrap_or(n * 1024)));
+                }
+                if want("host-batch") {
+                    // host-single's writes, BATCH per submit_single_writes.
+                    host.push(spec(Kind::HostBatch, 4 << 10, BATCH, 0, 64, o.iters.unwrap_or(n * 1024)));
                 }
                 if want("host-paged") {
                     host.push(spec(Kind::HostPaged, 4 << 10, 1024, 0, 4, o.iters.unwrap_or(n)));

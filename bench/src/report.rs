@@ -53,6 +53,7 @@ pub fn describe(r: &Row) -> String {
     let s = &r.spec;
     let what = match s.kind {
         Kind::Paged | Kind::HostPaged => format!("{} x {}", s.pages, fmt_size(s.size)),
+        Kind::HostBatch => format!("{} x {} /batch", s.pages, fmt_size(s.size)),
         Kind::Scatter | Kind::HostScatter => format!("{} dst x {}", s.peers, fmt_size(s.size)),
         Kind::Barrier => format!("{} peers", s.peers),
         _ => fmt_size(s.size),

@@ -56,6 +56,32 @@ def test_kv_pages_arrive_whole_with_exact_immediate_counts(engine_kw, peer_facto
         assert 'fabriclib_requests_total{group="0",kind="paged",outcome="ok"} 2' in prom
 
 
+def test_a_batch_of_writes_is_one_request_each_and_all_or_none(engine_kw, peer_factory):
+    peer = peer_factory(PAGES * PAGE)
+    src = bytearray(random.Random(8).randbytes(PAGES * PAGE))
+    with Engine(**engine_kw) as e:
+        region = e.register(src)
+        remote = e.remote(peer.descriptor)
+        # A bad item anywhere: nothing is submitted (its good items would land).
+        with pytest.raises(errors.OutOfBounds):
+            e.write_batch(region, [(remote, PAGE, 0, PAGES * PAGE // 2, 0x300), (remote, PAGE, 0, PAGES * PAGE, 0x300)])
+        # Pages k of the first half, one immediate each; k = 0 without one.
+        want = bytearray(PAGES * PAGE)
+        items = [(remote, PAGE - k, k * PAGE, k * PAGE, None if k == 0 else 0x300) for k in range(PAGES // 2)]
+        for _, n, so, do, _ in items:
+            want[do:do + n] = src[so:so + n]
+        assert peer.call(f"expect 768 {PAGES // 2 - 1}") == "armed 768"
+        reqs = e.write_batch(region, items, timeout=30)
+        assert [r.id for r in reqs] == list(range(reqs[0].id, reqs[0].id + len(items)))
+        for r in reqs:
+            r.wait(30)
+            assert r.status == 0
+        assert peer.call("wait 768") == "fired 768"
+        assert peer.call("hash") == "hash " + hashlib.sha256(want).hexdigest()
+        m = e.metrics()["groups"][0]
+        assert m["requests"]["single"] == {"started": len(items), "ended": {"ok": len(items)}}
+
+
 def test_a_killed_peer_raises_within_the_deadline(engine_kw, peer_factory):
     peer = peer_factory(1 << 20)
     with Engine(keepalive=(0.05, 0.5), **engine_kw) as e:

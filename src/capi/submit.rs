@@ -305,6 +305,81 @@ pub extern "C" fn fabriclib_submit_single_write(
     })
 }
 
+/// One write of `fabriclib_submit_single_writes`: the arguments of
+/// `fabriclib_submit_single_write` but its source region, which the batch's
+/// writes share. `imm`: NULL or a pointer to this write's immediate; `opts`:
+/// NULL (no report, the engine's deadline) or this write's own options.
+/// (Since 0.4; its layout is fixed: later versions add functions, not fields.)
+#[repr(C)]
+pub struct fabriclib_single_write {
+    pub len: u64,
+    pub imm: *const u32,
+    pub src_offset: u64,
+    pub dst: *const fabriclib_remote_mr,
+    pub dst_offset: u64,
+    pub opts: *const fabriclib_submit_opts,
+}
+
+/// Submits `count` single writes from `src` in one hand-off to the engine's
+/// worker (since 0.4): each is a request of its own, with its own id,
+/// immediate, options and report, checked and carried out exactly as
+/// `fabriclib_submit_single_write` would; the batch costs one slot of the
+/// submission queue and one wake where single submits pay each per write.
+/// Write `k`'s id is `*first_request_id + k`. All or none: every write is
+/// checked first, and any error submits none of them (and none reports); the
+/// last-error message names the first bad write by its index. The array
+/// and what it points to are read during the call only. Any thread.
+///
+/// Returns: `OK` (each write then reports exactly once); `INVALID_ARGUMENT` (a
+/// NULL pointer argument); `BAD_HANDLE` (a destroyed or foreign engine);
+/// `BAD_HANDLE` also for a region of another engine; `OUT_OF_BOUNDS` (a range
+/// outside its region); `MALFORMED` (a descriptor or address that does not
+/// parse); `UNSUPPORTED` (`FABRICLIB_SUBMIT_DELIVERED` on a provider that
+/// cannot confirm delivery); `AGAIN` (the submission queue is full, or
+/// `max_inflight` has no room for all `count` writes: progress, then retry);
+/// `SHUTDOWN` (the engine is being destroyed). A submit that returns an error
+/// never reports. `INVALID_ARGUMENT` also for `count` 0 or over
+/// `max_inflight`, and for what `fabriclib_submit_single_write` refuses.
+/// Blocks: no.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_submit_single_writes(
+    engine: *const fabriclib_engine,
+    src: *const fabriclib_mr,
+    writes: *const fabriclib_single_write,
+    count: usize,
+    first_request_id: *mut u64,
+) -> fabriclib_status {
+    ffi(|| {
+        let e = handle(engine)?;
+        let src = mr_of(e, src)?;
+        if count == 0 {
+            return Err(Error::new(Status::InvalidArgument, "submit_single_writes: count is 0"));
+        }
+        non_null(writes, "writes")?;
+        // SAFETY: writes points to count structs (API contract), read during the call only.
+        let writes = unsafe { std::slice::from_raw_parts(writes, count) };
+        let batch = writes
+            .iter()
+            .enumerate()
+            .map(|(k, w)| {
+                let named = |mut e: Error| {
+                    e.message = format!("write {k} of the batch: {}", e.message);
+                    e
+                };
+                Ok(crate::engine::SingleWrite {
+                    len: w.len,
+                    imm: imm_opt(w.imm),
+                    src_offset: w.src_offset,
+                    dst: &handle(w.dst).map_err(named)?.desc,
+                    dst_offset: w.dst_offset,
+                    done: on_done(w.opts).map_err(named)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        id_out(first_request_id, e.engine.submit_single_writes(src, batch))
+    })
+}
+
 /// Writes `src_pages->count` pages of `page_len` bytes: page `i` goes from
 /// source page `src_pages->indices[i]` to destination page
 /// `dst_pages->indices[i]` (both counts must match). Every page is checked

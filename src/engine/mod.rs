@@ -14,12 +14,13 @@ use crate::completion::notify::{self, Deadline, RequestId, RequestOpts};
 use crate::config::EngineConfig;
 use crate::error::{Error, Result, Status};
 use crate::wire::{MrDesc, NetAddr};
-use crate::worker::request::{Ctrl, Dst, PagedShape, Request, ScatterItem, Shape};
+use crate::worker::request::{Ctrl, Dst, PagedShape, Request, ScatterItem, Shape, Submission};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 
+mod batch;
 mod groups;
 mod imm;
 mod memory;
@@ -28,6 +29,7 @@ mod peers;
 mod progress;
 mod recv;
 
+pub use batch::SingleWrite;
 use groups::Group;
 pub use memory::MrHandle;
 pub use recv::{MAX_RECV_BUFFERS, RecvPoolId};
@@ -326,6 +328,20 @@ impl TransferEngine {
         opts: RequestOpts,
     ) -> Result<RequestId> {
         self.alive()?;
+        let req = self.request(g, shape, imm, src_mr, opts)?;
+        self.hand_off(g, Submission::One(req), 1)
+    }
+
+    /// A checked request of group `g`, its id and submit time still to be
+    /// given (`hand_off`).
+    fn request(
+        &self,
+        g: usize,
+        shape: Shape,
+        imm: Option<u32>,
+        src_mr: Option<&MrHandle>,
+        opts: RequestOpts,
+    ) -> Result<Request> {
         let nic = self.nic_of(g, opts.route, matches!(shape, Shape::Send { .. }))?;
         if opts.delivered && !self.groups[g].info.delivery_fences {
             bail!(
@@ -335,27 +351,44 @@ impl TransferEngine {
                 self.groups[g].info.provider
             );
         }
+        let timeout_ns = Request::timeout_ns(self.timeout(opts.deadline));
+        let (done, delivered, region) = (opts.done, opts.delivered, src_mr.map(|m| m.0.index));
+        Ok(Request { id: 0, timeout_ns, shape, imm, done, region, nic, delivered, submitted_ns: 0 })
+    }
+
+    /// Gives `n` requests (one, or a batch) to group `g`'s worker in one
+    /// slot of its queue, numbered from the id it returns on; all or none.
+    fn hand_off(&self, g: usize, mut sub: Submission, n: usize) -> Result<RequestId> {
         let shared = &self.groups[g].shared;
         // The completion path is bounded too: requests not yet reported
         // (callbacks not yet returned) count until they are.
-        if shared.inflight.fetch_add(1, Ordering::Acquire) >= self.max_inflight {
-            shared.inflight.fetch_sub(1, Ordering::Release);
+        if shared.inflight.fetch_add(n, Ordering::Acquire) + n > self.max_inflight {
+            shared.inflight.fetch_sub(n, Ordering::Release);
             bail!(Again, "{} requests are in flight (max_inflight); retry when some have completed", self.max_inflight);
         }
-        let id = self.next_request.fetch_add(1, Ordering::Relaxed);
-        let timeout = self.timeout(opts.deadline);
-        let (done, delivered, region) = (opts.done, opts.delivered, src_mr.map(|m| m.0.index));
-        let submitted_ns = if crate::metrics::submit_sampled(id) { crate::metrics::since_epoch_ns() } else { 0 };
-        let timeout_ns = Request::timeout_ns(timeout);
-        let req = Request { id, timeout_ns, shape, imm, done, region, nic, delivered, submitted_ns };
-        if let Err(req) = shared.data.push(req) {
+        let first = self.next_request.fetch_add(n as u64, Ordering::Relaxed);
+        let number = |k: u64, r: &mut Request| {
+            r.id = first + k;
+            if crate::metrics::submit_sampled(r.id) {
+                r.submitted_ns = crate::metrics::since_epoch_ns();
+            }
+        };
+        match &mut sub {
+            Submission::One(r) => number(0, r),
+            Submission::Batch(rs) => rs.iter_mut().zip(0..).for_each(|(r, k)| number(k, r)),
+        }
+        if let Err(sub) = shared.data.push(sub) {
             // Dropped unfired: a submit that returns an error never calls back.
-            drop(req);
-            shared.inflight.fetch_sub(1, Ordering::Release);
-            bail!(Again, "the submission queue is full ({} requests); retry later", shared.data.capacity());
+            drop(sub);
+            shared.inflight.fetch_sub(n, Ordering::Release);
+            bail!(
+                Again,
+                "the submission queue is full ({} entries; a batch takes one); retry later",
+                shared.data.capacity()
+            );
         }
         shared.wake();
-        Ok(RequestId(id))
+        Ok(RequestId(first))
     }
 
     /// Writes `len` bytes from `src_offset` of `src` to `dst_offset` of `dst`.
@@ -373,13 +406,30 @@ impl TransferEngine {
         done: impl Into<RequestOpts>,
     ) -> Result<RequestId> {
         let g = self.own(src)?;
+        let opts = done.into();
+        let shape = self.single_write(g, len, imm, src, src_offset, dst, dst_offset, &opts)?;
+        self.submit(g, shape, imm, Some(src), opts)
+    }
+
+    /// The checked shape of a single write of group `g` (`submit_single_write`).
+    #[allow(clippy::too_many_arguments)]
+    fn single_write(
+        &self,
+        g: usize,
+        len: u64,
+        imm: Option<u32>,
+        src: &MrHandle,
+        src_offset: u64,
+        dst: &Arc<MrDesc>,
+        dst_offset: u64,
+        opts: &RequestOpts,
+    ) -> Result<Shape> {
         self.check_peer(g, &dst.owner)?;
         if len == 0 && imm.is_none() {
             bail!(InvalidArgument, "submit_single_write: zero length without an immediate");
         }
         check_range(|| "single write source", src_offset, len, src.len() as u64)?;
         check_range(|| "single write destination", dst_offset, len, dst.len)?;
-        let opts = done.into();
         let nics = self.groups[g].nic_count();
         let sharded = self.nic_of(g, opts.route, false)?.is_none() && nics > 1;
         let max = self.max_msg_size() as u64;
@@ -392,14 +442,13 @@ impl TransferEngine {
             None if len >= SHARD_MIN && sharded => len.div_ceil(nics as u64).next_multiple_of(4096).min(max),
             None => len.min(max),
         };
-        let shape = Shape::Single {
+        Ok(Shape::Single {
             src: src.0.ptr + src_offset as usize,
             dst: self.dst(g, dst),
             dst_off: dst_offset,
             len,
             chunk,
-        };
-        self.submit(g, shape, imm, Some(src), opts)
+        })
     }
 
     /// Writes `src_pages.indices.len()` pages of `page_len` bytes; page `i`

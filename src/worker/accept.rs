@@ -3,7 +3,7 @@
 //! a deadline, and once its peers are up its units are queued on the
 //! domains (`admit`). `put_refs` gives the references back when it ends.
 use super::held::{self, Dsts, Regions};
-use super::request::{Request, Shape};
+use super::request::{Request, Shape, Submission};
 use super::timers::Timer;
 use super::{Worker, release};
 use crate::domain::Domain;
@@ -102,6 +102,14 @@ impl<D: Domain> Worker<D> {
     /// `dsts` destinations.
     pub(super) fn put_refs(&mut self, req: &Request, dsts: usize) {
         put_refs(&mut self.requests.regions, &mut self.requests.dsts, &mut self.domains, req, dsts);
+    }
+
+    /// Takes what one slot of the submission queue holds, in submit order.
+    pub(super) fn accept_all(&mut self, s: Submission) {
+        match s {
+            Submission::One(r) => self.accept(r),
+            Submission::Batch(rs) => rs.into_iter().for_each(|r| self.accept(r)),
+        }
     }
 
     /// Takes a new request: finds its peers and queues its units on the

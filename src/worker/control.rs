@@ -10,8 +10,8 @@ impl<D: Domain> Worker<D> {
     /// Accepts every request still in the submission queue (so that a
     /// cancel finds the requests submitted before it).
     pub(super) fn accept_queued(&mut self) {
-        while let Some(r) = self.shared.data.pop() {
-            self.accept(r);
+        while let Some(s) = self.shared.data.pop() {
+            self.accept_all(s);
         }
     }
 

@@ -44,10 +44,12 @@ impl<D: Domain> Worker<D> {
     /// `drain_timeout`); only then are registrations and endpoints closed.
     pub(super) fn shutdown(mut self) {
         let err = shutdown_error();
-        while let Some(r) = self.shared.data.pop() {
-            self.shared.stats.started[r.kind()].add(1);
-            self.shared.stats.ended(r.kind(), err.status as usize);
-            self.notifier.fire_request(r.id, r.done, Err(err.clone()));
+        while let Some(s) = self.shared.data.pop() {
+            for r in s.requests() {
+                self.shared.stats.started[r.kind()].add(1);
+                self.shared.stats.ended(r.kind(), err.status as usize);
+                self.notifier.fire_request(r.id, r.done, Err(err.clone()));
+            }
         }
         // Nothing new is posted; requests with work on the wire end once the NIC
         // is done with their buffers (or after SHUTDOWN_DRAIN).

@@ -34,7 +34,7 @@ use crossbeam_queue::{ArrayQueue, SegQueue};
 use pass::Pass;
 use peers::Peers;
 use recv::Receives;
-use request::{Ctrl, Request};
+use request::{Ctrl, Submission};
 use requests::Requests;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -44,7 +44,7 @@ use tables::{held, slots, timers, token};
 
 /// State shared between the API (any thread) and the worker.
 pub struct Shared {
-    pub data: ArrayQueue<Request>,
+    pub data: ArrayQueue<Submission>,
     pub ctrl: SegQueue<Ctrl>,
     pub stop: AtomicBool,
     /// Requests submitted and not yet reported (bounded by `max_inflight`).

@@ -154,10 +154,10 @@ impl<D: Domain> Worker<D> {
         self.pass.now = Instant::now();
         let mut busy = false;
         for _ in 0..64 {
-            let Some(r) = self.shared.data.pop() else {
+            let Some(s) = self.shared.data.pop() else {
                 break;
             };
-            self.accept(r);
+            self.accept_all(s);
             busy = true;
         }
         busy |= self.post_all();

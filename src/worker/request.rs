@@ -114,6 +114,24 @@ pub struct Request {
     pub submitted_ns: u64,
 }
 
+/// What the submission queue carries: one request, or a batch of them
+/// handed over at once (`TransferEngine::submit_single_writes`: one slot of
+/// the queue, one wake, the requests side by side for the worker to read).
+pub enum Submission {
+    One(Request),
+    Batch(Vec<Request>),
+}
+
+impl Submission {
+    /// Its requests, in submit order.
+    pub fn requests(self) -> impl Iterator<Item = Request> {
+        match self {
+            Submission::One(r) => vec![r].into_iter(),
+            Submission::Batch(rs) => rs.into_iter(),
+        }
+    }
+}
+
 impl Request {
     /// `timeout_ns` as `EngineConfig` and `RequestOpts` give it.
     pub fn timeout(&self) -> Option<Duration> {
@@ -464,6 +482,9 @@ mod tests {
     fn a_request_stays_small() {
         assert!(std::mem::size_of::<Shape>() <= 56, "Shape: {} bytes", std::mem::size_of::<Shape>());
         assert!(std::mem::size_of::<Request>() <= 128, "Request: {} bytes", std::mem::size_of::<Request>());
+        // A batch rides in the request's spare room: the queue's slots stay as small.
+        let sub = std::mem::size_of::<Submission>();
+        assert!(sub <= std::mem::size_of::<Request>(), "Submission: {sub} bytes");
     }
 
     #[test]

@@ -1,5 +1,6 @@
 /* Two processes over a real provider, through the C API only: single write,
- * paged writes (1000 random pages), barrier, send/recv round trips; bytes
+ * paged writes (1000 random pages), a batch of single writes, barrier,
+ * send/recv round trips; bytes
  * compared, immediates counted, both completion styles (flag, callback).
  * Usage: capi_two_process PROVIDER */
 #include "fabriclib.h"
@@ -15,6 +16,13 @@
 #define LEN (1 << 20)
 #define PAGE 512
 #define PAGES 1000
+/* The batch: write k is BATCH_LEN + k bytes from BATCH_SRC + k * BATCH_STEP
+ * to BATCH_DST + k * BATCH_STEP, each with immediate 4. */
+#define BATCH 8
+#define BATCH_LEN 4096
+#define BATCH_STEP 8192
+#define BATCH_SRC 3
+#define BATCH_DST (LEN - BATCH * BATCH_STEP)
 #define DIE(...) do { fprintf(stderr, __VA_ARGS__); fprintf(stderr, " (%s)\n", fabriclib_last_error_message()); exit(1); } while (0)
 /* Every wait loop naps: under valgrind, whose threads take turns on one
  * lock, a loop that spins without a system call starves the engine's own
@@ -95,12 +103,15 @@ static int target(const char *prov, int fd) {
     fabriclib_mr *mr;
     size_t n;
     static struct echo x;
-    _Atomic uint32_t f1 = 0, f2 = 0, f3 = 0;
+    _Atomic uint32_t f1 = 0, f2 = 0, f3 = 0, f4 = 0;
     fabriclib_submit_opts d1 = {.struct_size = sizeof(fabriclib_submit_opts), .flag = (uint32_t *)&f1}, d2 = {.struct_size = sizeof(fabriclib_submit_opts), .flag = (uint32_t *)&f2}, d3 = {.struct_size = sizeof(fabriclib_submit_opts), .flag = (uint32_t *)&f3};
     CHECK(fabriclib_mr_register(e, mem, LEN, &mr));
     CHECK(fabriclib_expect_imm_count(e, 1, 1, &d1, NULL));
     CHECK(fabriclib_expect_imm_count(e, 2, PAGES, &d2, NULL));
     CHECK(fabriclib_expect_imm_count(e, 3, 1, &d3, NULL));
+    fabriclib_submit_opts d4 = {.struct_size = sizeof(fabriclib_submit_opts), .flag = (uint32_t *)&f4};
+    /* One per write of the batch, and the zero-byte write before it. */
+    CHECK(fabriclib_expect_imm_count(e, 4, BATCH + 1, &d4, NULL));
     x.e = e;
     x.addr_len = get_blob(fd, x.addr, sizeof x.addr); /* the initiator's address */
     CHECK(fabriclib_submit_recvs(e, 256, 8, echo_cb, &x));
@@ -111,8 +122,9 @@ static int target(const char *prov, int fd) {
     wait_flag(&f1, "imm 1");
     wait_flag(&f2, "imm 2 x1000");
     wait_flag(&f3, "barrier imm 3");
+    wait_flag(&f4, "imm 4: one per write of the batch");
     /* Exactly as many immediates arrived as were expected: none is left over. */
-    for (uint32_t i = 1; i <= 3; i++) {
+    for (uint32_t i = 1; i <= 4; i++) {
         uint64_t left = 99;
         CHECK(fabriclib_imm_count_get(e, i, &left));
         if (left != 0) DIE("immediate %u: %llu left over", i, (unsigned long long)left);
@@ -124,6 +136,8 @@ static int target(const char *prov, int fd) {
     for (size_t i = 0; i < 100000; i++) want[300000 + i] = pattern(1000 + i);
     for (size_t p = 0; p < PAGES; p++)
         for (size_t i = 0; i < PAGE; i++) want[dst[p] * PAGE + i] = pattern(src[p] * PAGE + i);
+    for (size_t k = 0; k < BATCH; k++) /* after the pages: the initiator waited for them */
+        for (size_t i = 0; i < BATCH_LEN + k; i++) want[BATCH_DST + k * BATCH_STEP + i] = pattern(BATCH_SRC + k * BATCH_STEP + i);
     int bad = memcmp(want, mem, LEN) != 0;
     if (write(fd, &bad, sizeof bad) != sizeof bad) DIE("oob");
     get_blob(fd, blob, sizeof blob); /* wait until the initiator is done */
@@ -231,13 +245,40 @@ static int initiator(const char *prov, int fd) {
             nap();
         }
     }
-    int bad = 1;
-    if (read(fd, &bad, sizeof bad) != sizeof bad) DIE("oob");
     double t0 = now();
     while (atomic_load(&paged_done) < 0) {
         if (now() - t0 > 30) DIE("paged write callback never came");
         nap();
     }
+    /* A batch of single writes, each its own request: consecutive ids, one
+     * flag each. A batch with a bad write submits none of its writes. */
+    static _Atomic uint32_t bf[BATCH], never[3];
+    fabriclib_submit_opts bo[BATCH], no[3];
+    fabriclib_single_write bw[BATCH];
+    imm = 4;
+    for (int k = 0; k < BATCH; k++) {
+        bo[k] = (fabriclib_submit_opts){.struct_size = sizeof(fabriclib_submit_opts), .flag = (uint32_t *)&bf[k]};
+        bw[k] = (fabriclib_single_write){BATCH_LEN + k, &imm, BATCH_SRC + k * BATCH_STEP, rmr, BATCH_DST + k * BATCH_STEP, &bo[k]};
+    }
+    fabriclib_single_write badw[3] = {bw[0], bw[1], bw[2]};
+    for (int k = 0; k < 3; k++) {
+        no[k] = (fabriclib_submit_opts){.struct_size = sizeof(fabriclib_submit_opts), .flag = (uint32_t *)&never[k]};
+        badw[k].opts = &no[k];
+    }
+    badw[2].dst_offset = LEN - 100; /* past the destination's end */
+    if (fabriclib_submit_single_writes(e, mr, badw, 3, &id) != FABRICLIB_STATUS_OUT_OF_BOUNDS ||
+        !strstr(fabriclib_last_error_message(), "write 2 of the batch"))
+        DIE("a batch with a bad third write was not refused as OUT_OF_BOUNDS naming it");
+    if (fabriclib_submit_single_writes(e, mr, bw, 0, &id) != FABRICLIB_STATUS_INVALID_ARGUMENT) DIE("empty batch accepted");
+    uint64_t first = 0, before = 0;
+    CHECK(fabriclib_submit_single_write(e, 0, &imm, mr, 0, rmr, 0, NULL, &before)); /* the target counts it too */
+    CHECK(fabriclib_submit_single_writes(e, mr, bw, BATCH, &first));
+    if (first != before + 1) DIE("batch ids start at %llu, after %llu", (unsigned long long)first, (unsigned long long)before);
+    for (int k = 0; k < BATCH; k++) wait_flag(&bf[k], "a write of the batch");
+    for (int k = 0; k < 3; k++)
+        if (atomic_load(&never[k])) DIE("a write of the refused batch reported");
+    int bad = 1;
+    if (read(fd, &bad, sizeof bad) != sizeof bad) DIE("oob");
     /* The counters of the one NIC: every byte written went out and completed,
      * all of it for the one peer. */
     fabriclib_counters all = {.struct_size = sizeof all}, to_peer = {.struct_size = sizeof to_peer};
@@ -245,7 +286,7 @@ static int initiator(const char *prov, int fd) {
     CHECK(fabriclib_engine_counters(e, 0, peer, peer_len, &to_peer));
     uint64_t written = 100000 + (uint64_t)PAGES * PAGE;
     if (all.bytes_completed < written || all.wrs_completed != all.wrs_posted || all.errors != 0 ||
-        all.wrs_completed < 1 + PAGES + 1 + 50 || to_peer.bytes_completed != all.bytes_completed ||
+        all.wrs_completed < 1 + PAGES + 1 + 50 + 1 + BATCH || to_peer.bytes_completed != all.bytes_completed ||
         to_peer.wrs_posted != all.wrs_posted)
         DIE("counters: %llu/%llu WRs, %llu/%llu bytes (want >= %llu), %llu errors; peer %llu bytes",
             (unsigned long long)all.wrs_completed, (unsigned long long)all.wrs_posted,

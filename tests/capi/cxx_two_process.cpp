@@ -8,8 +8,9 @@
 // The target registers a region, expects one immediate per page, and hands
 // its address and descriptor to the initiator through a pipe; the
 // initiator writes 64 pages in a permuted order with an immediate each, a
-// single write with a callback, and a message; the target checks every
-// byte and answers the message.
+// single write with a callback, a batch of four single writes (one
+// immediate each, of another value), and a message; the target checks every
+// byte and both counts, and answers the message.
 #include "fabriclib.hpp"
 
 #include <sys/wait.h>
@@ -99,6 +100,7 @@ int target(const std::string &provider, int to_peer, int from_peer) {
   std::vector<uint8_t> mem(PAGES * PAGE, 0);
   fabriclib::Mr mr = e.register_memory(mem.data(), mem.size());
   fabriclib::Request pages = e.expect_imm_count(IMM, PAGES);
+  fabriclib::Request batch = e.expect_imm_count(IMM + 1, 4);
   Inbox inbox;
   e.recv_pool(256, 8, [&inbox](fabriclib_status s, const fabriclib_message &m) noexcept { inbox.take(s, m); });
   // An expectation dropped before its end: its flag stays with the engine.
@@ -112,6 +114,9 @@ int target(const std::string &provider, int to_peer, int from_peer) {
     for (size_t i = 0; i < PAGE; i++) bad += mem[permuted(k) * PAGE + i] != pattern(k, i);
   CHECK(bad == 0, "%zu bytes differ", bad);
   CHECK(e.imm_count(IMM) == 0, "immediates beyond the expected: %llu", static_cast<unsigned long long>(e.imm_count(IMM)));
+  batch.wait();
+  CHECK(e.imm_count(IMM + 1) == 0, "batch immediates beyond the expected: %llu",
+        static_cast<unsigned long long>(e.imm_count(IMM + 1)));
   CHECK(wait_until(inbox.count, 1) && std::strcmp(inbox.text, "hello") == 0, "the message: \"%s\"", inbox.text);
   Bytes initiator = get_blob(from_peer);
   CHECK(inbox.from == initiator, "the message's sender is not the initiator's address");
@@ -186,6 +191,24 @@ int initiator(const std::string &provider, int from_peer, int to_peer) {
   });
   CHECK(wait_until(called, 1) && status.load() == FABRICLIB_STATUS_OK, "the callback: %d calls, status %d",
         called.load(), status.load());
+
+  // A batch of single writes: pages 0..3 again (the same bytes), one
+  // immediate each; consecutive ids. A batch with a bad write submits none.
+  std::vector<fabriclib::SingleWrite> batch;
+  for (size_t k = 0; k < 4; k++) batch.push_back({k * PAGE, dst, permuted(k) * PAGE, PAGE, IMM + 1});
+  std::vector<fabriclib::SingleWrite> bad = {batch[0], {0, dst, dst.len(), 1, IMM + 1}};
+  try {
+    e.writes(mr, bad);
+    CHECK(false, "a batch with a write past the region did not throw");
+  } catch (const fabriclib::Error &x) {
+    CHECK(x.status() == FABRICLIB_STATUS_OUT_OF_BOUNDS, "the bad batch threw status %d", x.status());
+  }
+  std::vector<fabriclib::Request> wrote = e.writes(mr, batch);
+  for (size_t k = 0; k < wrote.size(); k++) {
+    wrote[k].wait();
+    CHECK(wrote[k].id() == wrote[0].id() + k, "write %zu of the batch has id %llu", k,
+          static_cast<unsigned long long>(wrote[k].id()));
+  }
 
   // A message there, and its answer back.
   Inbox inbox;

@@ -9,6 +9,7 @@
 //! (comma-separated; default `tcp;ofi_rxm,shm`; `verbs` is the verbs backend,
 //! run in a Soft-RoCE VM by scripts/test-verbs.sh); NIC counts:
 //! `FABRICLIB_TEST_NICS` (default `1,2`).
+mod batch;
 mod faults;
 mod groups;
 mod imm;
@@ -458,6 +459,8 @@ fn destroy_with_10000_pending(prov: &str, domains: usize) -> TestResult {
 type Test = fn(&str, usize) -> TestResult;
 const TESTS: &[(&str, Test)] = &[
     ("single_writes", single_writes),
+    ("batch_of_single_writes", batch::batch_of_single_writes),
+    ("batch_in_manual_progress_and_max_inflight", batch::batch_in_manual_progress_and_max_inflight),
     ("split_at_max_msg_size", split_at_max_msg_size),
     ("handles_dropped_after_submit", lifetimes::handles_dropped_after_submit),
     ("paged_writes_10000_random_pages", paged_writes),

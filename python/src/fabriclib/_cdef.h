@@ -119,6 +119,14 @@ typedef struct fabriclib_submit_opts {
   uint32_t nic;
   uint32_t flags;
 } fabriclib_submit_opts;
+typedef struct fabriclib_single_write {
+  uint64_t len;
+  const uint32_t *imm;
+  uint64_t src_offset;
+  const struct fabriclib_remote_mr *dst;
+  uint64_t dst_offset;
+  const struct fabriclib_submit_opts *opts;
+} fabriclib_single_write;
 typedef struct fabriclib_pages {
   const uint32_t *indices;
   size_t count;
@@ -322,6 +330,11 @@ fabriclib_status fabriclib_submit_single_write(const struct fabriclib_engine *en
                                                uint64_t dst_offset,
                                                const struct fabriclib_submit_opts *opts,
                                                uint64_t *request_id);
+fabriclib_status fabriclib_submit_single_writes(const struct fabriclib_engine *engine,
+                                                const struct fabriclib_mr *src,
+                                                const struct fabriclib_single_write *writes,
+                                                size_t count,
+                                                uint64_t *first_request_id);
 fabriclib_status fabriclib_submit_paged_writes(const struct fabriclib_engine *engine,
                                                uint64_t page_len,
                                                const uint32_t *imm,

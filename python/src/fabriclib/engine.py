@@ -509,6 +509,28 @@ class Engine:
         st = _single_write(self._h, length, ip, src._h, src_offset, r._h, dst_offset, slots.opts[s], slots.ids[s])
         return req if st == OK else self._failed(req, st)
 
+    def write_batch(self, src: Region, writes: Iterable[tuple[RemoteLike, int, int, int, Optional[int]]], *,
+                    timeout: Optional[float] = None) -> list[Request]:
+        """Writes ``(dst, length, src_offset, dst_offset, imm)`` items from
+        ``src`` in one hand-off to the engine (``fabriclib_submit_single_writes``):
+        each is a request of its own (its own immediate, ``imm`` None for none),
+        returned in order. All or none: a bad item raises and submits none."""
+        items = [(self.remote(d), n, so, do, imm) for d, n, so, do, imm in writes]
+        started = [self._start(src, imm, timeout, None, False) for _, _, _, _, imm in items]
+        slots = self._flags
+        arr = ffi.new("fabriclib_single_write[]", [
+            (n, ip, so, r._h, do, slots.opts[req._slot]) for (r, n, so, do, _), (req, ip) in zip(items, started)])
+        first = ffi.new("uint64_t *")
+        st = lib.fabriclib_submit_single_writes(self._h, src._h, arr, len(items), first)
+        reqs = [req for req, _ in started]
+        if st != OK:
+            for req in reqs:
+                slots.words[req._slot][0] = FLAG_DONE | st
+            _check(st)
+        for k, req in enumerate(reqs):
+            slots.ids[req._slot][0] = first[0] + k
+        return reqs
+
     def write_pages(self, src: Region, src_pages: Iterable[int], dst: RemoteLike, dst_pages: Iterable[int],
                     page_len: int, *, src_stride: Optional[int] = None, dst_stride: Optional[int] = None,
                     src_offset: int = 0, dst_offset: int = 0, imm: Optional[int] = None,
