@@ -3,7 +3,7 @@
 use crate::error::{Result, Status};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::time::{Duration, Instant};
 
@@ -190,6 +190,9 @@ pub struct Notifier {
     pub(crate) errors: Arc<ErrorLog>,
     /// The engine's event fd, signaled by `take_fired`.
     pub(crate) events: Arc<EventFd>,
+    /// Manual progress: set after a callback is queued (`Inline::run`
+    /// looks at it before anything else).
+    queued: Option<Arc<AtomicBool>>,
 }
 
 /// The errors of the last `ERROR_LOG` requests (and expectations) that
@@ -289,6 +292,7 @@ impl Notifier {
             released: Default::default(),
             errors: self.errors.clone(),
             events: self.events.clone(),
+            queued: self.queued.clone(),
         }
     }
 
@@ -298,6 +302,9 @@ impl Notifier {
         // The callback thread outlives every worker, so this only fails during
         // teardown, when nothing is left to call anyway.
         let _ = self.tx.send(job);
+        if let Some(q) = &self.queued {
+            q.store(true, Ordering::Release);
+        }
     }
 }
 
@@ -369,20 +376,45 @@ pub fn spawn_callback_thread(cpus: Vec<u32>) -> std::io::Result<(Notifier, std::
         }
     })?;
     let (fired, inflight, released, errors, events) = Default::default();
-    Ok((Notifier { tx, fired, inflight, released, errors, events }, handle))
+    Ok((Notifier { tx, fired, inflight, released, errors, events, queued: None }, handle))
 }
 
 /// Manual progress: no callback thread; the callbacks queue up for whoever
-/// progresses the engine to run (`run_queued`).
-pub fn inline_callbacks() -> (Notifier, Receiver<Job>) {
+/// progresses the engine to run (`Inline::run`).
+pub fn inline_callbacks() -> (Notifier, Inline) {
     let (tx, rx) = std::sync::mpsc::channel();
     let (fired, inflight, released, errors, events) = Default::default();
-    (Notifier { tx, fired, inflight, released, errors, events }, rx)
+    let queued = Arc::new(AtomicBool::new(false));
+    let n = Notifier { tx, fired, inflight, released, errors, events, queued: Some(queued.clone()) };
+    (n, Inline { rx: std::sync::Mutex::new(rx), queued })
+}
+
+/// The callbacks of a manual-progress engine, run by whoever progresses it.
+pub struct Inline {
+    rx: std::sync::Mutex<Receiver<Job>>,
+    queued: Arc<AtomicBool>,
+}
+
+impl Inline {
+    /// Runs the queued callbacks unless another thread is running them;
+    /// true if any ran. Costs one load when none is queued (most passes).
+    pub fn run(&self) -> bool {
+        if !self.queued.load(Ordering::Acquire) {
+            return false;
+        }
+        let Ok(rx) = self.rx.try_lock() else {
+            return false; // the thread inside leaves `queued` set for later
+        };
+        // Cleared before the queue is drained: a callback queued after this
+        // store sets it again, one queued before is drained below.
+        self.queued.store(false, Ordering::Release);
+        run_queued(&rx)
+    }
 }
 
 /// Runs the callbacks queued on `rx` (catching panics, as the callback
 /// thread does); true if any ran.
-pub fn run_queued(rx: &Receiver<Job>) -> bool {
+fn run_queued(rx: &Receiver<Job>) -> bool {
     let mut ran = false;
     while let Ok(job) = rx.try_recv() {
         ran = true;

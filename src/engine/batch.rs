@@ -8,8 +8,9 @@ use crate::bail;
 use crate::completion::notify::{RequestId, RequestOpts};
 use crate::error::Result;
 use crate::wire::MrDesc;
-use crate::worker::request::Submission;
+use crate::worker::request::{Request, Submission};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 /// One write of a batch (`TransferEngine::submit_single_writes`): the
 /// arguments of `submit_single_write` but its source region, which the
@@ -47,8 +48,18 @@ impl TransferEngine {
         let mut reqs = Vec::with_capacity(writes.size_hint().0);
         for (k, w) in writes.enumerate() {
             let shape = self.single_write(g, w.len, w.imm, src, w.src_offset, w.dst, w.dst_offset, &w.done);
-            match shape.and_then(|shape| self.request(g, shape, w.imm, Some(src), w.done)) {
-                Ok(r) => reqs.push(r),
+            match shape.and_then(|shape| Ok((self.check_opts(g, &shape, &w.done)?, shape))) {
+                Ok((nic, shape)) => reqs.push(Request {
+                    id: 0,
+                    timeout_ns: Request::timeout_ns(self.timeout(w.done.deadline)),
+                    shape,
+                    imm: w.imm,
+                    done: w.done.done,
+                    region: Some(src.0.index),
+                    nic,
+                    delivered: w.done.delivered,
+                    submitted_ns: 0,
+                }),
                 Err(mut e) => {
                     e.message = format!("write {k} of the batch: {}", e.message);
                     return Err(e);
@@ -62,10 +73,16 @@ impl TransferEngine {
         if n > self.max_inflight {
             bail!(InvalidArgument, "submit_single_writes: {n} writes, more than max_inflight ({})", self.max_inflight);
         }
+        self.reserve(g, n)?;
+        let first = self.next_request.fetch_add(n as u64, Ordering::Relaxed);
+        for (r, id) in reqs.iter_mut().zip(first..) {
+            (r.id, r.submitted_ns) = (id, super::submit_sample(id));
+        }
         let sub = match n {
             1 => Submission::One(reqs.pop().unwrap()),
             _ => Submission::Batch(reqs),
         };
-        self.hand_off(g, sub, n)
+        self.queue(g, sub, n)?;
+        Ok(RequestId(first))
     }
 }

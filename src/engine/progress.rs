@@ -1,7 +1,6 @@
 //! Manual progress (the application's threads drive the engine) and
 //! watchers (words a kernel bumps).
 use super::TransferEngine;
-use crate::completion::notify;
 use crate::error::{Error, Result, Status};
 use std::sync::atomic::Ordering;
 
@@ -52,10 +51,7 @@ impl TransferEngine {
     }
 
     pub(super) fn run_callbacks(&self) -> bool {
-        match self.inline.as_ref().map(|q| q.try_lock()) {
-            Some(Ok(q)) => notify::run_queued(&q),
-            _ => false,
-        }
+        self.inline.as_ref().is_some_and(|q| q.run())
     }
 
     /// Whether the engine runs in manual-progress mode.

@@ -105,6 +105,7 @@ impl<D: Domain> Worker<D> {
     }
 
     /// Takes what one slot of the submission queue holds, in submit order.
+    #[inline(always)]
     pub(super) fn accept_all(&mut self, s: Submission) {
         match s {
             Submission::One(r) => self.accept(r),

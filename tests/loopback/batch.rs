@@ -116,11 +116,36 @@ pub fn batch_in_manual_progress_and_max_inflight(prov: &str, domains: usize) -> 
         r => return Err(format!("a batch of 8 with one of 8 in flight: {r:?}")),
     }
     l.engine.await_flag(&one, Some(super::WAIT)).map_err(e2s)?;
-    // Now it fits: 8 writes, each with its flag, driven by this thread.
+    // Now it fits: 8 writes, each with its flag but the last, whose
+    // callback runs inside `progress` on this thread; driven by this thread.
     p.expect(31, 8);
-    let flags: Vec<Arc<AtomicU32>> = (0..8).map(|_| flag()).collect();
-    let batch = (0..8).map(|k| write(k, 0, Some(31), &d, OnDone::Flag(flags[k as usize].clone())));
+    let flags: Vec<Arc<AtomicU32>> = (0..7).map(|_| flag()).collect();
+    let called = Arc::new(AtomicUsize::new(0));
+    let me = std::thread::current().id();
+    let batch = (0..8).map(|k| {
+        let done = match flags.get(k as usize) {
+            Some(f) => OnDone::Flag(f.clone()),
+            None => {
+                let called = called.clone();
+                OnDone::callback(move |r| {
+                    let here = std::thread::current().id() == me;
+                    called.fetch_add(if r.is_ok() && here { 1 } else { 100 }, Ordering::SeqCst);
+                })
+            }
+        };
+        write(k, 0, Some(31), &d, done)
+    });
     l.engine.submit_single_writes(&l.mr, batch).map_err(e2s)?;
+    let t = Instant::now();
+    while called.load(Ordering::SeqCst) == 0 && t.elapsed() < super::WAIT {
+        l.engine.progress();
+    }
+    if called.load(Ordering::SeqCst) != 1 {
+        return Err(format!(
+            "the batch's callback: {} (1: once, OK, on the progressing thread)",
+            called.load(Ordering::SeqCst)
+        ));
+    }
     for f in &flags {
         let v = l.engine.await_flag(f, Some(super::WAIT)).map_err(e2s)?;
         if Status::from_code((v & 0xffff) as i32) != Some(Status::Ok) {
