@@ -2,10 +2,10 @@
 //! `TransferEngine::submit_single_writes` (one hand-off per batch), `w`
 //! requests in flight, each with its own flag, as `client::windowed` keeps
 //! single submits.
-use crate::client::{FlagLine, Wait, free_flags, leak_flags, wait_flag_on};
+use crate::client::{FlagLine, Wait, free_flags, leak_flags, until_taken, wait_flag_on};
 use crate::ctl::R;
 use fabriclib::completion::notify::RawFlag;
-use fabriclib::{OnDone, Status, TransferEngine};
+use fabriclib::{OnDone, TransferEngine};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -33,17 +33,7 @@ pub fn windowed_batches<T>(
                 }
                 flags[i % w].0.store(0, Ordering::Relaxed);
             }
-            loop {
-                match submit(first, &mut (first..end).map(|i| done(&flags[i % w]))) {
-                    Ok(_) => break,
-                    Err(err) if err.status == Status::Again => {
-                        if !e.progress() {
-                            std::thread::yield_now()
-                        }
-                    }
-                    Err(err) => return Err(err.to_string()),
-                }
-            }
+            until_taken(e, || submit(first, &mut (first..end).map(|i| done(&flags[i % w]))))?;
             e.progress();
         }
         for i in n.saturating_sub(w)..n {

@@ -229,17 +229,7 @@ fn windowed<T>(
                 wait_flag_on(e, f, how, deadline)?;
             }
             f.store(0, Ordering::Relaxed);
-            loop {
-                match submit(i, on_done(f)) {
-                    Ok(_) => break,
-                    Err(err) if err.status == Status::Again => {
-                        if !e.progress() {
-                            std::thread::yield_now()
-                        }
-                    }
-                    Err(err) => return Err(err.to_string()),
-                }
-            }
+            until_taken(e, || submit(i, on_done(f)))?;
             e.progress();
         }
         for i in n.saturating_sub(w)..n {
@@ -252,6 +242,22 @@ fn windowed<T>(
         free_flags(flags);
     }
     res
+}
+
+/// Calls `submit` until the engine takes the request: on `Again` (a full
+/// queue) it progresses the engine (manual progress) or yields, and retries.
+pub fn until_taken<T>(e: &TransferEngine, mut submit: impl FnMut() -> fabriclib::Result<T>) -> R<()> {
+    loop {
+        match submit() {
+            Ok(_) => return Ok(()),
+            Err(err) if err.status == Status::Again => {
+                if !e.progress() {
+                    std::thread::yield_now()
+                }
+            }
+            Err(err) => return Err(err.to_string()),
+        }
+    }
 }
 
 /// `w` flags, leaked: valid for as long as any request may store into them.

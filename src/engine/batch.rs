@@ -47,7 +47,7 @@ impl TransferEngine {
         let writes = writes.into_iter();
         let mut reqs = Vec::with_capacity(writes.size_hint().0);
         for (k, w) in writes.enumerate() {
-            let shape = self.single_write(g, w.len, w.imm, src, w.src_offset, w.dst, w.dst_offset, &w.done);
+            let shape = self.single_write(g, src, &w);
             match shape.and_then(|shape| Ok((self.check_opts(g, &shape, &w.done)?, shape))) {
                 Ok((nic, shape)) => reqs.push(Request {
                     id: 0,

@@ -413,25 +413,15 @@ impl TransferEngine {
         done: impl Into<RequestOpts>,
     ) -> Result<RequestId> {
         let g = self.own(src)?;
-        let opts = done.into();
-        let shape = self.single_write(g, len, imm, src, src_offset, dst, dst_offset, &opts)?;
-        self.submit(g, shape, imm, Some(src), opts)
+        let w = SingleWrite { len, imm, src_offset, dst, dst_offset, done: done.into() };
+        let shape = self.single_write(g, src, &w)?;
+        self.submit(g, shape, imm, Some(src), w.done)
     }
 
-    /// The checked shape of a single write of group `g` (`submit_single_write`).
-    #[allow(clippy::too_many_arguments)]
+    /// The checked shape of single write `w` from `src`, of group `g`.
     #[inline(always)]
-    fn single_write(
-        &self,
-        g: usize,
-        len: u64,
-        imm: Option<u32>,
-        src: &MrHandle,
-        src_offset: u64,
-        dst: &Arc<MrDesc>,
-        dst_offset: u64,
-        opts: &RequestOpts,
-    ) -> Result<Shape> {
+    fn single_write(&self, g: usize, src: &MrHandle, w: &SingleWrite) -> Result<Shape> {
+        let SingleWrite { len, imm, src_offset, dst, dst_offset, done: ref opts } = *w;
         self.check_peer(g, &dst.owner)?;
         if len == 0 && imm.is_none() {
             bail!(InvalidArgument, "submit_single_write: zero length without an immediate");
