@@ -162,8 +162,18 @@ pub fn batch_in_manual_progress_and_max_inflight(prov: &str, domains: usize) -> 
     wait_hash(&mut p, &want)?;
     p.expect(32, 1);
     p.fired(32)?;
-    // Gone before the peer: nothing would progress this engine to answer
-    // the peer's goodbye.
+    // A batch still queued when the engine goes (nothing progressed it):
+    // each of its writes reports SHUTDOWN, once. The engine goes before the
+    // peer: nothing would progress it to answer the peer's goodbye.
+    let queued: Vec<Arc<AtomicU32>> = (0..4).map(|_| flag()).collect();
+    let batch = (0..4).map(|k| write(k, 0, None, &d, OnDone::Flag(queued[k as usize].clone())));
+    l.engine.submit_single_writes(&l.mr, batch).map_err(e2s)?;
     drop(l);
+    for f in &queued {
+        let v = f.load(Ordering::Acquire);
+        if v & fabriclib::FLAG_DONE == 0 || Status::from_code((v & 0xffff) as i32) != Some(Status::Shutdown) {
+            return Err(format!("a write of a batch queued at shutdown: flag {v:#x}, not SHUTDOWN"));
+        }
+    }
     Ok(())
 }
