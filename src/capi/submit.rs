@@ -362,10 +362,7 @@ pub extern "C" fn fabriclib_submit_single_writes(
             .iter()
             .enumerate()
             .map(|(k, w)| {
-                let named = |mut e: Error| {
-                    e.message = format!("write {k} of the batch: {}", e.message);
-                    e
-                };
+                let named = |e| crate::engine::in_batch(k, e);
                 Ok(crate::engine::SingleWrite {
                     len: w.len,
                     imm: imm_opt(w.imm),

@@ -6,7 +6,7 @@
 use super::{MrHandle, TransferEngine};
 use crate::bail;
 use crate::completion::notify::{RequestId, RequestOpts};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::wire::MrDesc;
 use crate::worker::request::{Request, Submission};
 use std::sync::Arc;
@@ -47,24 +47,21 @@ impl TransferEngine {
         let writes = writes.into_iter();
         let mut reqs = Vec::with_capacity(writes.size_hint().0);
         for (k, w) in writes.enumerate() {
-            let shape = self.single_write(g, src, &w);
-            match shape.and_then(|shape| Ok((self.check_opts(g, &shape, &w.done)?, shape))) {
-                Ok((nic, shape)) => reqs.push(Request {
-                    id: 0,
-                    timeout_ns: Request::timeout_ns(self.timeout(w.done.deadline)),
-                    shape,
-                    imm: w.imm,
-                    done: w.done.done,
-                    region: Some(src.0.index),
-                    nic,
-                    delivered: w.done.delivered,
-                    submitted_ns: 0,
-                }),
-                Err(mut e) => {
-                    e.message = format!("write {k} of the batch: {}", e.message);
-                    return Err(e);
-                }
-            }
+            let shape = self.single_write(g, src, &w).map_err(|e| in_batch(k, e))?;
+            let nic = self.check_opts(g, &shape, &w.done).map_err(|e| in_batch(k, e))?;
+            // As `submit` builds it (which builds it in place: a helper for
+            // both cost a single submit 31–46 more instructions, callgrind).
+            reqs.push(Request {
+                id: 0,
+                timeout_ns: Request::timeout_ns(self.timeout(w.done.deadline)),
+                shape,
+                imm: w.imm,
+                done: w.done.done,
+                region: Some(src.0.index),
+                nic,
+                delivered: w.done.delivered,
+                submitted_ns: 0,
+            });
         }
         let n = reqs.len();
         if n == 0 {
@@ -78,11 +75,13 @@ impl TransferEngine {
         for (r, id) in reqs.iter_mut().zip(first..) {
             (r.id, r.submitted_ns) = (id, super::submit_sample(id));
         }
-        let sub = match n {
-            1 => Submission::One(reqs.pop().unwrap()),
-            _ => Submission::Batch(reqs),
-        };
-        self.queue(g, sub, n)?;
+        self.queue(g, Submission::Batch(reqs), n)?;
         Ok(RequestId(first))
     }
+}
+
+/// Error `e` of write `k` of a batch, as the batch reports it.
+pub(crate) fn in_batch(k: usize, mut e: Error) -> Error {
+    e.message = format!("write {k} of the batch: {}", e.message);
+    e
 }

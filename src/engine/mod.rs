@@ -30,6 +30,7 @@ mod progress;
 mod recv;
 
 pub use batch::SingleWrite;
+pub(crate) use batch::in_batch;
 use groups::Group;
 pub use memory::MrHandle;
 pub use recv::{MAX_RECV_BUFFERS, RecvPoolId};
