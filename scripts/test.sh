@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: formatting and clippy lints, Rust unit tests and parser fuzzing, the multi-process
-# loopback tests over tcp;ofi_rxm and shm (1 and 2 domains), a short
+# loopback tests over tcp;ofi_rxm and shm (1 and 2 domains; shm's large
+# writes also without CMA and split), a short
 # fabriclib-bench run (JSON, plot, byte verification), the C API tests
 # (also under valgrind memcheck),
 # the install-and-consume test (find_package + pkg-config), the Python
@@ -26,6 +27,11 @@ echo "header: 1 passed, 0 failed"
 
 echo "== cargo test (unit tests, parser fuzzing, multi-process loopback, fabriclib-bench smoke run)"
 cargo test --locked --workspace
+
+echo "== shm's large writes: a dead peer stalls no other without CMA too, and with the split of 0.3 (FABRICLIB_SHM_SPLIT=always)"
+large="dead_peer_with_large_imm_writes kill9_mid_paged single_writes paged_writes scatter_and_barrier"
+FABRICLIB_TEST_PROVIDERS=shm FI_SHM_DISABLE_CMA=1 cargo test --locked --test loopback -- $large
+FABRICLIB_TEST_PROVIDERS=shm FABRICLIB_SHM_SPLIT=always cargo test --locked --test loopback -- $large
 
 echo "== C API tests and install test (ctest)"
 # The library and tools as `cargo test` built them (dev profile): no second,

@@ -241,16 +241,24 @@ pub trait Domain: Sized + Send + 'static {
     /// afterwards (a late completion is swallowed). Their slots no longer
     /// count against the queue depth.
     fn abandon(&mut self, peer: PeerId, out: &mut Vec<u64>);
-    /// The largest operation the provider completes without waiting for the
+    /// The largest send the provider completes without waiting for the
     /// target's answer. Larger ones complete only once the target has
-    /// answered, and a target that died never answers (libfabric 1.17's shm:
-    /// its completions of such operations come back in posting order, so one
-    /// left waiting on a dead peer stalls every later one, to any peer). The
-    /// worker never posts such an operation: a larger write with an immediate
-    /// goes as the bytes without the immediate and then, once they are
-    /// complete, a zero-byte write carrying it; a larger send is refused at
-    /// submit. `usize::MAX` (the default): no such limit.
+    /// answered, and a target that died never answers (libfabric's shm: an
+    /// endpoint's completions of such operations come back in posting
+    /// order, so one left waiting on a dead peer stalls every later one, to
+    /// any peer). A larger send is refused at submit. `usize::MAX` (the
+    /// default): no such limit.
     fn answer_free_limit(&self) -> usize {
+        usize::MAX
+    }
+    /// A write with an immediate larger than this is split by the worker:
+    /// its bytes without the immediate, then, once they are complete, a
+    /// zero-byte write carrying it (worker/split.rs), for a domain that
+    /// would otherwise post it where a dead peer's missing answer stalls
+    /// the others (shm with `FABRICLIB_SHM_SPLIT=always`; by default shm
+    /// posts such writes on an endpoint per peer instead). `usize::MAX`
+    /// (the default): never split.
+    fn write_split_limit(&self) -> usize {
         usize::MAX
     }
     /// Whether peers must answer the engine's handshake before requests to

@@ -104,7 +104,7 @@ impl<D: Domain> Worker<D> {
         } else {
             let scratch = (self.requests.scratch.ptr as *const u8, &self.requests.scratch_mr[d]);
             let src = a.req.region.map(|i| &self.requests.regions.locals(i)[d]);
-            let (split_over, code) = (self.domains[d].answer_free_limit(), tok.encode());
+            let (split_over, code) = (self.domains[d].write_split_limit(), tok.encode());
             let pages = a.req.page_wrs(d, peer, src, scratch.1, &self.requests.dsts);
             while n < budget && a.next[d] < a.units {
                 let k = a.next[d];

@@ -207,6 +207,26 @@ impl FabricEndpoint {
         }
     }
 
+    /// Another endpoint on this one's domain, address vector and completion
+    /// queue (shm's per-peer write endpoints); the caller closes it before
+    /// this value is dropped.
+    pub fn open_sibling(&mut self) -> Result<*mut fid_ep> {
+        let mut ep: *mut fid_ep = null_mut();
+        // SAFETY: domain, info, av and cq are open for this value's life; ep is
+        // closed on every error path.
+        unsafe {
+            check("fi_endpoint", fi_endpoint(self.domain, self.info, &mut ep, null_mut()) as i64)?;
+            let r = fi_ep_bind(ep, &mut (*self.av).fid, 0);
+            let r = if r == 0 { fi_ep_bind(ep, &mut (*self.cq).fid, (FI_TRANSMIT | FI_RECV) as u64) } else { r };
+            let r = if r == 0 { fi_enable(ep) } else { r };
+            if r != 0 {
+                fi_close(&mut (*ep).fid);
+                return Err(fi_err("a peer's endpoint", r as i64));
+            }
+        }
+        Ok(ep)
+    }
+
     /// Whether the worker may block on `wait_fd` now (`fi_trywait`): false
     /// if completions are pending or progress is needed first (poll, retry).
     pub fn try_wait(&mut self) -> bool {

@@ -45,25 +45,46 @@ pub(super) fn check(what: &str, ret: i64) -> Result<()> {
     if ret < 0 { Err(fi_err(what, ret)) } else { Ok(()) }
 }
 
-/// Whether shm writes with an immediate larger than its inject size are
-/// split (`Domain::answer_free_limit`). shm carries an operation up to its
-/// inject size inside the command it queues at the target and completes it
-/// at once; a larger one is completed when the target answers, and the
-/// sender takes answers in the order it posted (a write without an
-/// immediate is the exception: with CMA the sender copies it itself). So one
-/// dead peer stalls every later large write-with-immediate of the engine:
-/// measured with libfabric 1.17 and 1.20 (the loopback test
-/// `dead_peer_with_large_imm_writes` fails without the split on both).
-/// `FABRICLIB_SHM_SPLIT=never` turns the split off, for measuring its cost
-/// and re-checking a newer libfabric with that test; it is unsafe to deploy.
-fn shm_split() -> bool {
-    std::env::var("FABRICLIB_SHM_SPLIT").as_deref() != Ok("never")
+/// How shm carries a write with an immediate larger than its inject size.
+/// shm carries an operation up to its inject size inside the command it
+/// queues at the target and completes it at once; a larger one is
+/// completed when the target answers, and an endpoint takes answers in the
+/// order it posted (a write without an immediate is the exception: with
+/// CMA the sender copies it itself). So on one endpoint, one dead peer
+/// stalls every later large write-with-immediate of the engine: measured
+/// with libfabric 1.17 and 1.20 (the loopback test
+/// `dead_peer_with_large_imm_writes` fails with `FABRICLIB_SHM_SPLIT=never`
+/// on both).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ShmWrites {
+    /// The default: such writes go on an endpoint of their peer's own
+    /// (`PeerEps`), where only that peer's answers can keep them waiting;
+    /// the target copies them, as it does for the raw loop.
+    PeerEndpoints,
+    /// `FABRICLIB_SHM_SPLIT=always`: one endpoint, and the worker splits
+    /// such a write into its bytes (copied by the sender) and a zero-byte
+    /// write with the immediate (`Domain::write_split_limit`). fabriclib's
+    /// way before 0.4; kept to measure against and as a fallback.
+    Split,
+    /// `FABRICLIB_SHM_SPLIT=never`: one endpoint, nothing split. For
+    /// measuring and re-checking a newer libfabric only: unsafe to deploy.
+    Never,
+}
+
+fn shm_writes() -> ShmWrites {
+    match std::env::var("FABRICLIB_SHM_SPLIT").as_deref() {
+        Ok("never") => ShmWrites::Never,
+        Ok("always") => ShmWrites::Split,
+        _ => ShmWrites::PeerEndpoints,
+    }
 }
 
 pub struct FabricDomain {
     fe: FabricEndpoint,
     /// `Domain::answer_free_limit`: shm's inject size, else unlimited.
     answer_free: usize,
+    /// `Domain::write_split_limit`: shm's inject size with `ShmWrites::Split`, else unlimited.
+    split_over: usize,
     /// `Domain::addresses_come_back`: the provider uses IP addresses.
     ip: bool,
     /// `Domain::orders_sends_after_writes`.
@@ -71,6 +92,23 @@ pub struct FabricDomain {
     peers: HashMap<Box<[u8]>, PeerId>,
     ctx: CtxPool,
     cq_buf: Vec<fi_cq_data_entry>,
+    /// shm: writes larger than its inject size go on an
+    /// endpoint of their peer's own (`ShmWrites::PeerEndpoints`); `None`:
+    /// one endpoint for everything.
+    peer_eps: Option<PeerEps>,
+}
+
+/// The endpoints opened per peer for shm's writes larger than its inject
+/// size: on first use, on the main endpoint's domain, address vector and
+/// completion queue (so their completions come back with every other);
+/// closed when the peer is forgotten (its process gone) or with the
+/// domain. One dead peer's unanswered write then holds up only that peer's
+/// endpoint. Each is a region of shm's in `/dev/shm` (named `<pid>:…` like
+/// the main one): a process has one more per shm peer it writes to over
+/// 4 KiB.
+struct PeerEps {
+    inject: usize,
+    eps: HashMap<PeerId, *mut fid_ep>,
 }
 
 // SAFETY: as for FabricEndpoint; the completion buffer holds plain data.
@@ -87,7 +125,10 @@ impl FabricDomain {
         let ctx = CtxPool::new(fe.depth().max(256), window);
         // SAFETY: info is valid for the endpoint's life.
         let inject = unsafe { (*(*fe.info).tx_attr).inject_size };
-        let answer_free = if fe.provider == "shm" && shm_split() { inject } else { usize::MAX };
+        let shm = (fe.provider == "shm").then(shm_writes);
+        let answer_free = if shm.is_some_and(|w| w != ShmWrites::Never) { inject } else { usize::MAX };
+        let split_over = if shm == Some(ShmWrites::Split) { inject } else { usize::MAX };
+        let peer_eps = (shm == Some(ShmWrites::PeerEndpoints)).then(|| PeerEps { inject, eps: HashMap::new() });
         // SAFETY: as above.
         let ip = IP_FORMATS.contains(&unsafe { (*fe.info).addr_format });
         let cq_buf = vec![fi_cq_data_entry::default(); CQ_BATCH];
@@ -101,7 +142,25 @@ impl FabricDomain {
         // SAFETY: as above.
         let order = unsafe { (*(*fe.info).tx_attr).msg_order };
         let ordered = fe.provider == "shm" || order & FI_ORDER_SAW as u64 != 0;
-        Ok(FabricDomain { fe, answer_free, ip, ordered, peers: HashMap::new(), ctx, cq_buf })
+        Ok(FabricDomain { fe, answer_free, split_over, ip, ordered, peers: HashMap::new(), ctx, cq_buf, peer_eps })
+    }
+
+    /// `peer`'s own endpoint for writes over the inject size (shm), opened on first use.
+    fn peer_ep(&mut self, peer: PeerId) -> Result<*mut fid_ep> {
+        let p = self.peer_eps.as_mut().unwrap();
+        if let Some(&ep) = p.eps.get(&peer) {
+            return Ok(ep);
+        }
+        let ep = self.fe.open_sibling()?;
+        p.eps.insert(peer, ep);
+        Ok(ep)
+    }
+
+    fn close_peer_ep(&mut self, peer: PeerId) {
+        if let Some(ep) = self.peer_eps.as_mut().and_then(|p| p.eps.remove(&peer)) {
+            // SAFETY: ep was opened by open_sibling and is closed once.
+            unsafe { fi_close(&mut (*ep).fid) };
+        }
     }
 
     fn post_result(&mut self, what: &str, ret: isize, ctx: *mut c_void) -> Result<Post> {
@@ -145,6 +204,10 @@ impl Domain for FabricDomain {
 
     fn answer_free_limit(&self) -> usize {
         self.answer_free
+    }
+
+    fn write_split_limit(&self) -> usize {
+        self.split_over
     }
 
     fn addresses_come_back(&self) -> bool {
@@ -206,6 +269,7 @@ impl Domain for FabricDomain {
             return;
         }
         self.peers.retain(|_, p| *p != peer);
+        self.close_peer_ep(peer);
         let mut a = peer;
         // SAFETY: av is open and `a` one of its addresses. shm 1.17 unmaps
         // the old process's region here, and maps the new one at the next insert.
@@ -213,6 +277,12 @@ impl Domain for FabricDomain {
     }
 
     fn post_write(&mut self, wr: &WriteWr, token: u64) -> Result<Post> {
+        let ep = match &self.peer_eps {
+            // Without an immediate too: shm copies those itself with CMA (no
+            // answer, any endpoint), but through the target where CMA is off.
+            Some(p) if wr.len > p.inject => self.peer_ep(wr.peer)?,
+            _ => self.fe.ep,
+        };
         let ctx = match self.ctx.take(token, wr.peer, wr.len as u64) {
             Ok(c) => c,
             Err(p) => return Ok(p),
@@ -221,18 +291,10 @@ impl Domain for FabricDomain {
         // request keeps alive until this op completes; ctx is a stable pool slot.
         let ret = unsafe {
             match wr.imm {
-                Some(imm) => fi_writedata(
-                    self.fe.ep,
-                    wr.local.cast(),
-                    wr.len,
-                    wr.desc,
-                    imm as u64,
-                    wr.peer,
-                    wr.remote_addr,
-                    wr.key,
-                    ctx,
-                ),
-                None => fi_write(self.fe.ep, wr.local.cast(), wr.len, wr.desc, wr.peer, wr.remote_addr, wr.key, ctx),
+                Some(imm) => {
+                    fi_writedata(ep, wr.local.cast(), wr.len, wr.desc, imm as u64, wr.peer, wr.remote_addr, wr.key, ctx)
+                }
+                None => fi_write(ep, wr.local.cast(), wr.len, wr.desc, wr.peer, wr.remote_addr, wr.key, ctx),
             }
         };
         self.post_result("fi_write", ret, ctx)
@@ -323,10 +385,24 @@ impl Domain for FabricDomain {
 
     fn abandon(&mut self, peer: PeerId, out: &mut Vec<u64>) {
         self.ctx.abandon(peer, out);
+        // Its shm endpoint stays open (closed when the peer is forgotten, or
+        // with the engine): a peer declared down while only stopped handles
+        // our queued commands when it resumes, and shm crashes a process that
+        // handles a command from an endpoint closed since (docs/failure-semantics.md).
         // The peer stays in the address vector: removing it with operations
         // queued on its connection crashed tcp;ofi_rxm 1.17 (measured). The
         // per-peer window (`peer_window`) is what keeps a dead peer's stuck
         // operations from starving the others.
+    }
+}
+
+impl Drop for FabricDomain {
+    fn drop(&mut self) {
+        // The peers' endpoints before the main one's objects (closed by `fe`'s Drop).
+        for (_, ep) in self.peer_eps.take().map(|p| p.eps).unwrap_or_default() {
+            // SAFETY: ep was opened by open_sibling and is closed once.
+            unsafe { fi_close(&mut (*ep).fid) };
+        }
     }
 }
 
