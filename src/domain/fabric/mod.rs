@@ -108,7 +108,8 @@ pub struct FabricDomain {
 /// 4 KiB.
 struct PeerEps {
     inject: usize,
-    eps: HashMap<PeerId, *mut fid_ep>,
+    /// By peer id (an index of the `FI_AV_TABLE` address vector); null: none yet.
+    eps: Vec<*mut fid_ep>,
 }
 
 // SAFETY: as for FabricEndpoint; the completion buffer holds plain data.
@@ -128,7 +129,7 @@ impl FabricDomain {
         let shm = (fe.provider == "shm").then(shm_writes);
         let answer_free = if shm.is_some_and(|w| w != ShmWrites::Never) { inject } else { usize::MAX };
         let split_over = if shm == Some(ShmWrites::Split) { inject } else { usize::MAX };
-        let peer_eps = (shm == Some(ShmWrites::PeerEndpoints)).then(|| PeerEps { inject, eps: HashMap::new() });
+        let peer_eps = (shm == Some(ShmWrites::PeerEndpoints)).then(|| PeerEps { inject, eps: Vec::new() });
         // SAFETY: as above.
         let ip = IP_FORMATS.contains(&unsafe { (*fe.info).addr_format });
         let cq_buf = vec![fi_cq_data_entry::default(); CQ_BATCH];
@@ -147,19 +148,25 @@ impl FabricDomain {
 
     /// `peer`'s own endpoint for writes over the inject size (shm), opened on first use.
     fn peer_ep(&mut self, peer: PeerId) -> Result<*mut fid_ep> {
-        let p = self.peer_eps.as_mut().unwrap();
-        if let Some(&ep) = p.eps.get(&peer) {
+        let eps = &mut self.peer_eps.as_mut().unwrap().eps;
+        let i = peer as usize;
+        if let Some(&ep) = eps.get(i).filter(|ep| !ep.is_null()) {
             return Ok(ep);
         }
         let ep = self.fe.open_sibling()?;
-        p.eps.insert(peer, ep);
+        if i >= eps.len() {
+            eps.resize(i + 1, null_mut());
+        }
+        eps[i] = ep;
         Ok(ep)
     }
 
     fn close_peer_ep(&mut self, peer: PeerId) {
-        if let Some(ep) = self.peer_eps.as_mut().and_then(|p| p.eps.remove(&peer)) {
-            // SAFETY: ep was opened by open_sibling and is closed once.
-            unsafe { fi_close(&mut (*ep).fid) };
+        let Some(ep) = self.peer_eps.as_mut().and_then(|p| p.eps.get_mut(peer as usize)) else { return };
+        if !ep.is_null() {
+            // SAFETY: ep was opened by open_sibling and is closed once (nulled here).
+            unsafe { fi_close(&mut (**ep).fid) };
+            *ep = null_mut();
         }
     }
 
@@ -399,9 +406,11 @@ impl Domain for FabricDomain {
 impl Drop for FabricDomain {
     fn drop(&mut self) {
         // The peers' endpoints before the main one's objects (closed by `fe`'s Drop).
-        for (_, ep) in self.peer_eps.take().map(|p| p.eps).unwrap_or_default() {
-            // SAFETY: ep was opened by open_sibling and is closed once.
-            unsafe { fi_close(&mut (*ep).fid) };
+        for ep in self.peer_eps.take().map(|p| p.eps).unwrap_or_default() {
+            if !ep.is_null() {
+                // SAFETY: ep was opened by open_sibling and is closed once.
+                unsafe { fi_close(&mut (*ep).fid) };
+            }
         }
     }
 }
