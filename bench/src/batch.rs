@@ -43,7 +43,8 @@ pub fn windowed_batches<T>(
     };
     let res = run();
     if res.is_ok() {
-        free_flags(flags);
+        // SAFETY: every request ended (each flag was waited for) and `run`, which borrowed them, is done.
+        unsafe { free_flags(flags) };
     }
     res
 }

@@ -239,7 +239,8 @@ fn windowed<T>(
     };
     let res = run();
     if res.is_ok() {
-        free_flags(flags);
+        // SAFETY: every request ended (each flag was waited for) and `run`, which borrowed them, is done.
+        unsafe { free_flags(flags) };
     }
     res
 }
@@ -265,9 +266,13 @@ pub fn leak_flags(w: usize) -> &'static [FlagLine] {
     Box::leak((0..w).map(|_| FlagLine(AtomicU32::new(0))).collect())
 }
 
-/// Frees `leak_flags`' flags once every request has stored its own.
-pub fn free_flags(flags: &'static [FlagLine]) {
-    // SAFETY: leaked by `leak_flags` from a Box<[FlagLine]> of this length; nothing refers to it any more.
+/// Frees `leak_flags`' flags.
+///
+/// # Safety
+/// `flags` came from `leak_flags`, every request given one of them has
+/// stored its result, and nothing refers to them any more.
+pub unsafe fn free_flags(flags: &'static [FlagLine]) {
+    // SAFETY: leaked by `leak_flags` from a Box<[FlagLine]> of this length; the caller vouches for the rest.
     drop(unsafe { Box::from_raw(flags as *const [FlagLine] as *mut [FlagLine]) });
 }
 
