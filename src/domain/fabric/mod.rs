@@ -1,5 +1,6 @@
 //! The libfabric domain: one `FI_EP_RDM` endpoint with its fabric, domain,
-//! address vector and completion queue.
+//! address vector and completion queue (on shm, also an endpoint per peer
+//! for writes over the inject size: `PeerEps`).
 //!
 //! Provider quirks this file handles (measured, see the README's provider
 //! table): `mr_mode` bits are obeyed as returned (remote base = VA only with
