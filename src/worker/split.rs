@@ -1,8 +1,9 @@
 //! Split writes: on a domain whose provider completes a large write with an
 //! immediate only once the target answers (`Domain::write_split_limit`;
 //! shm on one endpoint, `FABRICLIB_SHM_SPLIT=always`, where one such write
-//! waiting on a dead peer stalls every later one), a unit's bytes go first as a plain write, and its
-//! immediate follows as a zero-byte write once the bytes are complete — so
+//! waiting on a dead peer stalls every later one), a unit's bytes go first
+//! as a plain write, and its immediate follows as a zero-byte write once
+//! the bytes are complete — so
 //! the immediate still means "landed", and nothing ever waits on a peer's
 //! answer. The unit counts as one work request of its request throughout.
 use super::Worker;

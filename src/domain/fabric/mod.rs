@@ -46,7 +46,7 @@ pub(super) fn check(what: &str, ret: i64) -> Result<()> {
     if ret < 0 { Err(fi_err(what, ret)) } else { Ok(()) }
 }
 
-/// How shm carries a write with an immediate larger than its inject size.
+/// How shm carries a write larger than its inject size.
 /// shm carries an operation up to its inject size inside the command it
 /// queues at the target and completes it at once; a larger one is
 /// completed when the target answers, and an endpoint takes answers in the
@@ -81,6 +81,10 @@ fn shm_writes() -> ShmWrites {
 }
 
 pub struct FabricDomain {
+    /// shm: writes larger than its inject size go on an endpoint of their
+    /// peer's own (`ShmWrites::PeerEndpoints`); `None`: one endpoint for
+    /// everything. Declared before `fe`, so that they are closed first.
+    peer_eps: Option<PeerEps>,
     fe: FabricEndpoint,
     /// `Domain::answer_free_limit`: shm's inject size, else unlimited.
     answer_free: usize,
@@ -93,10 +97,6 @@ pub struct FabricDomain {
     peers: HashMap<Box<[u8]>, PeerId>,
     ctx: CtxPool,
     cq_buf: Vec<fi_cq_data_entry>,
-    /// shm: writes larger than its inject size go on an
-    /// endpoint of their peer's own (`ShmWrites::PeerEndpoints`); `None`:
-    /// one endpoint for everything.
-    peer_eps: Option<PeerEps>,
 }
 
 /// The endpoints opened per peer for shm's writes larger than its inject
@@ -111,6 +111,37 @@ struct PeerEps {
     inject: usize,
     /// By peer id (an index of the `FI_AV_TABLE` address vector); null: none yet.
     eps: Vec<*mut fid_ep>,
+}
+
+impl PeerEps {
+    /// `peer`'s endpoint, opened beside `fe`'s on first use.
+    fn get(&mut self, peer: PeerId, fe: &mut FabricEndpoint) -> Result<*mut fid_ep> {
+        let i = peer as usize;
+        if let Some(&ep) = self.eps.get(i).filter(|ep| !ep.is_null()) {
+            return Ok(ep);
+        }
+        if i >= self.eps.len() {
+            self.eps.resize(i + 1, null_mut());
+        }
+        self.eps[i] = fe.open_sibling()?;
+        Ok(self.eps[i])
+    }
+
+    fn close(&mut self, peer: PeerId) {
+        if let Some(ep) = self.eps.get_mut(peer as usize).filter(|ep| !ep.is_null()) {
+            // SAFETY: opened by open_sibling, closed once (nulled here).
+            unsafe { fi_close(&mut (**ep).fid) };
+            *ep = null_mut();
+        }
+    }
+}
+
+impl Drop for PeerEps {
+    fn drop(&mut self) {
+        for peer in 0..self.eps.len() {
+            self.close(peer as PeerId);
+        }
+    }
 }
 
 // SAFETY: as for FabricEndpoint; the completion buffer holds plain data.
@@ -144,31 +175,7 @@ impl FabricDomain {
         // SAFETY: as above.
         let order = unsafe { (*(*fe.info).tx_attr).msg_order };
         let ordered = fe.provider == "shm" || order & FI_ORDER_SAW as u64 != 0;
-        Ok(FabricDomain { fe, answer_free, split_over, ip, ordered, peers: HashMap::new(), ctx, cq_buf, peer_eps })
-    }
-
-    /// `peer`'s own endpoint for writes over the inject size (shm), opened on first use.
-    fn peer_ep(&mut self, peer: PeerId) -> Result<*mut fid_ep> {
-        let eps = &mut self.peer_eps.as_mut().unwrap().eps;
-        let i = peer as usize;
-        if let Some(&ep) = eps.get(i).filter(|ep| !ep.is_null()) {
-            return Ok(ep);
-        }
-        let ep = self.fe.open_sibling()?;
-        if i >= eps.len() {
-            eps.resize(i + 1, null_mut());
-        }
-        eps[i] = ep;
-        Ok(ep)
-    }
-
-    fn close_peer_ep(&mut self, peer: PeerId) {
-        let Some(ep) = self.peer_eps.as_mut().and_then(|p| p.eps.get_mut(peer as usize)) else { return };
-        if !ep.is_null() {
-            // SAFETY: ep was opened by open_sibling and is closed once (nulled here).
-            unsafe { fi_close(&mut (**ep).fid) };
-            *ep = null_mut();
-        }
+        Ok(FabricDomain { peer_eps, fe, answer_free, split_over, ip, ordered, peers: HashMap::new(), ctx, cq_buf })
     }
 
     fn post_result(&mut self, what: &str, ret: isize, ctx: *mut c_void) -> Result<Post> {
@@ -277,7 +284,9 @@ impl Domain for FabricDomain {
             return;
         }
         self.peers.retain(|_, p| *p != peer);
-        self.close_peer_ep(peer);
+        if let Some(p) = self.peer_eps.as_mut() {
+            p.close(peer);
+        }
         let mut a = peer;
         // SAFETY: av is open and `a` one of its addresses. shm 1.17 unmaps
         // the old process's region here, and maps the new one at the next insert.
@@ -285,10 +294,10 @@ impl Domain for FabricDomain {
     }
 
     fn post_write(&mut self, wr: &WriteWr, token: u64) -> Result<Post> {
-        let ep = match &self.peer_eps {
+        let ep = match &mut self.peer_eps {
             // Without an immediate too: shm copies those itself with CMA (no
             // answer, any endpoint), but through the target where CMA is off.
-            Some(p) if wr.len > p.inject => self.peer_ep(wr.peer)?,
+            Some(p) if wr.len > p.inject => p.get(wr.peer, &mut self.fe)?,
             _ => self.fe.ep,
         };
         let ctx = match self.ctx.take(token, wr.peer, wr.len as u64) {
@@ -401,18 +410,6 @@ impl Domain for FabricDomain {
         // queued on its connection crashed tcp;ofi_rxm 1.17 (measured). The
         // per-peer window (`peer_window`) is what keeps a dead peer's stuck
         // operations from starving the others.
-    }
-}
-
-impl Drop for FabricDomain {
-    fn drop(&mut self) {
-        // The peers' endpoints before the main one's objects (closed by `fe`'s Drop).
-        for ep in self.peer_eps.take().map(|p| p.eps).unwrap_or_default() {
-            if !ep.is_null() {
-                // SAFETY: ep was opened by open_sibling and is closed once.
-                unsafe { fi_close(&mut (*ep).fid) };
-            }
-        }
     }
 }
 
