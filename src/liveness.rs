@@ -206,11 +206,21 @@ impl Record {
     }
 }
 
+impl Record {
+    /// Says the engine is gone, before its endpoints close (the worker's
+    /// last step): a writer that reads the record after this posts nothing
+    /// more to it. (On shm, a send to an endpoint that closed in the
+    /// sender's own process crashes the sender.)
+    pub fn mark_closed(&self) {
+        // SAFETY: the page stays mapped while `map` lives.
+        unsafe { (*self.page).closed.store(1, Ordering::Release) };
+    }
+}
+
 impl Drop for Record {
     fn drop(&mut self) {
-        // SAFETY: the page stays mapped while `map` lives; closed first, so
-        // a reader never takes the unlocked word for a live engine.
-        unsafe { (*self.page).closed.store(1, Ordering::Release) };
+        // Closed first, so a reader never takes the unlocked word for a live engine.
+        self.mark_closed();
         // SAFETY: as above: the page is still mapped.
         if unsafe { word(self.page) }.load(Ordering::Acquire) & FUTEX_TID_MASK != 0 {
             let _ = ask(|tx| Keep::Unlock(self.page as usize, tx));

@@ -103,6 +103,10 @@ impl<D: Domain> Worker<D> {
         self.peers.close(&mut self.domains);
         release(&mut self.domains, &self.requests.scratch_mr);
         self.requests.stage.close(&mut self.domains[0]);
+        // Gone for every peer before the endpoints close (when the worker drops).
+        if let Some(l) = &self.live {
+            l.mark_closed();
+        }
         self.notifier.release_inflight();
     }
 }

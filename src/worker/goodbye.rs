@@ -33,6 +33,10 @@ impl Peers {
     /// us or not (its greeting may never have been posted, but the
     /// provider's own connection request may be with us).
     pub(super) fn owe_ack<D: Domain>(&mut self, domains: &mut [D], from: &NetAddr) {
+        // Not to an engine that is gone since (it gave up waiting for us).
+        if self.find(from).is_some_and(|p| self.gone(p)) {
+            return;
+        }
         if let Ok(id) = domains[0].resolve(&from.domains[0]) {
             self.acks.push(id);
         }
@@ -42,6 +46,9 @@ impl Peers {
     /// a pass, so that whatever the departing engine posted to our other
     /// domains before its BYE has been handled too.
     pub(super) fn send_acks<D: Domain>(&mut self, domains: &mut [D]) {
+        if self.acks.is_empty() {
+            return;
+        }
         let mut acks = std::mem::take(&mut self.acks);
         acks.retain(|&id| !self.mail.post(&mut domains[0], 0, id, NO_ENTRY, BYE_ACK, None));
         self.acks = acks;
@@ -53,6 +60,8 @@ impl Peers {
         for p in 0..self.list.len() as u32 {
             let f = self.list[p as usize].farewell;
             match f {
+                // Its engine is gone (liveness.rs): nothing to say or wait for.
+                Farewell::ToSend | Farewell::Sent if self.gone(p) => self.list[p as usize].farewell = Farewell::Over,
                 Farewell::ToSend if self.send(domains, p, BYE) => {
                     self.list[p as usize].farewell = Farewell::Sent;
                     waiting = true;

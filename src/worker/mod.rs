@@ -168,7 +168,7 @@ struct Worker<D: Domain> {
     peer_states: Option<Arc<crate::completion::peer_state::PeerStates>>,
     /// This group's liveness record, held for the worker's life where keys
     /// do not fence a restart (shm; liveness.rs).
-    _live: Option<crate::liveness::Record>,
+    live: Option<crate::liveness::Record>,
 }
 
 /// Closes one registration per domain (`locals[d]` in domain `d`).
@@ -226,7 +226,7 @@ impl<D: Domain> Worker<D> {
             recv: Receives::default(),
             peer_sets: Vec::new(),
             peer_states: place.peer_states,
-            _live: live,
+            live,
         })
     }
 

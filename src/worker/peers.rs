@@ -394,8 +394,15 @@ impl Peers {
         }
     }
 
-    /// Posts engine message `kind` to peer `p`; false if it could not be posted now.
+    /// Posts engine message `kind` to peer `p`; false if it could not be
+    /// posted now, or ever: an engine whose liveness record says it is gone
+    /// gets nothing (on shm, a send to an endpoint closed in this same
+    /// process crashes it) and is down.
     pub(super) fn send<D: Domain>(&mut self, domains: &mut [D], p: u32, kind: u8) -> bool {
+        if self.gone(p) {
+            self.down_gone(p);
+            return false;
+        }
         self.list[p as usize].contacted = true;
         let id = self.id(p, 0);
         self.mail.post(&mut domains[0], 0, id, p, kind, None)

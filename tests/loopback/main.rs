@@ -470,6 +470,7 @@ const TESTS: &[(&str, Test)] = &[
     ("a_message_after_quiet_wakes_the_receiver", recv::a_message_after_quiet_wakes_the_receiver),
     ("messages_name_their_sender", recv::messages_name_their_sender),
     ("receive_pools_removed_lose_nothing", recv::pools_removed_lose_nothing),
+    ("an_engine_outlives_its_peer_in_one_process", recv::an_engine_outlives_its_peer_in_one_process),
     ("submits_from_4_threads", four_threads),
     ("bad_input", bad_input),
     ("destroy_with_10000_pending", destroy_with_10000_pending),

@@ -339,3 +339,77 @@ pub fn a_message_after_quiet_wakes_the_receiver(prov: &str, domains: usize) -> T
     }
     Ok(())
 }
+
+/// Two engines in this one process, driven by this one thread (manual
+/// progress), exchange messages; then one is destroyed while the other is
+/// not driven, so its goodbye goes unanswered. The survivor then handles
+/// that goodbye, sends to the destroyed engine (refused: `PeerDown`) and is
+/// destroyed in turn. On shm a send to an endpoint closed in the sender's
+/// own process crashes it: the survivor must post nothing more there.
+pub fn an_engine_outlives_its_peer_in_one_process(prov: &str, domains: usize) -> TestResult {
+    let cfg = EngineConfig {
+        provider: Some(prov.into()),
+        bind_addr: Some("127.0.0.1".into()),
+        nic_count: domains,
+        manual_progress: true,
+        drain_timeout: Duration::from_millis(300),
+        ..Default::default()
+    };
+    let (a, b) = (TransferEngine::new(&cfg).map_err(e2s)?, Arc::new(TransferEngine::new(&cfg).map_err(e2s)?));
+    let got = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let g = got.clone();
+    a.add_recv_pool_on_worker(64, 4, move |m| {
+        if m.data.is_ok_and(|d| d == b"pong") {
+            g.fetch_add(1, Ordering::SeqCst);
+        }
+    })
+    .map_err(e2s)?;
+    let weak = Arc::downgrade(&b);
+    b.add_recv_pool_on_worker(64, 4, move |m| {
+        if let (Ok(b"ping"), Some(from), Some(b)) = (m.data, m.from, weak.upgrade()) {
+            b.submit_send(&from.addr, b"pong", OnDone::Nothing).expect("the answer");
+        }
+    })
+    .map_err(e2s)?;
+    let (to_a, to_b) = (a.address().clone(), b.address().clone());
+    for i in 1..=20 {
+        a.submit_send(&to_b, b"ping", OnDone::Nothing).map_err(e2s)?;
+        let t = Instant::now();
+        while got.load(Ordering::SeqCst) < i {
+            a.progress();
+            b.progress();
+            if t.elapsed() > WAIT {
+                return Err(format!("round trip {i}: no answer"));
+            }
+        }
+    }
+    let t = Instant::now();
+    drop(a);
+    if t.elapsed() > Duration::from_secs(3) {
+        return Err(format!("the first destroy took {:?}", t.elapsed()));
+    }
+    // The survivor handles the goodbye (and must not answer it), then sends.
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_millis(100) {
+        b.progress();
+    }
+    let f = flag();
+    b.submit_send(&to_a, b"late", OnDone::Flag(f.clone())).map_err(e2s)?;
+    let t = Instant::now();
+    while f.load(Ordering::Acquire) & FLAG_DONE == 0 {
+        b.progress();
+        if t.elapsed() > WAIT {
+            return Err("a send to the destroyed engine never ended".into());
+        }
+    }
+    let status = Status::from_code((f.load(Ordering::Acquire) & 0xffff) as i32);
+    if status != Some(Status::PeerDown) {
+        return Err(format!("a send to the destroyed engine ended {status:?}, not PeerDown"));
+    }
+    let t = Instant::now();
+    drop(b);
+    if t.elapsed() > Duration::from_secs(3) {
+        return Err(format!("the second destroy took {:?}", t.elapsed()));
+    }
+    Ok(())
+}
