@@ -14,6 +14,7 @@ pub mod config;
 pub mod domain;
 pub mod engine;
 pub mod error;
+pub mod fasthash;
 pub mod gpu;
 pub mod liveness;
 pub mod log;

@@ -11,28 +11,10 @@
 use super::notify::{Notifier, OnDone};
 use crate::bail;
 use crate::error::{Error, Result};
+use crate::fasthash::FastMap;
 use crate::metrics::{GroupStats, IMM_TO_EXPECTATION};
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 use std::time::Instant;
-
-/// A cheap hasher for u32 keys (Fibonacci multiply); no per-imm SipHash.
-#[derive(Default)]
-pub struct ImmHasher(u64);
-impl Hasher for ImmHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0 << 8 | *b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u32(&mut self, v: u32) {
-        self.0 = (v as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
 
 /// An armed expectation: how many immediates it waits for, whom to tell,
 /// and its request id (for cancel and its deadline).
@@ -58,10 +40,10 @@ unsafe impl Send for MirrorWord {}
 
 #[derive(Default)]
 pub struct ImmCounter {
-    map: HashMap<u32, Entry, BuildHasherDefault<ImmHasher>>,
+    map: FastMap<u32, Entry>,
     armed: usize,
     /// Per mirrored immediate: the word and the value last stored to it.
-    mirrors: HashMap<u32, (MirrorWord, u64), BuildHasherDefault<ImmHasher>>,
+    mirrors: FastMap<u32, (MirrorWord, u64)>,
     /// Immediates received, expectations met and failed (metrics).
     stats: Arc<GroupStats>,
 }

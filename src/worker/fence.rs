@@ -117,6 +117,9 @@ impl<D: Domain> Worker<D> {
 
     /// Sends the FENCE answers owed (after the pass's immediates went home).
     pub(super) fn send_fence_acks(&mut self) {
+        if self.requests.fences.owed.is_empty() {
+            return;
+        }
         let mut owed = std::mem::take(&mut self.requests.fences.owed);
         owed.retain(|&(d, id, tag)| !self.post_engine_on(d, id, NO_ENTRY, FENCE_ACK, Some(tag)));
         self.requests.fences.owed = owed;

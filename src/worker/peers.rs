@@ -37,9 +37,10 @@ use super::recv::Origin;
 use crate::config::PeerState;
 use crate::domain::{Domain, PeerId};
 use crate::error::{Error, Result, Status};
+use crate::fasthash::FastMap;
 use crate::liveness::Watch;
 use crate::wire::{MAX_DOMAINS, NetAddr};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -122,11 +123,11 @@ pub(super) struct Peer {
 
 pub(super) struct Peers {
     pub(super) list: Vec<Peer>,
-    index: HashMap<NetAddr, u32>,
+    index: FastMap<NetAddr, u32>,
     /// Epoch → entry: the sender of an application message (recv.rs).
-    by_epoch: HashMap<u64, u32>,
+    by_epoch: FastMap<u64, u32>,
     /// Per domain: provider peer id → entry (the newest at that address).
-    by_id: Vec<HashMap<PeerId, u32>>,
+    by_id: Vec<FastMap<PeerId, u32>>,
     /// The engine channel's buffers (mailbox.rs).
     pub(super) mail: Mailbox,
     /// What happened to peers, for the worker to apply (`Event`).
@@ -159,9 +160,9 @@ impl Peers {
         let mail = Mailbox::new(domains, me, main)?;
         Ok(Peers {
             list: Vec::new(),
-            index: HashMap::new(),
-            by_epoch: HashMap::new(),
-            by_id: (0..domains.len()).map(|_| HashMap::new()).collect(),
+            index: FastMap::default(),
+            by_epoch: FastMap::default(),
+            by_id: (0..domains.len()).map(|_| FastMap::default()).collect(),
             mail,
             events: VecDeque::new(),
             closing: false,

@@ -62,7 +62,16 @@ impl<D: Domain> Worker<D> {
 
     /// Posts domain `d`'s immediates whose bytes are complete (those of a
     /// request that has ended meanwhile are dropped). True if any went out.
+    #[inline]
     pub(super) fn post_split_imms(&mut self, d: usize) -> bool {
+        // Every pass asks, twice per domain; splits are rare (FABRICLIB_SHM_SPLIT=always).
+        if self.requests.splits.ready[d].is_empty() {
+            return false;
+        }
+        self.post_ready_splits(d)
+    }
+
+    fn post_ready_splits(&mut self, d: usize) -> bool {
         let mut busy = false;
         while let Some(&(wr, token)) = self.requests.splits.ready[d].front() {
             let Token::Request { slot, epoch } = token else { unreachable!("split of {token:?}") };
