@@ -1705,8 +1705,10 @@ fabriclib_status fabriclib_recv_pool_add(const struct fabriclib_engine *engine,
 // is full), count and copy; a call that waits for the worker (adding or
 // removing pools, peers or expectations, `fabriclib_flag_await`…) returns
 // `INVALID_ARGUMENT` from it, and it must not destroy the engine. With
-// manual progress every callback already runs on the progressing thread:
-// this is `fabriclib_recv_pool_add`. Any thread.
+// manual progress it runs inside the pass that takes the message, on the
+// thread in `fabriclib_engine_progress`, under the same rules (a nested
+// `fabriclib_engine_progress` does nothing); `fabriclib_recv_pool_add`'s
+// callbacks run after the pass instead, through a queue. Any thread.
 //
 // Returns: `OK`; `INVALID_ARGUMENT` (`engine` or `callback` NULL, a zero
 // `len` or `count`, more than 4096 buffers or 65536 bytes); `BAD_HANDLE` (a

@@ -28,13 +28,19 @@ impl TransferEngine {
     /// between calls, so call it while anything is in flight or expected.
     /// Flags are stored and callbacks run inside this call (there is no
     /// callback thread in this mode); a callback may submit, cancel or call
-    /// `progress` (which then does nothing). Destroying an engine says
+    /// `progress` (which then does nothing). A receive pool added on the
+    /// worker has its callback run inside the pass itself
+    /// (`add_recv_pool_on_worker`). Destroying an engine says
     /// goodbye to its peers and waits up to `drain_timeout` for their answer:
     /// keep progressing manual peers in the same process meanwhile.
     /// Control calls (`register`, `expect_imm_count`, …) progress by
     /// themselves until answered. With a worker thread it does nothing
     /// and returns `false`.
     pub fn progress(&self) -> bool {
+        // From a receive pool's callback on the worker (inside a pass): nothing.
+        if crate::completion::notify::on_worker() {
+            return false;
+        }
         let mut busy = false;
         for g in &self.groups {
             let Some(m) = &g.manual else {

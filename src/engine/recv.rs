@@ -64,15 +64,17 @@ impl TransferEngine {
     /// not block: it may submit (a full queue says `Again`), count and copy;
     /// calls that wait for the worker (adding or removing pools, peers,
     /// expectations; awaiting a flag) fail with `InvalidArgument` from it, and
-    /// it must not destroy the engine. With manual progress every callback
-    /// runs on the progressing thread already: this is `add_recv_pool`.
+    /// it must not destroy the engine. With manual progress it runs inside
+    /// the pass that takes the message, on the progressing thread, under the
+    /// same rules (a nested `progress` does nothing); `add_recv_pool`'s
+    /// callbacks run after the pass instead, through a queue.
     pub fn add_recv_pool_on_worker(
         &self,
         len: usize,
         count: usize,
         cb: impl Fn(Received<'_>) + Send + Sync + 'static,
     ) -> Result<RecvPoolId> {
-        self.recv_pool(len, count, Arc::new(cb), !self.is_manual())
+        self.recv_pool(len, count, Arc::new(cb), true)
     }
 
     fn recv_pool(&self, len: usize, count: usize, cb: RecvCallback, on_worker: bool) -> Result<RecvPoolId> {

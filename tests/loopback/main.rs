@@ -467,6 +467,7 @@ const TESTS: &[(&str, Test)] = &[
     ("scatter_and_barrier_to_3_peers", scatter_and_barrier),
     ("send_recv_round_trips", recv::send_recv),
     ("receive_pool_on_worker", recv::pool_on_worker),
+    ("receive_pool_on_worker_in_manual_progress", recv::receive_pool_on_worker_in_manual_progress),
     ("a_message_after_quiet_wakes_the_receiver", recv::a_message_after_quiet_wakes_the_receiver),
     ("messages_name_their_sender", recv::messages_name_their_sender),
     ("receive_pools_removed_lose_nothing", recv::pools_removed_lose_nothing),

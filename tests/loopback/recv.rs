@@ -413,3 +413,64 @@ pub fn an_engine_outlives_its_peer_in_one_process(prov: &str, domains: usize) ->
     }
     Ok(())
 }
+
+/// With manual progress a pool added on the worker has its callback run
+/// inside the pass, on the thread in `progress`: the answer it submits goes
+/// out, a call that waits for the worker is refused rather than waiting for
+/// itself, and a nested `progress` does nothing. The other engine's pool
+/// (added plainly) gets every answer, bytes intact.
+pub fn receive_pool_on_worker_in_manual_progress(prov: &str, domains: usize) -> TestResult {
+    let cfg = EngineConfig {
+        provider: Some(prov.into()),
+        bind_addr: Some("127.0.0.1".into()),
+        nic_count: domains,
+        manual_progress: true,
+        ..Default::default()
+    };
+    let (a, b) = (TransferEngine::new(&cfg).map_err(e2s)?, Arc::new(TransferEngine::new(&cfg).map_err(e2s)?));
+    let (tx, answers) = channel::<Vec<u8>>();
+    let tx = std::sync::Mutex::new(tx);
+    a.add_recv_pool(4096, 8, move |m| {
+        if let Ok(d) = m.data {
+            let _ = tx.lock().unwrap().send(d.to_vec());
+        }
+    })
+    .map_err(e2s)?;
+    // What b's callback saw: its thread, a waiting call's status, a nested progress.
+    let (stx, seen) = channel::<(std::thread::ThreadId, Status, bool)>();
+    let (weak, stx) = (Arc::downgrade(&b), std::sync::Mutex::new(stx));
+    b.add_recv_pool_on_worker(4096, 8, move |m| {
+        let (Ok(d), Some(from), Some(b)) = (m.data, m.from, weak.upgrade()) else { return };
+        let reply: Vec<u8> = std::iter::once(0xEC).chain(d.iter().copied()).collect();
+        b.submit_send(&from.addr, &reply, OnDone::Nothing).expect("an answer from the callback");
+        let waited = b.remove_recv_pool(RecvPoolId(u64::MAX)).map_or_else(|x| x.status, |_| Status::Ok);
+        let _ = stx.lock().unwrap().send((std::thread::current().id(), waited, b.progress()));
+    })
+    .map_err(e2s)?;
+    let (me, to) = (std::thread::current().id(), b.address().clone());
+    let mut rng = Rng(77);
+    for i in 0..30 {
+        let mut msg = vec![0u8; 1 + rng.below(4000) as usize];
+        rng.fill(&mut msg);
+        a.submit_send(&to, &msg, OnDone::Nothing).map_err(e2s)?;
+        let t = Instant::now();
+        let got = loop {
+            a.progress();
+            b.progress();
+            if let Ok(g) = answers.try_recv() {
+                break g;
+            }
+            if t.elapsed() > WAIT {
+                return Err(format!("round trip {i}: no answer"));
+            }
+        };
+        if got[0] != 0xEC || got[1..] != msg[..] {
+            return Err(format!("round trip {i}: the answer differs ({} bytes for {})", got.len(), msg.len() + 1));
+        }
+        match seen.try_recv() {
+            Ok((t, Status::InvalidArgument, false)) if t == me => {}
+            other => return Err(format!("round trip {i}: the callback saw {other:?}")),
+        }
+    }
+    Ok(())
+}
