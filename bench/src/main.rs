@@ -19,6 +19,7 @@ mod handoff;
 mod idle;
 mod layers;
 mod mem;
+mod pingcost;
 mod raw;
 mod raw_verbs;
 mod report;
@@ -54,6 +55,11 @@ usage: fabriclib-bench [options]                 run the client; spawns its serv
                                                   the raw baseline is checked against (bench/src/bare.rs);
                                                   --endpoint fabriclib: on fabriclib's endpoints instead;
                                                   --idle-engine: beside an idle engine in both processes
+       fabriclib-bench pingcost [--provider P] [--iters N] [--reps N] [--only engine|raw]
+                                                  a 64 B send/recv round trip with both ends (two
+                                                  manual-progress engines, then two raw endpoints)
+                                                  driven by this one thread: the host work per round
+                                                  trip, without wake-ups; under callgrind, by function
        fabriclib-bench server [--listen ADDR:PORT] [--bind ADDR] [--cpu N] [--engine-cpu N]
                                                   one server process (prints its control address;
                                                   --bind: its address for socket providers)
@@ -116,7 +122,7 @@ fn list<T>(s: &str, f: impl Fn(&str) -> R<T>) -> R<Vec<T>> {
     s.split(',').filter(|x| !x.is_empty()).map(f).collect()
 }
 
-fn num(s: &str) -> R<usize> {
+pub fn num(s: &str) -> R<usize> {
     s.parse().map_err(|_| format!("not a number: {s}"))
 }
 
@@ -656,6 +662,8 @@ fn main() {
         layers::run(&args[1..])
     } else if args.first().map(String::as_str) == Some("groups") {
         groups::run(&args[1..])
+    } else if args.first().map(String::as_str) == Some("pingcost") {
+        pingcost::run(&args[1..])
     } else if args.first().map(String::as_str) == Some("bare") {
         bare_cmd(&args[1..], false)
     } else if args.first().map(String::as_str) == Some("bare-target") {

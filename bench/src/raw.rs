@@ -196,6 +196,32 @@ impl FabricRaw {
         self.post("fi_send", deadline, |ep, ctx| unsafe { fi_send(ep, buf.cast(), len, desc, peer, ctx) })
     }
 
+    /// Sends as `send`, but returns `false` at once where the provider says
+    /// EAGAIN (with the receiver in this thread, which must progress it too).
+    pub fn try_send(&mut self, peer: fi_addr_t, buf: *const u8, len: usize, desc: *mut c_void) -> R<bool> {
+        let i = self.free.pop().ok_or("raw: out of contexts")?;
+        let ctx = &mut self.ctx[i] as *mut fi_context2 as *mut c_void;
+        // SAFETY: buf is registered memory that outlives the op.
+        let ret = unsafe { fi_send(self.fe.ep, buf.cast(), len, desc, peer, ctx) };
+        if ret == 0 {
+            self.outstanding += 1;
+            return Ok(true);
+        }
+        self.free.push(i);
+        if ret == -(FI_EAGAIN as isize) { Ok(false) } else { ck("fi_send", ret).map(|_| false) }
+    }
+
+    /// Takes one message if one has arrived (reposting its buffer), after one poll.
+    pub fn try_recv(&mut self) -> R<Option<usize>> {
+        if self.received.is_empty() {
+            self.poll()?;
+        }
+        match self.received.pop() {
+            Some((i, len)) => self.repost(i).map(|_| Some(len)),
+            None => Ok(None),
+        }
+    }
+
     /// Waits for one message and reposts a receive buffer for the next.
     pub fn wait_recv(&mut self, deadline: Instant) -> R<usize> {
         loop {
