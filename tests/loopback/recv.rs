@@ -347,15 +347,7 @@ pub fn a_message_after_quiet_wakes_the_receiver(prov: &str, domains: usize) -> T
 /// destroyed in turn. On shm a send to an endpoint closed in the sender's
 /// own process crashes it: the survivor must post nothing more there.
 pub fn an_engine_outlives_its_peer_in_one_process(prov: &str, domains: usize) -> TestResult {
-    let cfg = EngineConfig {
-        provider: Some(prov.into()),
-        bind_addr: Some("127.0.0.1".into()),
-        nic_count: domains,
-        manual_progress: true,
-        drain_timeout: Duration::from_millis(300),
-        ..Default::default()
-    };
-    let (a, b) = (TransferEngine::new(&cfg).map_err(e2s)?, Arc::new(TransferEngine::new(&cfg).map_err(e2s)?));
+    let (a, b) = two_manual_engines(prov, domains, Duration::from_millis(300))?;
     let got = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let g = got.clone();
     a.add_recv_pool_on_worker(64, 4, move |m| {
@@ -420,14 +412,7 @@ pub fn an_engine_outlives_its_peer_in_one_process(prov: &str, domains: usize) ->
 /// itself, and a nested `progress` does nothing. The other engine's pool
 /// (added plainly) gets every answer, bytes intact.
 pub fn receive_pool_on_worker_in_manual_progress(prov: &str, domains: usize) -> TestResult {
-    let cfg = EngineConfig {
-        provider: Some(prov.into()),
-        bind_addr: Some("127.0.0.1".into()),
-        nic_count: domains,
-        manual_progress: true,
-        ..Default::default()
-    };
-    let (a, b) = (TransferEngine::new(&cfg).map_err(e2s)?, Arc::new(TransferEngine::new(&cfg).map_err(e2s)?));
+    let (a, b) = two_manual_engines(prov, domains, EngineConfig::default().drain_timeout)?;
     let (tx, answers) = channel::<Vec<u8>>();
     let tx = std::sync::Mutex::new(tx);
     a.add_recv_pool(4096, 8, move |m| {
@@ -473,4 +458,22 @@ pub fn receive_pool_on_worker_in_manual_progress(prov: &str, domains: usize) -> 
         }
     }
     Ok(())
+}
+
+/// Two engines in manual progress in this process (the second shared, for
+/// its own callbacks to answer through).
+fn two_manual_engines(
+    prov: &str,
+    domains: usize,
+    drain_timeout: Duration,
+) -> Result<(TransferEngine, Arc<TransferEngine>), String> {
+    let cfg = EngineConfig {
+        provider: Some(prov.into()),
+        bind_addr: Some("127.0.0.1".into()),
+        nic_count: domains,
+        manual_progress: true,
+        drain_timeout,
+        ..Default::default()
+    };
+    Ok((TransferEngine::new(&cfg).map_err(e2s)?, Arc::new(TransferEngine::new(&cfg).map_err(e2s)?)))
 }
