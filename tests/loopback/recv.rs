@@ -412,7 +412,7 @@ pub fn an_engine_outlives_its_peer_in_one_process(prov: &str, domains: usize) ->
 /// itself, and a nested `progress` does nothing. The other engine's pool
 /// (added plainly) gets every answer, bytes intact.
 pub fn receive_pool_on_worker_in_manual_progress(prov: &str, domains: usize) -> TestResult {
-    let (a, b) = two_manual_engines(prov, domains, EngineConfig::default().drain_timeout)?;
+    let (a, b) = two_manual_engines(prov, domains, Duration::from_millis(300))?;
     let (tx, answers) = channel::<Vec<u8>>();
     let tx = std::sync::Mutex::new(tx);
     a.add_recv_pool(4096, 8, move |m| {
@@ -461,7 +461,9 @@ pub fn receive_pool_on_worker_in_manual_progress(prov: &str, domains: usize) -> 
 }
 
 /// Two engines in manual progress in this process (the second shared, for
-/// its own callbacks to answer through).
+/// its own callbacks to answer through). Whichever is dropped first says
+/// goodbye to the other, which this thread is not progressing then: it
+/// waits `drain_timeout` for the answer.
 fn two_manual_engines(
     prov: &str,
     domains: usize,
