@@ -562,7 +562,9 @@ pub fn idle_policy() -> fabriclib::IdlePolicy {
 /// neither the application thread nor the raw loop shares its CPU with
 /// them; `None` on smaller hosts (they share the process's CPU).
 fn loopback_engine_cpu(k: usize, cpus: usize) -> Option<usize> {
-    (cpus >= 4 && k + cpus / 2 < cpus).then_some(k + cpus / 2)
+    // FABRICLIB_BENCH_ENGINE_OFFSET: another distance between a process's CPU and its engine's.
+    let off = std::env::var("FABRICLIB_BENCH_ENGINE_OFFSET").ok().and_then(|v| v.parse().ok()).unwrap_or(cpus / 2);
+    (cpus >= 4 && k + off < cpus).then_some(k + off)
 }
 
 static ENGINE_CPU: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
