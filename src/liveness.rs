@@ -204,9 +204,7 @@ impl Record {
     pub fn bell(&self) -> Bell {
         Bell::new(self.map.clone(), PAGE)
     }
-}
 
-impl Record {
     /// Says the engine is gone, before its endpoints close (the worker's
     /// last step): a writer that reads the record after this posts nothing
     /// more to it. (On shm, a send to an endpoint that closed in the
@@ -221,7 +219,7 @@ impl Drop for Record {
     fn drop(&mut self) {
         // Closed first, so a reader never takes the unlocked word for a live engine.
         self.mark_closed();
-        // SAFETY: as above: the page is still mapped.
+        // SAFETY: the page stays mapped while `map` lives.
         if unsafe { word(self.page) }.load(Ordering::Acquire) & FUTEX_TID_MASK != 0 {
             let _ = ask(|tx| Keep::Unlock(self.page as usize, tx));
         }

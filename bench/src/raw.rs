@@ -151,21 +151,24 @@ impl FabricRaw {
     /// Posts one operation with a fresh context, progressing (polling) while
     /// the provider says EAGAIN; its local completion is reaped by `poll`.
     fn post(&mut self, what: &str, deadline: Instant, op: impl Fn(*mut fid_ep, *mut c_void) -> isize) -> R<()> {
-        loop {
-            if let Some(i) = self.free.pop() {
-                let ret = op(self.fe.ep, &mut self.ctx[i] as *mut fi_context2 as *mut c_void);
-                if ret == 0 {
-                    self.outstanding += 1;
-                    return Ok(());
-                }
-                self.free.push(i);
-                if ret != -(FI_EAGAIN as isize) {
-                    return ck(what, ret);
-                }
-            }
+        while !self.try_post(what, &op)? {
             self.poll()?;
             self.check(deadline)?;
         }
+        Ok(())
+    }
+
+    /// One attempt of `post`: false if no context is free or the provider
+    /// says EAGAIN.
+    fn try_post(&mut self, what: &str, op: impl Fn(*mut fid_ep, *mut c_void) -> isize) -> R<bool> {
+        let Some(i) = self.free.pop() else { return Ok(false) };
+        let ret = op(self.fe.ep, &mut self.ctx[i] as *mut fi_context2 as *mut c_void);
+        if ret == 0 {
+            self.outstanding += 1;
+            return Ok(true);
+        }
+        self.free.push(i);
+        if ret == -(FI_EAGAIN as isize) { Ok(false) } else { ck(what, ret).map(|_| false) }
     }
 
     /// Posts one write (`fi_writedata` with an immediate, else `fi_write`).
@@ -199,16 +202,8 @@ impl FabricRaw {
     /// Sends as `send`, but returns `false` at once where the provider says
     /// EAGAIN (with the receiver in this thread, which must progress it too).
     pub fn try_send(&mut self, peer: fi_addr_t, buf: *const u8, len: usize, desc: *mut c_void) -> R<bool> {
-        let i = self.free.pop().ok_or("raw: out of contexts")?;
-        let ctx = &mut self.ctx[i] as *mut fi_context2 as *mut c_void;
         // SAFETY: buf is registered memory that outlives the op.
-        let ret = unsafe { fi_send(self.fe.ep, buf.cast(), len, desc, peer, ctx) };
-        if ret == 0 {
-            self.outstanding += 1;
-            return Ok(true);
-        }
-        self.free.push(i);
-        if ret == -(FI_EAGAIN as isize) { Ok(false) } else { ck("fi_send", ret).map(|_| false) }
+        self.try_post("fi_send", |ep, ctx| unsafe { fi_send(ep, buf.cast(), len, desc, peer, ctx) })
     }
 
     /// Takes one message if one has arrived (reposting its buffer), after one poll.
