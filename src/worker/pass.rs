@@ -152,6 +152,29 @@ impl<D: Domain> Worker<D> {
     /// then (every millisecond) keepalives and deadlines. True if anything happened.
     pub(super) fn step(&mut self) -> bool {
         self.pass.now = Instant::now();
+        let mut busy = self.take_and_post();
+        while let Some(c) = self.shared.ctrl.pop() {
+            self.control(c);
+            busy = true;
+        }
+        busy |= self.poll_all();
+        // What a receive pool's callback on the worker submitted inside
+        // poll_all (an answer to the message it took) leaves in this pass,
+        // not the next: a pass less per hop of a request/response exchange.
+        if !self.shared.data.is_empty() {
+            busy |= self.take_and_post();
+        }
+        if self.pass.now >= self.pass.next_tick {
+            self.pass.next_tick = self.pass.now + TIMER_TICK;
+            busy |= self.tick();
+        }
+        self.ring_posted_to();
+        self.notifier.release_inflight();
+        busy
+    }
+
+    /// Takes up to 64 submissions from the queue and posts what is ready.
+    fn take_and_post(&mut self) -> bool {
         let mut busy = false;
         for _ in 0..64 {
             let Some(s) = self.shared.data.pop() else {
@@ -160,19 +183,7 @@ impl<D: Domain> Worker<D> {
             self.accept_all(s);
             busy = true;
         }
-        busy |= self.post_all();
-        while let Some(c) = self.shared.ctrl.pop() {
-            self.control(c);
-            busy = true;
-        }
-        busy |= self.poll_all();
-        if self.pass.now >= self.pass.next_tick {
-            self.pass.next_tick = self.pass.now + TIMER_TICK;
-            busy |= self.tick();
-        }
-        self.ring_posted_to();
-        self.notifier.release_inflight();
-        busy
+        busy | self.post_all()
     }
 
     /// Rings the doorbell of every peer posted to in this pass (engine

@@ -468,6 +468,7 @@ const TESTS: &[(&str, Test)] = &[
     ("send_recv_round_trips", recv::send_recv),
     ("receive_pool_on_worker", recv::pool_on_worker),
     ("receive_pool_on_worker_in_manual_progress", recv::receive_pool_on_worker_in_manual_progress),
+    ("an_answer_leaves_in_the_pass_that_took_the_message", recv::an_answer_leaves_in_the_pass_that_took_the_message),
     ("a_message_after_quiet_wakes_the_receiver", recv::a_message_after_quiet_wakes_the_receiver),
     ("messages_name_their_sender", recv::messages_name_their_sender),
     ("receive_pools_removed_lose_nothing", recv::pools_removed_lose_nothing),

@@ -460,6 +460,57 @@ pub fn receive_pool_on_worker_in_manual_progress(prov: &str, domains: usize) -> 
     Ok(())
 }
 
+/// An answer that an on-worker pool's callback submits leaves in the pass
+/// that took the message, not in the next one: once `b`'s callback has run,
+/// `b` is never progressed again in the round, yet `a` gets the answer.
+pub fn an_answer_leaves_in_the_pass_that_took_the_message(prov: &str, domains: usize) -> TestResult {
+    let (a, b) = two_manual_engines(prov, domains, Duration::from_millis(300))?;
+    let (tx, answers) = channel::<Vec<u8>>();
+    let tx = std::sync::Mutex::new(tx);
+    a.add_recv_pool(4096, 8, move |m| {
+        if let Ok(d) = m.data {
+            let _ = tx.lock().unwrap().send(d.to_vec());
+        }
+    })
+    .map_err(e2s)?;
+    let taken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (weak, t2) = (Arc::downgrade(&b), taken.clone());
+    b.add_recv_pool_on_worker(4096, 8, move |m| {
+        let (Ok(d), Some(from), Some(b)) = (m.data, m.from, weak.upgrade()) else { return };
+        let reply: Vec<u8> = std::iter::once(0xEC).chain(d.iter().copied()).collect();
+        b.submit_send(&from.addr, &reply, OnDone::Nothing).expect("an answer from the callback");
+        t2.fetch_add(1, Ordering::SeqCst);
+    })
+    .map_err(e2s)?;
+    let to = b.address().clone();
+    for i in 0..20u8 {
+        let msg = vec![i; 64 + i as usize];
+        a.submit_send(&to, &msg, OnDone::Nothing).map_err(e2s)?;
+        let t = Instant::now();
+        // Both progressed until b's callback has run: not one pass of b after it.
+        while taken.load(Ordering::SeqCst) == i as usize {
+            a.progress();
+            b.progress();
+            if t.elapsed() > WAIT {
+                return Err(format!("round {i}: b never took the message"));
+            }
+        }
+        let got = loop {
+            a.progress();
+            if let Ok(g) = answers.try_recv() {
+                break g;
+            }
+            if t.elapsed() > WAIT {
+                return Err(format!("round {i}: the answer did not leave in the pass that took the message"));
+            }
+        };
+        if got[0] != 0xEC || got[1..] != msg[..] {
+            return Err(format!("round {i}: the answer differs ({} bytes for {})", got.len(), msg.len() + 1));
+        }
+    }
+    Ok(())
+}
+
 /// Two engines in manual progress in this process (the second shared, for
 /// its own callbacks to answer through). Whichever is dropped first says
 /// goodbye to the other, which this thread is not progressing then: it
