@@ -165,7 +165,26 @@ pub fn wait_flag_on(e: &TransferEngine, f: &AtomicU32, how: Wait, deadline: Inst
     wait_flag(f, how, deadline)
 }
 
+/// Looks between two yields of a spinning waiter (`wait_flag`): 8, or
+/// `FABRICLIB_BENCH_YIELD_EVERY` (for measuring the waiter's effect).
+fn yield_every() -> u32 {
+    static N: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        std::env::var("FABRICLIB_BENCH_YIELD_EVERY").ok().and_then(|v| v.parse().ok()).unwrap_or(8).max(1)
+    })
+}
+
+/// `FABRICLIB_BENCH_WAIT=library`: the engine rows wait on their flags with
+/// the library's `wait_flag` (as `fabriclib_flag_wait` does) instead.
+fn library_wait() -> bool {
+    static N: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *N.get_or_init(|| std::env::var("FABRICLIB_BENCH_WAIT").as_deref() == Ok("library"))
+}
+
 pub fn wait_flag(f: &AtomicU32, how: Wait, deadline: Instant) -> R<()> {
+    if how == Wait::Spin && library_wait() {
+        fabriclib::wait_flag(f, Some(deadline.saturating_duration_since(Instant::now())));
+    }
     let mut spins = 0u32;
     loop {
         let v = f.load(Ordering::Acquire);
@@ -179,7 +198,7 @@ pub fn wait_flag(f: &AtomicU32, how: Wait, deadline: Instant) -> R<()> {
         spins += 1;
         if how == Wait::Park {
             std::thread::park_timeout(Duration::from_millis(1));
-        } else if spins % 8 == 0 {
+        } else if spins % yield_every() == 0 {
             std::thread::yield_now();
         } else {
             std::hint::spin_loop();

@@ -352,8 +352,14 @@ fn servers(o: &Opts, n: usize) -> R<Vec<PeerConn>> {
             let mut cmd = Command::new(&exe);
             cmd.args(["server", "--listen", "127.0.0.1:0"]);
             if o.pin && cpus > 1 {
-                cmd.args(["--cpu", &loopback_cpu(i + 1, cpus).to_string()]);
-                if let Some(c) = loopback_engine_cpu(i + 1, cpus) {
+                let (mut cpu, mut engine) = (Some(loopback_cpu(i + 1, cpus)), loopback_engine_cpu(i + 1, cpus));
+                // FABRICLIB_BENCH_SERVER_SWAP=1: each server's main thread and engine
+                // threads trade CPUs (is a copier slower on one CPU than another?).
+                if engine.is_some() && std::env::var("FABRICLIB_BENCH_SERVER_SWAP").as_deref() == Ok("1") {
+                    std::mem::swap(&mut cpu, &mut engine);
+                }
+                cmd.args(["--cpu", &cpu.unwrap().to_string()]);
+                if let Some(c) = engine {
                     cmd.args(["--engine-cpu", &c.to_string()]);
                 }
             }
