@@ -413,14 +413,7 @@ pub fn an_engine_outlives_its_peer_in_one_process(prov: &str, domains: usize) ->
 /// (added plainly) gets every answer, bytes intact.
 pub fn receive_pool_on_worker_in_manual_progress(prov: &str, domains: usize) -> TestResult {
     let (a, b) = two_manual_engines(prov, domains, Duration::from_millis(300))?;
-    let (tx, answers) = channel::<Vec<u8>>();
-    let tx = std::sync::Mutex::new(tx);
-    a.add_recv_pool(4096, 8, move |m| {
-        if let Ok(d) = m.data {
-            let _ = tx.lock().unwrap().send(d.to_vec());
-        }
-    })
-    .map_err(e2s)?;
+    let answers = messages_into_channel(&a)?;
     // What b's callback saw: its thread, a waiting call's status, a nested progress.
     let (stx, seen) = channel::<(std::thread::ThreadId, Status, bool)>();
     let (weak, stx) = (Arc::downgrade(&b), std::sync::Mutex::new(stx));
@@ -465,14 +458,7 @@ pub fn receive_pool_on_worker_in_manual_progress(prov: &str, domains: usize) -> 
 /// `b` is never progressed again in the round, yet `a` gets the answer.
 pub fn an_answer_leaves_in_the_pass_that_took_the_message(prov: &str, domains: usize) -> TestResult {
     let (a, b) = two_manual_engines(prov, domains, Duration::from_millis(300))?;
-    let (tx, answers) = channel::<Vec<u8>>();
-    let tx = std::sync::Mutex::new(tx);
-    a.add_recv_pool(4096, 8, move |m| {
-        if let Ok(d) = m.data {
-            let _ = tx.lock().unwrap().send(d.to_vec());
-        }
-    })
-    .map_err(e2s)?;
+    let answers = messages_into_channel(&a)?;
     let taken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let (weak, t2) = (Arc::downgrade(&b), taken.clone());
     b.add_recv_pool_on_worker(4096, 8, move |m| {
@@ -509,6 +495,19 @@ pub fn an_answer_leaves_in_the_pass_that_took_the_message(prov: &str, domains: u
         }
     }
     Ok(())
+}
+
+/// A receive pool on `e` whose callback forwards every message's bytes.
+fn messages_into_channel(e: &TransferEngine) -> Result<std::sync::mpsc::Receiver<Vec<u8>>, String> {
+    let (tx, rx) = channel::<Vec<u8>>();
+    let tx = std::sync::Mutex::new(tx);
+    e.add_recv_pool(4096, 8, move |m| {
+        if let Ok(d) = m.data {
+            let _ = tx.lock().unwrap().send(d.to_vec());
+        }
+    })
+    .map_err(e2s)?;
+    Ok(rx)
 }
 
 /// Two engines in manual progress in this process (the second shared, for
