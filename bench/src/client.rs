@@ -175,7 +175,7 @@ fn yield_every() -> u32 {
 }
 
 /// `FABRICLIB_BENCH_WAIT=library`: the engine rows wait on their flags with
-/// the library's `wait_flag` (as `fabriclib_flag_wait` does) instead.
+/// the library's `wait_flag` (as `fabriclib_flag_await` does) instead.
 fn library_wait() -> bool {
     static N: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *N.get_or_init(|| std::env::var("FABRICLIB_BENCH_WAIT").as_deref() == Ok("library"))

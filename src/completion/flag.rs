@@ -43,7 +43,7 @@ pub fn store(f: &AtomicU32, res: &Result<()>) {
 /// While it spins it yields the CPU on every look on a host of 4 CPUs or
 /// fewer, where it likely shares one with the worker, and on every 32nd on
 /// a larger host, where a system call per look slowed shm's copies out of
-/// this process (docs/benchmarks.md, "Stop 38").
+/// this process (docs/benchmarks.md, "The waiter's yields").
 pub fn wait(f: &AtomicU32, timeout: Option<Duration>) -> Option<u32> {
     wait_yielding_every(f, timeout, yield_every())
 }

@@ -233,7 +233,12 @@ pub trait Domain: Sized + Send + 'static {
     /// complete when messages land in them. Default: nothing.
     fn cancel_recvs(&mut self, _which: &mut dyn FnMut(u64) -> bool) {}
     /// Reads up to a batch of completions into `out`; returns how many.
+    /// Work posted and held back for batching goes out first.
     fn poll(&mut self, out: &mut Vec<Completion>) -> Result<usize>;
+    /// Sends the work posted and held back for batching (verbs rings its
+    /// doorbells, which it otherwise does in the next `poll`): the end of a
+    /// pass that posted after its poll. Default: nothing (posts go at once).
+    fn flush(&mut self) {}
     /// Operations posted and not yet completed.
     fn in_flight(&self) -> usize;
     /// Gives up on every write and send to `peer` still on the wire (it was

@@ -161,8 +161,13 @@ impl<D: Domain> Worker<D> {
         // What a receive pool's callback on the worker submitted inside
         // poll_all (an answer to the message it took) leaves in this pass,
         // not the next: a pass less per hop of a request/response exchange.
+        // (The clock again: its deadline and post time start now.)
         if !self.shared.data.is_empty() {
+            self.pass.now = Instant::now();
             busy |= self.take_and_post();
+            for d in &mut self.domains {
+                d.flush();
+            }
         }
         if self.pass.now >= self.pass.next_tick {
             self.pass.next_tick = self.pass.now + TIMER_TICK;

@@ -34,7 +34,8 @@
 //! another peer entry, never the old queue pairs or keys.
 //!
 //! Posting: the work a pass of the worker posts waits in `doorbell` and is
-//! rung before the next poll, each run to one queue pair as one chain (one
+//! rung before the next poll (or by `flush`, at the end of a pass that
+//! posted after its poll), each run to one queue pair as one chain (one
 //! `ibv_post_send`, up to `CHAIN`), built on templates (domain/chain.rs);
 //! only the last request of a chain is signaled, and the op table's lanes
 //! (domain/ops.rs) complete the ones before it.
@@ -656,6 +657,10 @@ impl Domain for VerbsDomain {
         self.ring();
         out.extend(self.ready.drain(..));
         Ok((out.len() - before).max(n))
+    }
+
+    fn flush(&mut self) {
+        self.ring();
     }
 
     fn in_flight(&self) -> usize {
