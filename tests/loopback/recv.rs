@@ -61,7 +61,7 @@ pub fn send_recv(prov: &str, domains: usize) -> TestResult {
         rng.fill(&mut msg);
         l.engine.submit_send(&to, &msg, OnDone::Nothing).map_err(e2s)?;
         let echo = next(WAIT).map_err(|e| format!("round trip {i}: {e}"))?;
-        if echo[0] != 0xEC || echo[1..] != msg[..] {
+        if !is_echo_of(&echo, &msg) {
             return Err(format!("round trip {i}: echo differs ({} vs {} bytes)", echo.len(), msg.len() + 1));
         }
     }
@@ -128,7 +128,7 @@ pub fn pools_removed_lose_nothing(prov: &str, domains: usize) -> TestResult {
         for m in &sent {
             l.engine.submit_send(&to, m, OnDone::Nothing).map_err(e2s)?;
         }
-        Ok(sent.into_iter().map(|m| [&[0xEC][..], &m].concat()).collect())
+        Ok(sent.into_iter().map(|m| echoed(&m)).collect())
     };
     let take = |rx: &Receiver<Got>, n: usize, what: &str| -> Result<Vec<Vec<u8>>, String> {
         let mut got = Vec::new();
@@ -240,7 +240,7 @@ pub fn pool_on_worker(prov: &str, domains: usize) -> TestResult {
             let Some(e) = weak.upgrade() else { return };
             let status = match (m.data, m.from) {
                 (Ok(d), Some(from)) => {
-                    let reply: Vec<u8> = std::iter::once(0xEC).chain(d.iter().copied()).collect();
+                    let reply = echoed(d);
                     e.submit_send(&from.addr, &reply, OnDone::Nothing).expect("a send from the worker's callback");
                     // Waits for this very worker: refused, not a hang.
                     e.remove_recv_pool(RecvPoolId(u64::MAX)).map_or_else(|x| x.status, |_| Status::Ok)
@@ -267,7 +267,7 @@ pub fn pool_on_worker(prov: &str, domains: usize) -> TestResult {
         rng.fill(&mut msg);
         a.engine.submit_send(&to, &msg, OnDone::Nothing).map_err(e2s)?;
         match echoes.recv_timeout(WAIT) {
-            Ok((Ok(e), Some(f))) if f == to && e[0] == 0xEC && e[1..] == msg[..] => {}
+            Ok((Ok(e), Some(f))) if f == to && is_echo_of(&e, &msg) => {}
             other => return Err(format!("round trip {i}: {:?}", other.map(|(d, f)| (d.map(|d| d.len()), f)))),
         }
         want_seen(&format!("round trip {i}"), Status::InvalidArgument)?;
@@ -419,7 +419,7 @@ pub fn receive_pool_on_worker_in_manual_progress(prov: &str, domains: usize) -> 
     let (weak, stx) = (Arc::downgrade(&b), std::sync::Mutex::new(stx));
     b.add_recv_pool_on_worker(4096, 8, move |m| {
         let (Ok(d), Some(from), Some(b)) = (m.data, m.from, weak.upgrade()) else { return };
-        let reply: Vec<u8> = std::iter::once(0xEC).chain(d.iter().copied()).collect();
+        let reply = echoed(d);
         b.submit_send(&from.addr, &reply, OnDone::Nothing).expect("an answer from the callback");
         let waited = b.remove_recv_pool(RecvPoolId(u64::MAX)).map_or_else(|x| x.status, |_| Status::Ok);
         let _ = stx.lock().unwrap().send((std::thread::current().id(), waited, b.progress()));
@@ -431,18 +431,8 @@ pub fn receive_pool_on_worker_in_manual_progress(prov: &str, domains: usize) -> 
         let mut msg = vec![0u8; 1 + rng.below(4000) as usize];
         rng.fill(&mut msg);
         a.submit_send(&to, &msg, OnDone::Nothing).map_err(e2s)?;
-        let t = Instant::now();
-        let got = loop {
-            a.progress();
-            b.progress();
-            if let Ok(g) = answers.try_recv() {
-                break g;
-            }
-            if t.elapsed() > WAIT {
-                return Err(format!("round trip {i}: no answer"));
-            }
-        };
-        if got[0] != 0xEC || got[1..] != msg[..] {
+        let got = progress_until_answer(&[&a, &b], &answers, Instant::now(), || format!("round trip {i}: no answer"))?;
+        if !is_echo_of(&got, &msg) {
             return Err(format!("round trip {i}: the answer differs ({} bytes for {})", got.len(), msg.len() + 1));
         }
         match seen.try_recv() {
@@ -463,7 +453,7 @@ pub fn an_answer_leaves_in_the_pass_that_took_the_message(prov: &str, domains: u
     let (weak, t2) = (Arc::downgrade(&b), taken.clone());
     b.add_recv_pool_on_worker(4096, 8, move |m| {
         let (Ok(d), Some(from), Some(b)) = (m.data, m.from, weak.upgrade()) else { return };
-        let reply: Vec<u8> = std::iter::once(0xEC).chain(d.iter().copied()).collect();
+        let reply = echoed(d);
         b.submit_send(&from.addr, &reply, OnDone::Nothing).expect("an answer from the callback");
         t2.fetch_add(1, Ordering::SeqCst);
     })
@@ -472,14 +462,7 @@ pub fn an_answer_leaves_in_the_pass_that_took_the_message(prov: &str, domains: u
     // One exchange with both progressed first: connections (verbs' handshake
     // is driven by the passes of the side that sends) are up both ways.
     a.submit_send(&to, b"warm", OnDone::Nothing).map_err(e2s)?;
-    let t = Instant::now();
-    while answers.try_recv().is_err() {
-        a.progress();
-        b.progress();
-        if t.elapsed() > WAIT {
-            return Err("the first exchange got no answer".into());
-        }
-    }
+    progress_until_answer(&[&a, &b], &answers, Instant::now(), || "the first exchange got no answer".into())?;
     for i in 1..=20u8 {
         let msg = vec![i; 64 + i as usize];
         a.submit_send(&to, &msg, OnDone::Nothing).map_err(e2s)?;
@@ -492,20 +475,45 @@ pub fn an_answer_leaves_in_the_pass_that_took_the_message(prov: &str, domains: u
                 return Err(format!("round {i}: b never took the message"));
             }
         }
-        let got = loop {
-            a.progress();
-            if let Ok(g) = answers.try_recv() {
-                break g;
-            }
-            if t.elapsed() > WAIT {
-                return Err(format!("round {i}: the answer did not leave in the pass that took the message"));
-            }
-        };
-        if got[0] != 0xEC || got[1..] != msg[..] {
+        let got = progress_until_answer(&[&a], &answers, t, || {
+            format!("round {i}: the answer did not leave in the pass that took the message")
+        })?;
+        if !is_echo_of(&got, &msg) {
             return Err(format!("round {i}: the answer differs ({} bytes for {})", got.len(), msg.len() + 1));
         }
     }
     Ok(())
+}
+
+/// Progresses `engines` (in turn, on this thread) until `answers` has one,
+/// or `WAIT` after `since` has passed (then `late()` is the error).
+fn progress_until_answer(
+    engines: &[&TransferEngine],
+    answers: &std::sync::mpsc::Receiver<Vec<u8>>,
+    since: Instant,
+    late: impl Fn() -> String,
+) -> Result<Vec<u8>, String> {
+    loop {
+        for e in engines {
+            e.progress();
+        }
+        if let Ok(g) = answers.try_recv() {
+            return Ok(g);
+        }
+        if since.elapsed() > WAIT {
+            return Err(late());
+        }
+    }
+}
+
+/// The echo of `d` (`0xEC` prepended), as every answering pool here sends it.
+fn echoed(d: &[u8]) -> Vec<u8> {
+    [&[0xEC][..], d].concat()
+}
+
+/// Whether `e` is the echo of `msg`.
+fn is_echo_of(e: &[u8], msg: &[u8]) -> bool {
+    e.first() == Some(&0xEC) && e[1..] == *msg
 }
 
 /// A receive pool on `e` whose callback forwards every message's bytes.
