@@ -150,19 +150,36 @@ pub enum Wait {
 /// As `wait_flag`, progressing `e` while waiting when it runs in
 /// manual-progress mode (`--progress manual`).
 pub fn wait_flag_on(e: &TransferEngine, f: &AtomicU32, how: Wait, deadline: Instant) -> R<()> {
-    if !e.is_manual() {
-        return wait_flag(f, how, deadline);
-    }
-    let mut idle = 0u32;
-    while f.load(Ordering::Acquire) & FLAG_DONE == 0 {
-        if !e.progress() {
-            idle = idle.wrapping_add(1);
-            if idle % 64 == 0 && Instant::now() > deadline {
-                return Err("request did not complete before the deadline".into());
-            }
-        }
+    if e.is_manual() {
+        spin_until(e, || f.load(Ordering::Acquire) & FLAG_DONE != 0, deadline)?;
     }
     wait_flag(f, how, deadline)
+}
+
+/// Spins until `done()` holds, as raw's side waits: in manual progress this
+/// thread drives `e` and yields on every 16th pass that found nothing (raw's
+/// `poll` yields on every 16th empty read); with a worker thread it spins as
+/// `wait_flag` does (PAUSE, a yield every `yield_every()` looks). Every
+/// engine row's waiter goes through here or `wait_flag`, so that no row's
+/// engine side yields more often than its raw side.
+pub fn spin_until(e: &TransferEngine, done: impl Fn() -> bool, deadline: Instant) -> R<()> {
+    let (manual, every) = if e.is_manual() { (true, 16) } else { (false, yield_every()) };
+    let (mut looks, mut idle) = (0u32, 0u32);
+    while !done() {
+        looks = looks.wrapping_add(1);
+        if !(manual && e.progress()) {
+            idle = idle.wrapping_add(1);
+            if idle % every == 0 {
+                std::thread::yield_now();
+            } else if !manual {
+                std::hint::spin_loop();
+            }
+        }
+        if looks % 64 == 0 && Instant::now() > deadline {
+            return Err("no completion before the deadline".into());
+        }
+    }
+    Ok(())
 }
 
 /// Looks between two yields of a spinning waiter (`wait_flag`): 8, or
@@ -510,9 +527,9 @@ impl Session {
                 }
                 let (sp, desc) = (src.mem.as_ptr(), src.raw.desc);
                 settle(mode);
-                let t0 = Instant::now();
-                match mode {
+                let dt = match mode {
                     Mode::Engine => {
+                        let t0 = Instant::now();
                         let (e, mr) = (&self.engine, &src.mr);
                         let per_req = if scatter { s.size * peers.len() as u64 } else { page * n as u64 };
                         windowed(e, s.iters, s.window, per_req, |_, done| match s.kind {
@@ -529,6 +546,7 @@ impl Session {
                             _ => e.submit_scatter(group, Some(imm), mr, &dsts, done),
                         })
                         .map_err(|e| format!("engine: {e}"))?;
+                        t0.elapsed()
                     }
                     Mode::Raw => {
                         let per_req = if scatter { peers.len() } else { n };
@@ -543,10 +561,16 @@ impl Session {
                                 peers[0].raw_write(unsafe { sp.add(si as usize) }, page, desc, di, Some(imm))
                             }
                         });
-                        self.raw.write_all(ops, s.window * per_req, Instant::now() + DEADLINE)?;
+                        // Timed once a relay (if any) is up, as the engine's worker is.
+                        crate::relay::drive(&mut self.raw, crate::relay::enabled(), |x| {
+                            let t0 = Instant::now();
+                            x.write_all(ops, per_req, s.window)?;
+                            Ok(t0.elapsed())
+                        })?
                     }
                 }
-                let dt = t0.elapsed().as_secs_f64() * 1e6;
+                .as_secs_f64()
+                    * 1e6;
                 for p in peers.iter_mut() {
                     p.ctl.recv()?;
                 }
@@ -602,79 +626,76 @@ impl Session {
                 }
                 settle(mode);
                 let deadline = Instant::now() + DEADLINE;
-                for _ in 0..s.iters {
-                    let (dt, r) = match (mode, s.kind) {
-                        (Mode::Engine, Kind::SendRecv) => {
-                            let before = self.received.load(Ordering::Acquire);
-                            let msg = &self.land.mem[MSG..MSG + s.size as usize];
-                            let t0 = Instant::now();
-                            let r = self.engine.submit_send(peers[0].engine.as_ref().unwrap(), msg, OnDone::Nothing);
-                            let r = r.map_err(|e| e.to_string()).and_then(|_| {
-                                while self.received.load(Ordering::Acquire) == before {
-                                    if Instant::now() > deadline {
-                                        return Err("engine: no answer to a ping".to_string());
-                                    }
-                                    if !self.engine.progress() {
-                                        std::thread::yield_now();
-                                    }
-                                }
-                                Ok(())
-                            });
-                            (t0.elapsed(), r)
-                        }
-                        (Mode::Engine, _) => {
-                            flag.store(0, Ordering::Relaxed);
-                            let e = &self.engine;
-                            e.expect_imm_count(imm_s, np as u32, OnDone::Flag(flag.clone()))
-                                .map_err(|e| e.to_string())?;
-                            let t0 = Instant::now();
-                            let r = match s.kind {
-                                Kind::Barrier => e.submit_barrier(group, imm_c, &descs, OnDone::Nothing),
-                                _ => e.submit_single_write(
-                                    s.size,
-                                    Some(imm_c),
-                                    &self.land.mr,
-                                    0,
-                                    &descs[0],
-                                    0,
-                                    OnDone::Nothing,
-                                ),
-                            };
-                            let r =
-                                r.map_err(|e| e.to_string()).and_then(|_| wait_flag_on(e, &flag, Wait::Spin, deadline));
-                            (t0.elapsed(), r)
-                        }
-                        (Mode::Raw, Kind::SendRecv) => {
-                            let t0 = Instant::now();
-                            let r = self
-                                .raw
-                                .send(peers[0].raw, ping_buf, s.size as usize, land_desc, deadline)
-                                .and_then(|_| self.raw.wait_recv(deadline).map(|_| ()));
-                            (t0.elapsed(), r)
-                        }
-                        (Mode::Raw, _) => {
-                            let len = if s.kind == Kind::Barrier { 0 } else { s.size };
-                            let t0 = Instant::now();
-                            let r = peers
-                                .iter()
-                                .try_for_each(|p| {
-                                    self.raw
-                                        .post_write(&p.raw_write(land_ptr, len, land_desc, 0, Some(imm_c)), deadline)
-                                })
-                                .and_then(|_| self.raw.wait_imm(imm_s, np, deadline));
-                            (t0.elapsed(), r)
-                        }
-                    };
-                    r.map_err(|e| format!("{} {}: {e}", mode.name(), s.kind.name()))?;
-                    // Imm rows report the half round trip; the others the whole round.
-                    let us = dt.as_secs_f64() * 1e6 / if s.kind == Kind::Imm { 2.0 } else { 1.0 };
-                    if rep >= self.warmup {
-                        match mode {
-                            Mode::Engine => row.engine.push(us),
-                            Mode::Raw => row.raw.push(us),
+                // Raw's ping, run from this thread or through a relay (relay.rs).
+                let raw_ping = |ep: &mut RawEp| -> R<()> {
+                    if s.kind == Kind::SendRecv {
+                        ep.send(peers[0].raw, ping_buf, s.size as usize, land_desc, deadline)?;
+                        return ep.wait_recv(deadline).map(|_| ());
+                    }
+                    let len = if s.kind == Kind::Barrier { 0 } else { s.size };
+                    for p in peers.iter() {
+                        ep.post_write(&p.raw_write(land_ptr, len, land_desc, 0, Some(imm_c)), deadline)?;
+                    }
+                    ep.wait_imm(imm_s, np, deadline)
+                };
+                let relay = mode == Mode::Raw && crate::relay::enabled();
+                crate::relay::drive(&mut self.raw, relay, |x| {
+                    for _ in 0..s.iters {
+                        let (dt, r) = match (mode, s.kind) {
+                            (Mode::Engine, Kind::SendRecv) => {
+                                let before = self.received.load(Ordering::Acquire);
+                                let msg = &self.land.mem[MSG..MSG + s.size as usize];
+                                let t0 = Instant::now();
+                                let r =
+                                    self.engine.submit_send(peers[0].engine.as_ref().unwrap(), msg, OnDone::Nothing);
+                                let r = r.map_err(|e| e.to_string()).and_then(|_| {
+                                    let answered = || self.received.load(Ordering::Acquire) != before;
+                                    spin_until(&self.engine, answered, deadline)
+                                        .map_err(|e| format!("engine: a ping: {e}"))
+                                });
+                                (t0.elapsed(), r)
+                            }
+                            (Mode::Engine, _) => {
+                                flag.store(0, Ordering::Relaxed);
+                                let e = &self.engine;
+                                e.expect_imm_count(imm_s, np as u32, OnDone::Flag(flag.clone()))
+                                    .map_err(|e| e.to_string())?;
+                                let t0 = Instant::now();
+                                let r = match s.kind {
+                                    Kind::Barrier => e.submit_barrier(group, imm_c, &descs, OnDone::Nothing),
+                                    _ => e.submit_single_write(
+                                        s.size,
+                                        Some(imm_c),
+                                        &self.land.mr,
+                                        0,
+                                        &descs[0],
+                                        0,
+                                        OnDone::Nothing,
+                                    ),
+                                };
+                                let r = r
+                                    .map_err(|e| e.to_string())
+                                    .and_then(|_| wait_flag_on(e, &flag, Wait::Spin, deadline));
+                                (t0.elapsed(), r)
+                            }
+                            (Mode::Raw, _) => {
+                                let t0 = Instant::now();
+                                let r = x.call(&raw_ping);
+                                (t0.elapsed(), r)
+                            }
+                        };
+                        r.map_err(|e| format!("{} {}: {e}", mode.name(), s.kind.name()))?;
+                        // Imm rows report the half round trip; the others the whole round.
+                        let us = dt.as_secs_f64() * 1e6 / if s.kind == Kind::Imm { 2.0 } else { 1.0 };
+                        if rep >= self.warmup {
+                            match mode {
+                                Mode::Engine => row.engine.push(us),
+                                Mode::Raw => row.raw.push(us),
+                            }
                         }
                     }
-                }
+                    Ok(())
+                })?;
                 for p in peers.iter_mut() {
                     p.ctl.recv()?;
                 }

@@ -22,6 +22,7 @@ mod mem;
 mod pingcost;
 mod raw;
 mod raw_verbs;
+mod relay;
 mod report;
 mod server;
 
@@ -601,6 +602,8 @@ fn machine() -> serde_json::Value {
         "idle_policy": format!("{:?}", idle_policy()),
         "engine_cpu": ENGINE_CPU.get().copied().flatten(),
         "manual_progress": manual_progress(),
+        // The raw column: raw driven from the application's thread, or through a relay thread (relay.rs).
+        "raw_baseline": if relay::enabled() { "relay" } else { "direct" },
         "thp": read("/sys/kernel/mm/transparent_hugepage/enabled").trim(),
         // The most of the client's anonymous memory seen backed by huge pages after an allocation.
         "client_thp_bytes": mem::THP_SEEN.load(std::sync::atomic::Ordering::Relaxed),

@@ -286,7 +286,7 @@ impl RawEp {
         each!(self, r => r.poll())
     }
 
-    fn outstanding(&self) -> usize {
+    pub fn outstanding(&self) -> usize {
         each!(self, r => r.outstanding)
     }
 

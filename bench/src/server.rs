@@ -146,21 +146,20 @@ impl Open {
                     let done = OnDone::callback(move |r| drop(tx.send(r)));
                     self.engine.expect_imm_count(imm, count as u32, done).map_err(|e| e.to_string())?;
                     ctl.send(&json!({ "armed": true }))?;
-                    let t = Instant::now();
-                    let got = loop {
-                        // Manual progress: this thread drives the engine while it waits.
-                        if !self.engine.is_manual() {
-                            break rx.recv_timeout(DEADLINE).ok();
-                        }
-                        if let Ok(r) = rx.try_recv() {
-                            break Some(r);
-                        }
-                        if t.elapsed() > DEADLINE {
-                            break None;
-                        }
-                        if !self.engine.progress() {
-                            std::thread::yield_now();
-                        }
+                    // Manual progress: this thread drives the engine while it waits.
+                    let got = if self.engine.is_manual() {
+                        let got = std::cell::RefCell::new(None);
+                        let arrived = || {
+                            let mut g = got.borrow_mut();
+                            if g.is_none() {
+                                *g = rx.try_recv().ok();
+                            }
+                            g.is_some()
+                        };
+                        crate::client::spin_until(&self.engine, arrived, Instant::now() + DEADLINE).ok();
+                        got.into_inner()
+                    } else {
+                        rx.recv_timeout(DEADLINE).ok()
                     };
                     match got.ok_or(()) {
                         Ok(Ok(())) => Ok(json!({})),
@@ -168,8 +167,14 @@ impl Open {
                         Err(()) => Err(format!("engine: {count} immediates {imm} did not arrive in time")),
                     }
                 } else {
-                    ctl.send(&json!({ "armed": true }))?;
-                    self.raw.wait_imm(imm, count, deadline).map(|_| json!({}))
+                    // Through a relay, the relay thread takes (and on shm copies) what
+                    // arrives; armed once it is up.
+                    let wait = |ep: &mut RawEp| ep.wait_imm(imm, count, deadline);
+                    crate::relay::drive(&mut self.raw, crate::relay::enabled(), |x| {
+                        ctl.send(&json!({ "armed": true }))?;
+                        x.call(&wait)
+                    })
+                    .map(|_| json!({}))
                 }
             }
             "pong" => self.pong(cmd, ctl, deadline),
@@ -222,11 +227,16 @@ impl Open {
                     key: peer.raw_key,
                     imm: Some(imm_s),
                 };
-                ctl.send(&json!({ "armed": true }))?;
-                for _ in 0..n {
-                    self.raw.wait_imm(imm_c, 1, deadline)?;
-                    self.raw.post_write(&w, deadline)?;
-                }
+                // Through a relay: the ping's arrival handed to this thread, the answer back (as the engine's).
+                let ping = |ep: &mut RawEp| ep.wait_imm(imm_c, 1, deadline);
+                crate::relay::drive(&mut self.raw, crate::relay::enabled(), |x| {
+                    ctl.send(&json!({ "armed": true }))?;
+                    for _ in 0..n {
+                        x.call(&ping)?;
+                        x.post(w)?;
+                    }
+                    Ok(())
+                })?;
                 // Reap the last local completions before the next command.
                 self.raw.drain(Instant::now() + DEADLINE)?;
             }
@@ -254,11 +264,19 @@ impl Open {
             }
             ("send", false) => {
                 let reply = self.msgs.mem[MSG..].as_ptr();
-                ctl.send(&json!({ "armed": true }))?;
-                for _ in 0..n {
-                    let len = self.raw.wait_recv(deadline)?;
-                    self.raw.send(peer.raw, reply, len, self.msgs.raw.desc, deadline)?;
-                }
+                // Through a relay, answered on the relay thread (as the engine's pool answers on its worker).
+                let desc = self.msgs.raw.desc;
+                let echo = |ep: &mut RawEp| -> R<()> {
+                    for _ in 0..n {
+                        let len = ep.wait_recv(deadline)?;
+                        ep.send(peer.raw, reply, len, desc, deadline)?;
+                    }
+                    Ok(())
+                };
+                crate::relay::drive(&mut self.raw, crate::relay::enabled(), |x| {
+                    ctl.send(&json!({ "armed": true }))?;
+                    x.call(&echo)
+                })?;
             }
             _ => return Err(format!("pong: unknown kind {kind}")),
         }
