@@ -11,6 +11,13 @@ use crate::metrics::{POST_TO_DONE, REQUEST_BYTES, REQUEST_WRS};
 
 impl<D: Domain> Worker<D> {
     pub(super) fn complete(&mut self, d: usize, c: Completion) {
+        // The common case first: a unit of a request done.
+        if let Completion::Done { token, peer, bytes } = c {
+            if let Token::Request { slot, epoch } = Token::decode(token) {
+                self.pass.done.add(&self.tally, d, peer, bytes);
+                return self.unit_done(slot, epoch);
+            }
+        }
         let (token, res, sent) = match c {
             Completion::RemoteWrite { imm } if self.pass.home.is_some() => return self.forward_imm(imm),
             Completion::RemoteWrite { imm } => return self.imm.arrived(imm, &self.notifier, 1),
@@ -21,7 +28,7 @@ impl<D: Domain> Worker<D> {
         let t = Token::decode(token);
         // The application's work requests count; the engine's messages do not.
         if let (Some((peer, bytes)), Token::Request { .. } | Token::Split(_)) = (sent, t) {
-            self.tally.completed(d, peer, bytes);
+            self.pass.done.add(&self.tally, d, peer, bytes);
         }
         match (t, res) {
             (Token::EngineRecv(i), res) => self.engine_recv(i, res.ok()),
@@ -31,17 +38,7 @@ impl<D: Domain> Worker<D> {
                 self.deliver(pool, index, res)
             }
             (Token::Split(i), Ok(_)) => self.split_done(d, i),
-            // The common case, counted down here: a unit of a request with
-            // others still out or to post.
-            (Token::Request { slot, epoch }, Ok(_)) => {
-                let Some(a) = self.requests.slots.current(slot, epoch) else {
-                    return;
-                };
-                a.outstanding -= 1;
-                if a.outstanding == 0 && (a.posted >= a.units || a.error.is_some()) {
-                    self.maybe_finish(slot);
-                }
-            }
+            (Token::Request { slot, epoch }, Ok(_)) => self.unit_done(slot, epoch),
             (t, Err((peer, e))) => {
                 self.tally.failed(d, peer, e.status);
                 let err = Error::new(e.status, format!("work request failed: {}", e.message));
@@ -53,6 +50,19 @@ impl<D: Domain> Worker<D> {
                     }
                 }
             }
+        }
+    }
+
+    /// A unit of the request in `slot` came back done: counted down, and
+    /// the request reported if it was the last one out with all posted.
+    #[inline]
+    fn unit_done(&mut self, slot: u32, epoch: u32) {
+        let Some(a) = self.requests.slots.current(slot, epoch) else {
+            return;
+        };
+        a.outstanding -= 1;
+        if a.outstanding == 0 && (a.posted >= a.units || a.error.is_some()) {
+            self.maybe_finish(slot);
         }
     }
 
@@ -78,6 +88,8 @@ impl<D: Domain> Worker<D> {
     /// Reports request `slot` if it has finished (`Slots::finish`); one that
     /// wants a delivery fence gets it first (fence.rs).
     pub(super) fn maybe_finish(&mut self, slot: u32) {
+        // Its work requests are in the counters before it is reported.
+        self.pass.done.flush(&self.tally);
         if self.requests.slots.get(slot).is_some_and(|a| a.fence_due()) {
             self.start_fence(slot);
         }

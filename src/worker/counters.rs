@@ -169,10 +169,12 @@ impl Tally {
         c.bytes_posted.add(bytes as u64);
     }
 
+    /// `wrs` work requests of `bytes` in all completed on domain `d` to `peer`
+    /// (a run of them: `DoneRun`).
     #[inline]
-    pub(super) fn completed(&self, d: usize, peer: PeerId, bytes: u64) {
+    pub(super) fn completed(&self, d: usize, peer: PeerId, wrs: u64, bytes: u64) {
         let c = self.at(d, peer);
-        c.wrs_completed.add(1);
+        c.wrs_completed.add(wrs);
         c.bytes_completed.add(bytes);
     }
 
@@ -211,6 +213,41 @@ impl Tally {
     }
 }
 
+/// Completions of one domain and peer in a row, counted once
+/// (`Tally::completed`) when the run ends: at another domain or peer, at
+/// the end of a poll's completions, and before any request is reported, so
+/// that a request's report never runs ahead of its counts.
+#[derive(Default)]
+pub(super) struct DoneRun {
+    d: usize,
+    peer: PeerId,
+    wrs: u64,
+    bytes: u64,
+}
+
+impl DoneRun {
+    /// One more work request of `bytes` done on domain `d` to `peer`.
+    #[inline]
+    pub(super) fn add(&mut self, tally: &Tally, d: usize, peer: PeerId, bytes: u64) {
+        if self.wrs != 0 && (self.d != d || self.peer != peer) {
+            self.flush(tally);
+        }
+        if self.wrs == 0 {
+            (self.d, self.peer) = (d, peer);
+        }
+        self.wrs += 1;
+        self.bytes += bytes;
+    }
+
+    #[inline]
+    pub(super) fn flush(&mut self, tally: &Tally) {
+        if self.wrs != 0 {
+            tally.completed(self.d, self.peer, self.wrs, self.bytes);
+            (self.wrs, self.bytes) = (0, 0);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,7 +258,7 @@ mod tests {
         let t = Tally::new(&["a".into(), "b".into()]);
         t.posted_run(0, 3, 4, 1, 100);
         t.posted_run(0, 3, 4, 2, 50); // a run of two
-        t.completed(0, 3, 100);
+        t.completed(0, 3, 1, 100);
         t.posted_run(1, 0, 1, 1, 7);
         t.posted_run(1, 300, 2, 1, 9);
         t.failed(1, 0, Status::PeerDown);
@@ -240,5 +277,23 @@ mod tests {
         );
         assert_eq!(s.nics[1].peers.len(), 2);
         assert_eq!(s.nics[1].peers[0].1.errors, 1);
+    }
+
+    #[test]
+    fn a_run_of_completions_is_counted_once_it_ends() {
+        let t = Tally::new(&["a".into(), "b".into()]);
+        let done = |s: &Counters, d: usize| (s.nics[d].total.wrs_completed, s.nics[d].total.bytes_completed);
+        let mut run = DoneRun::default();
+        run.add(&t, 0, 3, 10);
+        run.add(&t, 0, 3, 20);
+        assert_eq!(done(&t.snapshot(), 0), (0, 0), "a run in progress is not counted yet");
+        run.add(&t, 0, 4, 5); // another peer ends the run
+        assert_eq!(done(&t.snapshot(), 0), (2, 30));
+        run.add(&t, 1, 4, 7); // another domain too
+        assert_eq!(done(&t.snapshot(), 0), (3, 35));
+        run.flush(&t);
+        run.flush(&t); // nothing left: no double count
+        let s = t.snapshot();
+        assert_eq!((done(&s, 0), done(&s, 1)), ((3, 35), (1, 7)));
     }
 }

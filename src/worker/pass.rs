@@ -4,6 +4,7 @@
 //! (`sleep`: spin, nap, or block on the domains' wait fds: waiter.rs), and
 //! the immediates that land on a group other than the home one, forwarded
 //! there once per pass.
+use super::counters::DoneRun;
 use super::request::Ctrl;
 use super::timers::{Timer, Timers};
 use super::waiter::Waiter;
@@ -40,6 +41,8 @@ pub(super) struct Pass {
     /// this is the home group); `forward` holds the arrivals of one pass.
     pub(super) home: Option<Arc<Shared>>,
     pub(super) forward: Vec<(u32, u64)>,
+    /// Work requests completed and not yet in the counters (counters.rs).
+    pub(super) done: DoneRun,
 }
 
 impl Pass {
@@ -57,6 +60,7 @@ impl Pass {
             posted_to: Vec::new(),
             home,
             forward: Vec::new(),
+            done: DoneRun::default(),
         }
     }
 }
@@ -226,6 +230,7 @@ impl<D: Domain> Worker<D> {
             for c in comps.drain(..) {
                 self.complete(d, c);
             }
+            self.pass.done.flush(&self.tally);
             self.pass.comps = comps;
             // Immediates whose bytes just completed go now, not a pass later.
             busy |= self.post_split_imms(d);

@@ -49,17 +49,19 @@ impl Token {
         }
     }
 
+    #[inline]
     pub(in crate::worker) fn decode(t: u64) -> Token {
-        if t & RECV_BIT != 0 {
+        // The common case first: every unit of a request comes back with one.
+        if t & (RECV_BIT | ENGINE_BIT | ENGINE_SEND_BIT | SPLIT_BIT) == 0 {
+            Token::Request { slot: t as u32, epoch: (t >> 32) as u32 }
+        } else if t & RECV_BIT != 0 {
             Token::Recv { pool: ((t & !RECV_BIT) >> 32) as u32, index: t as u32 }
         } else if t & ENGINE_BIT != 0 && t & ENGINE_SEND_BIT != 0 {
             Token::EngineSend { peer: (t >> 16) as u32, slot: t as u16 }
         } else if t & ENGINE_BIT != 0 {
             Token::EngineRecv(t as u32)
-        } else if t & SPLIT_BIT != 0 {
-            Token::Split(t as u32)
         } else {
-            Token::Request { slot: t as u32, epoch: (t >> 32) as u32 }
+            Token::Split(t as u32)
         }
     }
 }
