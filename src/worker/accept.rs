@@ -167,17 +167,19 @@ impl<D: Domain> Worker<D> {
             return self.maybe_finish(slot); // a connect: its peer is up
         }
         // A request on one NIC posts every unit there, in order; sends go
-        // through domain 0; everything else rotates the first domain.
-        if let Some(k) = a.req.nic.map(usize::from).or(matches!(a.req.shape, Shape::Send { .. }).then_some(0)) {
+        // through domain 0; everything else rotates the first domain (with
+        // one domain, no division on this path: it is per request).
+        let one = a.req.nic.map(usize::from).or((matches!(a.req.shape, Shape::Send { .. }) || n == 1).then_some(0));
+        if let Some(k) = one {
             (a.next[k], a.step) = (0, 1);
             self.requests.pending[k].push_back((slot, a.epoch));
             return;
         }
         a.step = n;
-        let rr = self.requests.rr;
-        self.requests.rr = (self.requests.rr + a.units) % n;
+        let rr = self.requests.rr; // always < n
+        self.requests.rr = (rr + a.units) % n;
         for d in 0..n {
-            a.next[d] = (d + n - rr % n) % n;
+            a.next[d] = if d >= rr { d - rr } else { d + n - rr };
             if a.next[d] < a.units {
                 self.requests.pending[d].push_back((slot, a.epoch));
             }

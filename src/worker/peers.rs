@@ -97,6 +97,9 @@ pub(super) struct Peer {
     ids: [PeerId; MAX_DOMAINS],
     pub(super) state: State,
     last_heard: Instant,
+    /// Until when a request to it needs no liveness check first:
+    /// `last_heard` + the recheck window (`None`: no recheck on this provider).
+    fresh_until: Option<Instant>,
     last_ping: Option<Instant>,
     /// The last time a request to it was admitted.
     last_used: Instant,
@@ -306,6 +309,7 @@ impl Peers {
             ids,
             state,
             last_heard: now,
+            fresh_until: self.recheck.map(|w| now + w),
             last_ping: None,
             last_used: now,
             contacted: false,
@@ -343,6 +347,7 @@ impl Peers {
                 };
             }
             (peer.state, peer.last_heard, peer.last_ping) = (State::Connecting, now, None);
+            peer.fresh_until = self.recheck.map(|w| now + w);
             self.ping(domains, p, now);
         }
     }
@@ -374,11 +379,10 @@ impl Peers {
         if self.gone(p) {
             self.down_gone(p);
         }
-        let recheck = self.recheck;
         let peer = &mut self.list[p as usize];
         peer.last_used = now;
         match &peer.state {
-            State::Up if recheck.is_none_or(|w| now.duration_since(peer.last_heard) <= w) => Ok(true),
+            State::Up if peer.fresh_until.is_none_or(|t| now <= t) => Ok(true),
             State::Up => {
                 peer.state = State::Checking;
                 self.ping(domains, p, now);
@@ -509,6 +513,7 @@ impl Peers {
             return self.down(p, e);
         }
         peer.last_heard = now;
+        peer.fresh_until = self.recheck.map(|w| now + w);
         if let State::Connecting | State::Checking = peer.state {
             if let State::Connecting = peer.state {
                 self.events.push_back(Event::Up(p));
