@@ -33,7 +33,6 @@ pub use batch::SingleWrite;
 pub(crate) use batch::in_batch;
 use groups::Group;
 pub use memory::MrHandle;
-use recv::SendTo;
 pub use recv::{MAX_RECV_BUFFERS, RecvPoolId};
 
 /// How long a control call polls for the worker's reply before sleeping on it.
@@ -79,8 +78,6 @@ pub struct TransferEngine {
     /// Manual progress: the callbacks, run by `progress` on the calling thread.
     inline: Option<notify::Inline>,
     peer_sets: Mutex<HashMap<u64, Arc<[NetAddr]>>>,
-    /// The addresses sent to, shared by the sends' requests (recv.rs `send_to`).
-    send_to: Mutex<SendTo>,
     next_request: AtomicU64,
     request_timeout: Option<std::time::Duration>,
     max_inflight: usize,
@@ -176,7 +173,6 @@ impl TransferEngine {
             callbacks,
             inline,
             peer_sets: Mutex::new(HashMap::new()),
-            send_to: Mutex::default(),
             next_request: AtomicU64::new(1),
             request_timeout: cfg.request_timeout,
             max_inflight: cfg.max_inflight.max(1),

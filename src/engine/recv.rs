@@ -13,13 +13,6 @@ use std::sync::Arc;
 /// Most receive buffers one pool posts (each is 64 KiB underneath).
 pub const MAX_RECV_BUFFERS: usize = 4096;
 
-/// The addresses sent to, shared: a send to one of them copies no address
-/// (its `NetAddr` is two allocations, and two frees when the request ends;
-/// about a twentieth of a send/recv round trip's host work). At most
-/// `SEND_TO_MAX` are kept; the set starts afresh when full.
-pub(super) type SendTo = std::collections::HashSet<Arc<NetAddr>, crate::fasthash::FastState>;
-const SEND_TO_MAX: usize = 1024;
-
 /// A receive pool of an engine (`add_recv_pool`), to remove it by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RecvPoolId(pub u64);
@@ -44,24 +37,7 @@ impl TransferEngine {
             };
             bail!(InvalidArgument, "submit_send: {} bytes is over the {max}-byte message limit{why}", msg.len());
         }
-        self.submit(0, Shape::Send { to: self.send_to(to), msg: msg.into() }, None, None, done.into())
-    }
-
-    /// `to`, shared with earlier sends to it (`SendTo`); a copy of its own
-    /// while another thread holds the set.
-    fn send_to(&self, to: &NetAddr) -> Arc<NetAddr> {
-        let Ok(mut known) = self.send_to.try_lock() else {
-            return Arc::new(to.clone());
-        };
-        if let Some(a) = known.get(to) {
-            return a.clone();
-        }
-        if known.len() >= SEND_TO_MAX {
-            known.clear();
-        }
-        let a = Arc::new(to.clone());
-        known.insert(a.clone());
-        a
+        self.submit(0, Shape::Send { to: to.clone(), msg: msg.into() }, None, None, done.into())
     }
 
     /// Posts `count` receive buffers for messages of up to `len` bytes on

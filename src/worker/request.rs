@@ -82,7 +82,7 @@ pub enum Shape {
     },
     /// One message to domain 0 of a peer.
     Send {
-        to: Arc<NetAddr>,
+        to: NetAddr,
         msg: Box<[u8]>,
     },
     /// Nothing to post: ends once the peer is up (greeted afresh if down).
