@@ -22,7 +22,7 @@ const DEADLINE: Duration = Duration::from_secs(60);
 /// must have stopped polling, or raw would share the cores with them: wait
 /// out their idle spin (`EngineConfig::idle_spin_us`) with a margin.
 fn settle(mode: Mode) {
-    if mode == Mode::Raw {
+    if mode != Mode::Engine {
         let spin = EngineConfig::default().idle_spin_us;
         std::thread::sleep(Duration::from_micros(spin + 1000));
     }
@@ -93,6 +93,8 @@ pub struct Row {
     pub domains: usize,
     pub engine: Vec<f64>,
     pub raw: Vec<f64>,
+    /// Raw through a relay thread, as a third mode (`FABRICLIB_BENCH_RAW=both`).
+    pub relay: Vec<f64>,
     /// Bytes moved per sample (bandwidth rows).
     pub bytes: u64,
     pub verified: Option<bool>,
@@ -320,19 +322,33 @@ pub struct FlagLine(pub AtomicU32);
 enum Mode {
     Engine,
     Raw,
+    /// Raw through a relay thread (relay.rs), as a third mode of the row
+    /// (`FABRICLIB_BENCH_RAW=both`).
+    Relay,
 }
-/// The order of the two modes in repetition `rep`: alternating, so that
-/// neither always runs right after the other.
-fn modes(rep: usize) -> [Mode; 2] {
-    if rep % 2 == 0 { [Mode::Engine, Mode::Raw] } else { [Mode::Raw, Mode::Engine] }
+/// The order of the modes in repetition `rep`: rotating, so that none
+/// always runs right after another. `relay`: the relay as a third mode.
+fn modes(rep: usize, relay: bool) -> Vec<Mode> {
+    let mut m = if relay { vec![Mode::Engine, Mode::Raw, Mode::Relay] } else { vec![Mode::Engine, Mode::Raw] };
+    let n = m.len();
+    m.rotate_left(rep % n);
+    m
 }
 
 impl Mode {
+    /// Also what the servers are told (`"mode"`), so that they relay too.
     fn name(self) -> &'static str {
         match self {
             Mode::Engine => "engine",
+            Mode::Raw if crate::relay::enabled() => "relay",
             Mode::Raw => "raw",
+            Mode::Relay => "relay",
         }
+    }
+
+    /// Whether raw runs through a relay thread in this mode.
+    fn relayed(self) -> bool {
+        self == Mode::Relay || (self == Mode::Raw && crate::relay::enabled())
     }
 }
 
@@ -471,6 +487,7 @@ impl Session {
             domains: self.domains,
             engine: Vec::new(),
             raw: Vec::new(),
+            relay: Vec::new(),
             bytes: 0,
             verified: None,
         };
@@ -510,13 +527,13 @@ impl Session {
         let total = self.warmup + self.reps;
         for rep in 0..total {
             progress(&format!("rep {}/{total}", rep + 1));
-            for mode in modes(rep) {
+            for mode in modes(rep, crate::relay::both()) {
                 let last = rep + 1 == total;
                 let src = self.src.as_mut().unwrap();
                 // Every repetition reads freshly written source bytes (never the
                 // kernel's zero page, never the previous repetition's cache state);
                 // the destination is cleared before the verified one, as before.
-                fill(&mut src.mem, 0xfab0 + mode as u64 + rep as u64 * 2);
+                fill(&mut src.mem, 0xfab0 + mode as u64 + rep as u64 * 3);
                 if last {
                     for p in peers.iter_mut() {
                         p.ctl.call(json!({ "op": "clear" }))?;
@@ -548,7 +565,7 @@ impl Session {
                         .map_err(|e| format!("engine: {e}"))?;
                         t0.elapsed()
                     }
-                    Mode::Raw => {
+                    Mode::Raw | Mode::Relay => {
                         let per_req = if scatter { peers.len() } else { n };
                         let ops = (0..s.iters * per_req).map(|i| {
                             let k = i % per_req;
@@ -562,7 +579,7 @@ impl Session {
                             }
                         });
                         // Timed once a relay (if any) is up, as the engine's worker is.
-                        crate::relay::drive(&mut self.raw, crate::relay::enabled(), |x| {
+                        crate::relay::drive(&mut self.raw, mode.relayed(), |x| {
                             let t0 = Instant::now();
                             x.write_all(ops, per_req, s.window)?;
                             Ok(t0.elapsed())
@@ -578,6 +595,7 @@ impl Session {
                     match mode {
                         Mode::Engine => row.engine.push(dt),
                         Mode::Raw => row.raw.push(dt),
+                        Mode::Relay => row.relay.push(dt),
                     }
                 }
                 if last {
@@ -619,7 +637,7 @@ impl Session {
         let flag = Arc::new(AtomicU32::new(0));
         for rep in 0..total {
             progress(&format!("rep {}/{total}", rep + 1));
-            for mode in modes(rep) {
+            for mode in modes(rep, crate::relay::both()) {
                 for p in peers.iter_mut() {
                     let cmd = json!({ "op": "pong", "mode": mode.name(), "kind": kind, "n": s.iters, "size": s.size, "imm_c": imm_c, "imm_s": imm_s });
                     p.ctl.call(cmd)?;
@@ -638,7 +656,7 @@ impl Session {
                     }
                     ep.wait_imm(imm_s, np, deadline)
                 };
-                let relay = mode == Mode::Raw && crate::relay::enabled();
+                let relay = mode.relayed();
                 crate::relay::drive(&mut self.raw, relay, |x| {
                     for _ in 0..s.iters {
                         let (dt, r) = match (mode, s.kind) {
@@ -678,7 +696,7 @@ impl Session {
                                     .and_then(|_| wait_flag_on(e, &flag, Wait::Spin, deadline));
                                 (t0.elapsed(), r)
                             }
-                            (Mode::Raw, _) => {
+                            (Mode::Raw | Mode::Relay, _) => {
                                 let t0 = Instant::now();
                                 let r = x.call(&raw_ping);
                                 (t0.elapsed(), r)
@@ -691,6 +709,7 @@ impl Session {
                             match mode {
                                 Mode::Engine => row.engine.push(us),
                                 Mode::Raw => row.raw.push(us),
+                                Mode::Relay => row.relay.push(us),
                             }
                         }
                     }
@@ -765,15 +784,18 @@ pub fn host_cost(spec: &Spec, reps: usize, warmup: usize, progress: &dyn Fn(&str
         domains: 1,
         engine: Vec::new(),
         raw: Vec::new(),
+        relay: Vec::new(),
         bytes: 0,
         verified: None,
     };
     for rep in 0..warmup + reps {
         progress(&format!("rep {}/{}", rep + 1, warmup + reps));
-        for mode in modes(rep) {
+        for mode in modes(rep, false) {
             let ns = match mode {
                 // The bare hand-off of as many requests, the same window (handoff.rs).
-                Mode::Raw => crate::handoff::floor_ns(spec.iters, spec.window, Instant::now() + DEADLINE)?,
+                Mode::Raw | Mode::Relay => {
+                    crate::handoff::floor_ns(spec.iters, spec.window, Instant::now() + DEADLINE)?
+                }
                 Mode::Engine if spec.kind == Kind::HostBatch => {
                     let t0 = Instant::now();
                     crate::batch::windowed_batches(&e, spec.iters, spec.window, spec.pages, |_, dones| {
@@ -811,7 +833,7 @@ pub fn host_cost(spec: &Spec, reps: usize, warmup: usize, progress: &dyn Fn(&str
                 let per = ns / per_req as f64;
                 match mode {
                     Mode::Engine => row.engine.push(per),
-                    Mode::Raw => row.raw.push(per),
+                    Mode::Raw | Mode::Relay => row.raw.push(per),
                 }
             }
         }

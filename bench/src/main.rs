@@ -602,8 +602,9 @@ fn machine() -> serde_json::Value {
         "idle_policy": format!("{:?}", idle_policy()),
         "engine_cpu": ENGINE_CPU.get().copied().flatten(),
         "manual_progress": manual_progress(),
-        // The raw column: raw driven from the application's thread, or through a relay thread (relay.rs).
-        "raw_baseline": if relay::enabled() { "relay" } else { "direct" },
+        // The raw column: raw driven from the application's thread, or through a relay
+        // thread (relay.rs); "both": direct, with the relay as a third mode (rows' "relay").
+        "raw_baseline": if relay::enabled() { "relay" } else if relay::both() { "both" } else { "direct" },
         "thp": read("/sys/kernel/mm/transparent_hugepage/enabled").trim(),
         // The most of the client's anonymous memory seen backed by huge pages after an allocation.
         "client_thp_bytes": mem::THP_SEEN.load(std::sync::atomic::Ordering::Relaxed),

@@ -15,8 +15,12 @@
 //! message answered on the worker (the send/recv servers) is answered on the
 //! relay thread, with no hand-off, as the engine's on-worker pool answers.
 //!
+//! `FABRICLIB_BENCH_RAW=both` runs it as a third mode of each row, beside
+//! raw, so that relay ÷ raw comes from one run too.
+//!
 //! Worker mode only: in manual progress (`--progress manual`) the engine has
-//! no hand-off, and raw runs as it always does.
+//! no hand-off, and raw runs as it always does. The servers relay when the
+//! client's command says `"mode": "relay"`.
 use crate::client::{FlagLine, Wait, wait_flag};
 use crate::raw::{R, RawEp, RawWrite};
 use crossbeam_queue::ArrayQueue;
@@ -29,8 +33,19 @@ const DEADLINE: Duration = Duration::from_secs(60);
 
 /// Whether the raw rows go through a relay (`FABRICLIB_BENCH_RAW=relay`, worker mode).
 pub fn enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("FABRICLIB_BENCH_RAW").as_deref() == Ok("relay") && !crate::manual_progress())
+    raw_is("relay")
+}
+
+/// Whether the rows run the relay as a third mode beside raw
+/// (`FABRICLIB_BENCH_RAW=both`, worker mode): relay ÷ raw in one run.
+pub fn both() -> bool {
+    raw_is("both")
+}
+
+fn raw_is(what: &str) -> bool {
+    static RAW: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let raw = RAW.get_or_init(|| std::env::var("FABRICLIB_BENCH_RAW").unwrap_or_default());
+    raw == what && !crate::manual_progress()
 }
 
 /// A raw operation run to its end on whichever thread drives the endpoint.

@@ -37,8 +37,12 @@ pub fn unit(r: &Row) -> &'static str {
 
 /// The row's headline figure for engine and raw (GB/s for bandwidth rows, from the median time).
 pub fn headline(r: &Row) -> (Option<f64>, Option<f64>) {
-    let f = |v: &[f64]| stats(v).map(|s| if r.spec.kind.is_bandwidth() { gbps(r.bytes, s.median) } else { s.median });
-    (f(&r.engine), f(&r.raw))
+    (figure(r, &r.engine), figure(r, &r.raw))
+}
+
+/// One mode's headline figure: GB/s from the median time, or the median.
+fn figure(r: &Row, v: &[f64]) -> Option<f64> {
+    stats(v).map(|s| if r.spec.kind.is_bandwidth() { gbps(r.bytes, s.median) } else { s.median })
 }
 
 /// engine/raw: bandwidth ratio (higher is better) or latency ratio (lower is better).
@@ -92,6 +96,26 @@ pub fn print_table(rows: &[Row]) {
             verified
         );
     }
+    print_relay(rows);
+}
+
+/// The rows' third mode (`FABRICLIB_BENCH_RAW=both`): raw through a relay
+/// thread, against raw and the engine of the same runs.
+fn print_relay(rows: &[Row]) {
+    let with: Vec<&Row> = rows.iter().filter(|r| !r.relay.is_empty()).collect();
+    if with.is_empty() {
+        return;
+    }
+    println!("relay: raw through a worker thread's two hand-offs (relay.rs), in the same runs");
+    for r in with {
+        let (e, w, y) = (figure(r, &r.engine), figure(r, &r.raw), figure(r, &r.relay));
+        let (Some(e), Some(w), Some(y)) = (e, w, y) else { continue };
+        if r.spec.kind.is_bandwidth() {
+            println!("{} relay {y:>8.3} {}  relay/raw {:.3}  eng/relay {:.3}", describe(r), unit(r), y / w, e / y);
+        } else {
+            println!("{} relay {y:>8.3} {}  relay-raw {:+.2}  eng-relay {:+.2}", describe(r), unit(r), y - w, e - y);
+        }
+    }
 }
 
 fn stats_json(r: &Row, v: &[f64]) -> Value {
@@ -124,6 +148,7 @@ pub fn row_json(r: &Row) -> Value {
         "engine": stats_json(r, &r.engine),
         "raw": stats_json(r, &r.raw),
         "ratio": ratio(r),
+        "relay": stats_json(r, &r.relay),
         "verified": r.verified,
     })
 }

@@ -170,7 +170,7 @@ impl Open {
                     // Through a relay, the relay thread takes (and on shm copies) what
                     // arrives; armed once it is up.
                     let wait = |ep: &mut RawEp| ep.wait_imm(imm, count, deadline);
-                    crate::relay::drive(&mut self.raw, crate::relay::enabled(), |x| {
+                    crate::relay::drive(&mut self.raw, field_str(cmd, "mode")? == "relay", |x| {
                         ctl.send(&json!({ "armed": true }))?;
                         x.call(&wait)
                     })
@@ -229,7 +229,7 @@ impl Open {
                 };
                 // Through a relay: the ping's arrival handed to this thread, the answer back (as the engine's).
                 let ping = |ep: &mut RawEp| ep.wait_imm(imm_c, 1, deadline);
-                crate::relay::drive(&mut self.raw, crate::relay::enabled(), |x| {
+                crate::relay::drive(&mut self.raw, field_str(cmd, "mode")? == "relay", |x| {
                     ctl.send(&json!({ "armed": true }))?;
                     for _ in 0..n {
                         x.call(&ping)?;
@@ -273,7 +273,7 @@ impl Open {
                     }
                     Ok(())
                 };
-                crate::relay::drive(&mut self.raw, crate::relay::enabled(), |x| {
+                crate::relay::drive(&mut self.raw, field_str(cmd, "mode")? == "relay", |x| {
                     ctl.send(&json!({ "armed": true }))?;
                     x.call(&echo)
                 })?;
