@@ -164,7 +164,7 @@ pub fn wait_flag_on(e: &TransferEngine, f: &AtomicU32, how: Wait, deadline: Inst
 /// `wait_flag` does (PAUSE, a yield every `yield_every()` looks). Every
 /// engine row's waiter goes through here or `wait_flag`, so that no row's
 /// engine side yields more often than its raw side.
-pub fn spin_until(e: &TransferEngine, done: impl Fn() -> bool, deadline: Instant) -> R<()> {
+pub fn spin_until(e: &TransferEngine, mut done: impl FnMut() -> bool, deadline: Instant) -> R<()> {
     let (manual, every) = if e.is_manual() { (true, 16) } else { (false, yield_every()) };
     let (mut looks, mut idle) = (0u32, 0u32);
     while !done() {
@@ -349,6 +349,17 @@ impl Mode {
     /// Whether raw runs through a relay thread in this mode.
     fn relayed(self) -> bool {
         self == Mode::Relay || (self == Mode::Raw && crate::relay::enabled())
+    }
+}
+
+impl Row {
+    /// Where `mode`'s samples go.
+    fn samples(&mut self, mode: Mode) -> &mut Vec<f64> {
+        match mode {
+            Mode::Engine => &mut self.engine,
+            Mode::Raw => &mut self.raw,
+            Mode::Relay => &mut self.relay,
+        }
     }
 }
 
@@ -592,11 +603,7 @@ impl Session {
                     p.ctl.recv()?;
                 }
                 if rep >= self.warmup {
-                    match mode {
-                        Mode::Engine => row.engine.push(dt),
-                        Mode::Raw => row.raw.push(dt),
-                        Mode::Relay => row.relay.push(dt),
-                    }
+                    row.samples(mode).push(dt);
                 }
                 if last {
                     let src = &self.src.as_ref().unwrap().mem;
@@ -706,11 +713,7 @@ impl Session {
                         // Imm rows report the half round trip; the others the whole round.
                         let us = dt.as_secs_f64() * 1e6 / if s.kind == Kind::Imm { 2.0 } else { 1.0 };
                         if rep >= self.warmup {
-                            match mode {
-                                Mode::Engine => row.engine.push(us),
-                                Mode::Raw => row.raw.push(us),
-                                Mode::Relay => row.relay.push(us),
-                            }
+                            row.samples(mode).push(us);
                         }
                     }
                     Ok(())
@@ -830,11 +833,7 @@ pub fn host_cost(spec: &Spec, reps: usize, warmup: usize, progress: &dyn Fn(&str
                 }
             };
             if rep >= warmup {
-                let per = ns / per_req as f64;
-                match mode {
-                    Mode::Engine => row.engine.push(per),
-                    Mode::Raw | Mode::Relay => row.raw.push(per),
-                }
+                row.samples(mode).push(ns / per_req as f64);
             }
         }
     }

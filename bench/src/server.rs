@@ -148,16 +148,13 @@ impl Open {
                     ctl.send(&json!({ "armed": true }))?;
                     // Manual progress: this thread drives the engine while it waits.
                     let got = if self.engine.is_manual() {
-                        let got = std::cell::RefCell::new(None);
+                        let mut got = None;
                         let arrived = || {
-                            let mut g = got.borrow_mut();
-                            if g.is_none() {
-                                *g = rx.try_recv().ok();
-                            }
-                            g.is_some()
+                            got = got.take().or_else(|| rx.try_recv().ok());
+                            got.is_some()
                         };
                         crate::client::spin_until(&self.engine, arrived, Instant::now() + DEADLINE).ok();
-                        got.into_inner()
+                        got
                     } else {
                         rx.recv_timeout(DEADLINE).ok()
                     };
@@ -170,11 +167,7 @@ impl Open {
                     // Through a relay, the relay thread takes (and on shm copies) what
                     // arrives; armed once it is up.
                     let wait = |ep: &mut RawEp| ep.wait_imm(imm, count, deadline);
-                    crate::relay::drive(&mut self.raw, field_str(cmd, "mode")? == "relay", |x| {
-                        ctl.send(&json!({ "armed": true }))?;
-                        x.call(&wait)
-                    })
-                    .map(|_| json!({}))
+                    armed_raw(&mut self.raw, cmd, ctl, |x| x.call(&wait)).map(|_| json!({}))
                 }
             }
             "pong" => self.pong(cmd, ctl, deadline),
@@ -229,8 +222,7 @@ impl Open {
                 };
                 // Through a relay: the ping's arrival handed to this thread, the answer back (as the engine's).
                 let ping = |ep: &mut RawEp| ep.wait_imm(imm_c, 1, deadline);
-                crate::relay::drive(&mut self.raw, field_str(cmd, "mode")? == "relay", |x| {
-                    ctl.send(&json!({ "armed": true }))?;
+                armed_raw(&mut self.raw, cmd, ctl, |x| {
                     for _ in 0..n {
                         x.call(&ping)?;
                         x.post(w)?;
@@ -273,15 +265,27 @@ impl Open {
                     }
                     Ok(())
                 };
-                crate::relay::drive(&mut self.raw, field_str(cmd, "mode")? == "relay", |x| {
-                    ctl.send(&json!({ "armed": true }))?;
-                    x.call(&echo)
-                })?;
+                armed_raw(&mut self.raw, cmd, ctl, |x| x.call(&echo))?;
             }
             _ => return Err(format!("pong: unknown kind {kind}")),
         }
         Ok(json!({}))
     }
+}
+
+/// Runs raw's side of `cmd` in `body`, through a relay thread when the
+/// client says `"mode": "relay"` (relay.rs), and tells the client "armed"
+/// once it is ready (a relay is up).
+fn armed_raw<'q, T>(
+    raw: &mut RawEp,
+    cmd: &Value,
+    ctl: &mut Ctl,
+    body: impl FnOnce(&mut crate::relay::Exec<'_, 'q>) -> R<T>,
+) -> R<T> {
+    crate::relay::drive(raw, field_str(cmd, "mode")? == "relay", |x| {
+        ctl.send(&json!({ "armed": true }))?;
+        body(x)
+    })
 }
 
 /// Serves one client connection, then exits. `bind`: the local address its

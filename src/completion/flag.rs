@@ -61,11 +61,7 @@ fn wait_yielding_every(f: &AtomicU32, timeout: Option<Duration>, every: u32) -> 
         if v & FLAG_DONE != 0 {
             return Some(v);
         }
-        // On a host of more than 4 CPUs, mostly a PAUSE: a waiter that
-        // yields on every look makes a system call per look, which slowed
-        // shm's copies out of this process (docs/benchmarks.md, "The
-        // waiter's yields"). On a small host the waiter likely shares its
-        // CPU with the worker, which a yield on every look lets run.
+        // Mostly a PAUSE on a large host, a yield on every look on a small one (`wait`).
         round = round.wrapping_add(1);
         if round % every != 0 {
             std::hint::spin_loop();

@@ -124,6 +124,14 @@ pub(super) struct Peer {
     unfenced: Option<Error>,
 }
 
+impl Peer {
+    /// It was heard from (or greeted afresh) at `now`: fresh for `recheck`.
+    fn heard_at(&mut self, now: Instant, recheck: Option<Duration>) {
+        self.last_heard = now;
+        self.fresh_until = recheck.map(|w| now + w);
+    }
+}
+
 pub(super) struct Peers {
     pub(super) list: Vec<Peer>,
     index: FastMap<NetAddr, u32>,
@@ -346,8 +354,8 @@ impl Peers {
                     Err(e) => (None, Some(e)),
                 };
             }
-            (peer.state, peer.last_heard, peer.last_ping) = (State::Connecting, now, None);
-            peer.fresh_until = self.recheck.map(|w| now + w);
+            (peer.state, peer.last_ping) = (State::Connecting, None);
+            peer.heard_at(now, self.recheck);
             self.ping(domains, p, now);
         }
     }
@@ -512,8 +520,7 @@ impl Peers {
             let e = e.clone();
             return self.down(p, e);
         }
-        peer.last_heard = now;
-        peer.fresh_until = self.recheck.map(|w| now + w);
+        peer.heard_at(now, self.recheck);
         if let State::Connecting | State::Checking = peer.state {
             if let State::Connecting = peer.state {
                 self.events.push_back(Event::Up(p));
