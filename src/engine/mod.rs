@@ -296,18 +296,28 @@ impl TransferEngine {
     }
 
     /// Group `g` sends to `owner` NIC k to NIC k: their NIC counts must match.
+    #[inline]
     fn check_peer(&self, g: usize, owner: &NetAddr) -> Result<()> {
         let mine = self.groups[g].nic_count();
         if owner.domains.len() != mine {
-            let whose = if self.groups.len() > 1 { format!("this engine's group {g}") } else { "this engine".into() };
-            bail!(
-                InvalidArgument,
-                "peer has {} domains (NICs), {whose} {mine}: peers must use the same domain count \
-                 (per group: a region's group writes NIC k to NIC k of the destination's group)",
-                owner.domains.len(),
-            );
+            return Err(self.domain_count_mismatch(g, owner.domains.len()));
         }
         Ok(())
+    }
+
+    /// `check_peer`'s error, out of its way (it runs per write of a batch).
+    #[cold]
+    #[inline(never)]
+    fn domain_count_mismatch(&self, g: usize, theirs: usize) -> Error {
+        let mine = self.groups[g].nic_count();
+        let whose = if self.groups.len() > 1 { format!("this engine's group {g}") } else { "this engine".into() };
+        Error::new(
+            Status::InvalidArgument,
+            format!(
+                "peer has {theirs} domains (NICs), {whose} {mine}: peers must use the same domain count \
+                 (per group: a region's group writes NIC k to NIC k of the destination's group)"
+            ),
+        )
     }
 
     /// `desc` as group `g`'s requests carry it: an index into its worker's
@@ -430,7 +440,8 @@ impl TransferEngine {
         check_range(|| "single write source", src_offset, len, src.len() as u64)?;
         check_range(|| "single write destination", dst_offset, len, dst.len)?;
         let nics = self.groups[g].nic_count();
-        let sharded = self.nic_of(g, opts.route, false)?.is_none() && nics > 1;
+        // (The route itself is checked by `check_opts`: one NIC or sharded.)
+        let sharded = nics > 1 && matches!(opts.route, notify::Route::Shard);
         let max = self.max_msg_size() as u64;
         let chunk = match imm {
             Some(_) if len > max => bail!(

@@ -130,21 +130,27 @@ impl TransferEngine {
     /// The one domain of group `g` a request with `route` goes through
     /// (`None`: sharded over the group's NICs). `Route::Nic` numbers NICs
     /// across the engine, as `nics` does.
+    #[inline]
     pub(super) fn nic_of(&self, g: usize, route: Route, send: bool) -> Result<Option<u8>> {
-        let (first, n) = (self.first_nic(g), self.groups[g].nic_count());
         match route {
             Route::Shard => Ok(None),
-            Route::Nic(k) if k >= self.nics.len() => {
-                bail!(InvalidArgument, "NIC {k}: the engine has {} (0..{})", self.nics.len(), self.nics.len())
-            }
-            Route::Nic(k) if k < first || k >= first + n => {
-                let last = first + n - 1;
-                bail!(InvalidArgument, "NIC {k} is not in the request's group {g} (its NICs are {first}..={last})")
-            }
-            Route::Nic(k) if send && k != 0 => {
-                bail!(InvalidArgument, "NIC {k}: sends travel through NIC 0, where receive buffers are posted")
-            }
-            Route::Nic(k) => Ok(Some((k - first) as u8)),
+            Route::Nic(k) => self.nic_in(g, k, send).map(Some),
         }
+    }
+
+    /// NIC `k` (numbered across the engine) as group `g`'s domain index, checked.
+    fn nic_in(&self, g: usize, k: usize, send: bool) -> Result<u8> {
+        let (first, n) = (self.first_nic(g), self.groups[g].nic_count());
+        if k >= self.nics.len() {
+            bail!(InvalidArgument, "NIC {k}: the engine has {} (0..{})", self.nics.len(), self.nics.len())
+        }
+        if k < first || k >= first + n {
+            let last = first + n - 1;
+            bail!(InvalidArgument, "NIC {k} is not in the request's group {g} (its NICs are {first}..={last})")
+        }
+        if send && k != 0 {
+            bail!(InvalidArgument, "NIC {k}: sends travel through NIC 0, where receive buffers are posted")
+        }
+        Ok((k - first) as u8)
     }
 }

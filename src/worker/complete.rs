@@ -95,12 +95,12 @@ impl<D: Domain> Worker<D> {
         }
         let (stage, regions, dsts, domains) =
             (&mut self.requests.stage, &mut self.requests.regions, &mut self.requests.dsts, &mut self.domains);
-        let (notifier, stats, now) = (&self.notifier, &self.shared.stats, self.pass.now);
+        let (notifier, stats, now) = (&self.notifier, &self.shared.stats, self.pass.now_ns());
         self.requests.slots.finish(slot, |a| {
             let status = a.error.as_ref().map_or(0, |e| e.status as usize);
             stats.ended(a.req.kind(), status);
-            if let Some(t) = a.first_post.filter(|_| status == 0) {
-                stats.hists[POST_TO_DONE].record_time(now.saturating_duration_since(t));
+            if a.first_post_ns != 0 && status == 0 {
+                stats.hists[POST_TO_DONE].record(now.saturating_sub(a.first_post_ns));
                 stats.hists[REQUEST_BYTES].record(a.bytes);
                 stats.hists[REQUEST_WRS].record(a.posted as u64);
             }

@@ -19,8 +19,14 @@ use std::time::{Duration, Instant};
 
 /// The state of the polling pass.
 pub(super) struct Pass {
-    /// The time at the start of this pass.
+    /// The time at the start of this pass (`set_now`).
     pub(super) now: Instant,
+    /// `now` in nanoseconds since `base`, worked out once a pass when a
+    /// request's metrics first ask for it (`now_ns`; 0: not yet). What a
+    /// request keeps of its times is this, not an `Instant` (a subtraction
+    /// per request instead of a `Duration`'s).
+    now_ns: u64,
+    base: Instant,
     /// When keepalives and deadlines are looked at next (every TIMER_TICK).
     pub(super) next_tick: Instant,
     /// Request and expectation deadlines (tables/timers.rs).
@@ -50,6 +56,8 @@ impl Pass {
         let now = Instant::now();
         Pass {
             now,
+            now_ns: 0,
+            base: now,
             next_tick: now,
             timers: Timers::default(),
             comps: Vec::with_capacity(64),
@@ -62,6 +70,20 @@ impl Pass {
             forward: Vec::new(),
             done: DoneRun::default(),
         }
+    }
+
+    /// The clock read at the start of a pass.
+    pub(super) fn set_now(&mut self) {
+        (self.now, self.now_ns) = (Instant::now(), 0);
+    }
+
+    /// `now` in nanoseconds since the worker started (at least 1).
+    #[inline]
+    pub(super) fn now_ns(&mut self) -> u64 {
+        if self.now_ns == 0 {
+            self.now_ns = (self.now.saturating_duration_since(self.base).as_nanos() as u64).max(1);
+        }
+        self.now_ns
     }
 }
 
@@ -155,7 +177,7 @@ impl<D: Domain> Worker<D> {
     /// control commands (whose callers wait on a channel), then completions,
     /// then (every millisecond) keepalives and deadlines. True if anything happened.
     pub(super) fn step(&mut self) -> bool {
-        self.pass.now = Instant::now();
+        self.pass.set_now();
         let mut busy = self.take_and_post();
         while let Some(c) = self.shared.ctrl.pop() {
             self.control(c);
@@ -167,7 +189,7 @@ impl<D: Domain> Worker<D> {
         // not the next: a pass less per hop of a request/response exchange.
         // (The clock again: its deadline and post time start now.)
         if !self.shared.data.is_empty() {
-            self.pass.now = Instant::now();
+            self.pass.set_now();
             busy |= self.take_and_post();
             for d in &mut self.domains {
                 d.flush();

@@ -139,12 +139,11 @@ impl<D: Domain> Worker<D> {
                 self.pass.posted_to.push(entry);
             }
             self.tally.posted_run(d, peer, peer_epoch, n, bytes);
-            if a.first_post.is_none() {
-                let now = self.pass.now;
-                a.first_post = Some(now);
+            if a.first_post_ns == 0 {
+                a.first_post_ns = self.pass.now_ns();
                 if a.req.submitted_ns != 0 {
                     let t = crate::metrics::at_epoch_ns(a.req.submitted_ns);
-                    self.shared.stats.hists[SUBMIT_TO_POST].record_time(now.saturating_duration_since(t));
+                    self.shared.stats.hists[SUBMIT_TO_POST].record_time(self.pass.now.saturating_duration_since(t));
                 }
             }
             a.bytes += bytes as u64;

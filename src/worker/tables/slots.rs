@@ -9,7 +9,6 @@ use crate::wire::MAX_DOMAINS;
 use crate::worker::fence::Fence;
 use crate::worker::request::Request;
 use std::sync::Arc;
-use std::time::Instant;
 
 /// A request in the table.
 pub(in crate::worker) struct Active {
@@ -36,8 +35,9 @@ pub(in crate::worker) struct Active {
     pub(in crate::worker) stage: Option<u32>,
     /// Its delivery fence (fence.rs): `No` unless the request asked for one.
     pub(in crate::worker) fence: Fence,
-    /// When its first work request was posted (metrics).
-    pub(in crate::worker) first_post: Option<Instant>,
+    /// When its first work request was posted (metrics): `Pass::now_ns`;
+    /// 0 until then.
+    pub(in crate::worker) first_post_ns: u64,
     /// Bytes posted so far (metrics).
     pub(in crate::worker) bytes: u64,
 }
@@ -96,7 +96,7 @@ impl Slots {
             error: None,
             stage: None,
             fence: if delivered { Fence::Wanted } else { Fence::No },
-            first_post: None,
+            first_post_ns: 0,
             bytes: 0,
         });
         self.live += 1;
