@@ -157,7 +157,9 @@ impl Request {
 
     pub fn units(&self) -> usize {
         match &self.shape {
-            Shape::Single { len, chunk, .. } => (len.div_ceil(*chunk) as usize).max(1),
+            // One chunk without a division (per request: tens of cycles).
+            Shape::Single { len, chunk, .. } if len <= chunk => 1,
+            Shape::Single { len, chunk, .. } => len.div_ceil(*chunk) as usize,
             Shape::Paged(p) => p.src_idx.len(),
             Shape::Scatter { items, .. } => items.len(),
             Shape::Barrier { dsts, .. } => dsts.len(),
