@@ -228,7 +228,8 @@ pub fn counters_count_every_page(prov: &str, domains: usize) -> TestResult {
 
 /// Per-request routing: a request pinned to one NIC puts all its bytes
 /// there, a sharded one spreads them evenly; the receiver counts the same
-/// immediates either way.
+/// immediates either way. A NIC the engine lacks, a send off NIC 0, and a
+/// destination whose engine has another NIC count are refused at submit.
 pub fn requests_pinned_to_a_nic_or_sharded(prov: &str, domains: usize) -> TestResult {
     const PAGES: usize = 1000;
     const R: usize = PAGES * 4096;
@@ -288,6 +289,24 @@ pub fn requests_pinned_to_a_nic_or_sharded(prov: &str, domains: usize) -> TestRe
     )?;
     if domains > 1 {
         refused(l.engine.submit_send(&addr(&p), b"hi", OnDone::Nothing.on_nic(1)), "a send on NIC 1")?;
+    }
+    // A destination whose owner has another NIC count, alone and in a batch.
+    let mut other = (*d).clone();
+    other.owner.domains.push(other.owner.domains[0].clone());
+    other.keys.push(other.keys[0]);
+    let other = std::sync::Arc::new(other);
+    refused(l.engine.submit_single_write(8, None, &l.mr, 0, &other, 0, OnDone::Nothing), "another NIC count")?;
+    let w = |dst| fabriclib::SingleWrite {
+        len: 8,
+        imm: None,
+        src_offset: 0,
+        dst,
+        dst_offset: 0,
+        done: OnDone::Nothing.into(),
+    };
+    match l.engine.submit_single_writes(&l.mr, [w(&d), w(&other)]) {
+        Err(e) if e.status == Status::InvalidArgument && e.message.contains("write 1 of the batch") => {}
+        other => return Err(format!("a batch with another NIC count: {other:?}")),
     }
     Ok(())
 }
