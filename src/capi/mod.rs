@@ -222,6 +222,7 @@ const _: () = {
 mod codes;
 
 mod config;
+mod config_limits;
 
 mod engine;
 
