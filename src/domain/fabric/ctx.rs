@@ -30,13 +30,19 @@ enum SlotState {
 
 pub(super) const NO_PEER: PeerId = u64::MAX;
 
+/// A slot's chunk and its index in that chunk.
+#[derive(Clone, Copy)]
+struct Spot(u32, u32);
+
 /// Op contexts with stable addresses, in chunks of `depth` slots: one at
-/// first, so that finding a completion's slot is a subtraction. `depth` ops
+/// first, so that finding a completion's slot is a subtraction. A slot is
+/// named by its chunk and its place in it (`Spot`: no division by `depth`
+/// per operation, which the provider's queue depth makes a runtime one). `depth` ops
 /// may be in flight (a full pool reads as `Post::Again`); abandoned slots do
 /// not count, and the pool grows a chunk when only they block it.
 pub(super) struct CtxPool {
     chunks: Vec<Box<[CtxSlot]>>,
-    free: Vec<u32>,
+    free: Vec<Spot>,
     busy: usize,
     depth: usize,
     /// Ops in flight per peer (indexed by `fi_addr_t`, dense with FI_AV_TABLE)
@@ -54,7 +60,7 @@ impl CtxPool {
         p
     }
     fn grow(&mut self) {
-        let base = (self.chunks.len() * self.depth) as u32;
+        let c = self.chunks.len() as u32;
         let chunk = (0..self.depth).map(|_| CtxSlot {
             fi: fi_context2::default(),
             token: 0,
@@ -63,10 +69,10 @@ impl CtxPool {
             state: SlotState::Free,
         });
         self.chunks.push(chunk.collect());
-        self.free.extend((base..base + self.depth as u32).rev());
+        self.free.extend((0..self.depth as u32).rev().map(|i| Spot(c, i)));
     }
-    fn slot(&mut self, i: usize) -> &mut CtxSlot {
-        &mut self.chunks[i / self.depth][i % self.depth]
+    fn slot(&mut self, Spot(c, i): Spot) -> &mut CtxSlot {
+        &mut self.chunks[c as usize][i as usize]
     }
     /// A context for an op of `bytes` to `peer`, or why not: `Again` (the
     /// pool is full) or `Busy` (this peer has its window full).
@@ -87,9 +93,9 @@ impl CtxPool {
         if self.free.is_empty() {
             self.grow();
         }
-        let i = self.free.pop().expect("grown") as usize;
+        let at = self.free.pop().expect("grown");
         self.busy += 1;
-        let s = self.slot(i);
+        let s = self.slot(at);
         (s.token, s.peer, s.bytes, s.state) = (token, peer, bytes, SlotState::Busy);
         Ok(s as *mut CtxSlot as *mut c_void)
     }
@@ -98,24 +104,24 @@ impl CtxPool {
             self.per_peer[peer as usize] -= 1;
         }
     }
-    fn index(&self, ctx: *mut c_void) -> Option<usize> {
+    fn index(&self, ctx: *mut c_void) -> Option<Spot> {
         self.chunks.iter().enumerate().find_map(|(c, chunk)| {
             let off = (ctx as usize).checked_sub(chunk.as_ptr() as usize)?;
             let i = off / size_of::<CtxSlot>();
-            (off % size_of::<CtxSlot>() == 0 && i < self.depth).then_some(c * self.depth + i)
+            (off % size_of::<CtxSlot>() == 0 && i < self.depth).then_some(Spot(c as u32, i as u32))
         })
     }
     /// Frees the slot of a completed op; its token, peer and bytes unless it
     /// was abandoned.
     pub(super) fn release(&mut self, ctx: *mut c_void) -> Option<(u64, PeerId, u64)> {
-        let i = self.index(ctx)?;
-        let s = self.slot(i);
+        let at = self.index(ctx)?;
+        let s = self.slot(at);
         let (state, token, peer, bytes) = (s.state, s.token, s.peer, s.bytes);
         if state == SlotState::Free {
             return None;
         }
         s.state = SlotState::Free;
-        self.free.push(i as u32);
+        self.free.push(at);
         if state == SlotState::Busy {
             self.busy -= 1;
             self.unpeer(peer);
