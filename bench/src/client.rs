@@ -800,9 +800,11 @@ pub fn host_cost(spec: &Spec, reps: usize, warmup: usize, progress: &dyn Fn(&str
         progress(&format!("rep {}/{}", rep + 1, warmup + reps));
         for mode in modes(rep, false) {
             let ns = match mode {
-                // The bare hand-off of as many requests, the same window (handoff.rs).
+                // The bare hand-off of as many requests, the same window and
+                // batches (handoff.rs).
                 Mode::Raw | Mode::Relay => {
-                    crate::handoff::floor_ns(spec.iters, spec.window, Instant::now() + DEADLINE)?
+                    let b = if spec.kind == Kind::HostBatch { spec.pages } else { 1 };
+                    crate::handoff::floor_ns(spec.iters, spec.window, b, Instant::now() + DEADLINE)?
                 }
                 Mode::Engine if spec.kind == Kind::HostBatch => {
                     let t0 = Instant::now();
