@@ -43,6 +43,8 @@ impl<D: Domain> Worker<D> {
     /// peers are told goodbye and acknowledge it (within another
     /// `drain_timeout`); only then are registrations and endpoints closed.
     pub(super) fn shutdown(mut self) {
+        // Peers that said BYE: their work requests are given up now, not waited for.
+        self.end_byes(true);
         let err = shutdown_error();
         while let Some(s) = self.shared.data.pop() {
             for r in s.requests() {

@@ -318,6 +318,7 @@ impl<D: Domain> Worker<D> {
             });
         }
         self.sweep_dsts();
+        self.end_byes(false);
         busy | self.keepalive()
     }
 

@@ -6,7 +6,7 @@
 //! peer down ends its requests and gives up its work requests on the wire.
 use super::Worker;
 use super::mailbox::Message;
-use super::peers::{Event, FENCE, FENCE_ACK, PING, State};
+use super::peers::{Event, FENCE, FENCE_ACK, PING, State, bye_error};
 use super::token::Token;
 use crate::config::PeerState;
 use crate::domain::{Domain, PeerId};
@@ -53,7 +53,13 @@ impl<D: Domain> Worker<D> {
     /// `add_peer`: greets `addr`; one that is down is greeted afresh.
     pub(super) fn add_peer(&mut self, addr: &NetAddr) -> Result<()> {
         match self.peers.find(addr) {
-            Some(p) => self.peers.greet(&mut self.domains, p, self.pass.now),
+            Some(p) => {
+                // Its requests from before a BYE end first, not the new ones.
+                if self.peers.take_bye(p) {
+                    self.end_peer(p, bye_error());
+                }
+                self.peers.greet(&mut self.domains, p, self.pass.now)
+            }
             None => return self.peer_of(addr).map(drop),
         }
         self.peer_events();
@@ -69,6 +75,9 @@ impl<D: Domain> Worker<D> {
         self.accept_queued();
         let (entries, mut n) = (self.peers.of_engine(engine), 0);
         for &p in &entries {
+            if self.peers.take_bye(p) {
+                self.end_peer(p, bye_error());
+            }
             n += self.end_all(p, || Error::new(Status::Canceled, "canceled: its peer was removed"));
             self.requests.dsts.unlink(p);
             self.peers.remove(p);
@@ -135,6 +144,14 @@ impl<D: Domain> Worker<D> {
             _ => self.peers.receive(&mut self.domains, kind, &from, self.pass.now),
         }
         self.peer_events();
+    }
+
+    /// Ends the requests of the peers that said BYE a pass or more ago
+    /// (every one if `all`: at shutdown), as `end_peer` does (`Peers::bye`).
+    pub(super) fn end_byes(&mut self, all: bool) {
+        for p in self.peers.due_byes(self.pass.now, all) {
+            self.end_peer(p, bye_error());
+        }
     }
 
     /// Keepalives and peer timeouts. True if a message went out.

@@ -143,6 +143,11 @@ pub(super) struct Peers {
     pub(super) mail: Mailbox,
     /// What happened to peers, for the worker to apply (`Event`).
     pub(super) events: VecDeque<Event>,
+    /// Peers that said BYE, and when (the pass's clock): down at once for
+    /// new requests, but their requests end a tick later (`due_byes`), once
+    /// the completions of what they had taken in before saying it have been
+    /// read; anything else that says such a peer is down ends them at once.
+    byes: Vec<(u32, Instant)>,
     /// The engine is shutting down: strangers are not answered (a first
     /// message must never come from an endpoint about to close).
     pub(super) closing: bool,
@@ -176,6 +181,7 @@ impl Peers {
             by_id: (0..domains.len()).map(|_| FastMap::default()).collect(),
             mail,
             events: VecDeque::new(),
+            byes: Vec::new(),
             closing: false,
             acks: Vec::new(),
             recheck: domains[0].addresses_come_back().then_some(RECHECK_AFTER.min(keepalive)),
@@ -360,14 +366,53 @@ impl Peers {
         }
     }
 
-    /// Peer `p` is down (or stale) with `err`, unless it already is.
+    /// Peer `p` is down (or stale) with `err`, unless it already is. One
+    /// that said BYE (`bye`) and still has requests ends them now.
     pub(super) fn down(&mut self, p: u32, err: Error) {
         let peer = &mut self.list[p as usize];
         if let State::Down(_) = peer.state {
+            if self.take_bye(p) {
+                self.events.push_back(Event::Down(p, bye_error()));
+            }
             return;
         }
         peer.state = State::Down(err.clone());
         self.events.push_back(Event::Down(p, err));
+    }
+
+    /// Peer `p` said BYE at `now`: down for new requests at once. Its
+    /// requests end later (`due_byes`): a write it took in before saying
+    /// BYE may have its completion still unread here (shm reports a write
+    /// over its inject size on an endpoint of its own, read after the
+    /// message in the same poll), and ends as it went, not `PeerDown`.
+    fn bye(&mut self, p: u32, now: Instant) {
+        let peer = &mut self.list[p as usize];
+        if let State::Down(_) = peer.state {
+            return;
+        }
+        peer.state = State::Down(bye_error());
+        self.byes.push((p, now));
+    }
+
+    /// The peers that said BYE before `now` (every one if `all`), taken:
+    /// their requests end now (`Worker::end_byes`).
+    pub(super) fn due_byes(&mut self, now: Instant, all: bool) -> Vec<u32> {
+        let mut due = Vec::new();
+        self.byes.retain(|&(p, at)| {
+            let now_due = all || now > at;
+            if now_due {
+                due.push(p);
+            }
+            !now_due
+        });
+        due
+    }
+
+    /// Whether peer `p` said BYE and its requests have not ended yet (they
+    /// are the caller's to end now).
+    pub(super) fn take_bye(&mut self, p: u32) -> bool {
+        let i = self.byes.iter().position(|&(q, _)| q == p);
+        i.map(|i| self.byes.swap_remove(i)).is_some()
     }
 
     /// Peer `p`'s liveness record says its engine is gone: it is down.
@@ -474,7 +519,7 @@ impl Peers {
             }
             BYE => {
                 if let Some(p) = self.find(from) {
-                    self.down(p, Error::new(Status::PeerDown, "the peer engine shut down"));
+                    self.bye(p, now);
                 }
                 self.owe_ack(domains, from);
             }
@@ -601,4 +646,9 @@ mod tests {
         assert_eq!(peers.state(p), PeerState::Down);
         assert!(!peers.keepalive(&mut domains, now), "no keepalives without a handshake");
     }
+}
+
+/// Why the requests of a peer that said BYE end.
+pub(super) fn bye_error() -> Error {
+    Error::new(Status::PeerDown, "the peer engine shut down")
 }

@@ -481,6 +481,7 @@ const TESTS: &[(&str, Test)] = &[
     ("deadline_with_stopped_peer", faults::deadline_with_stopped_peer),
     ("kill9_mid_paged_write_and_scatter", faults::kill9_mid_transfer),
     ("stale_and_restarted_peers", faults::stale_and_restarted_peers),
+    ("writes_landed_before_a_goodbye_end_ok", faults::writes_landed_before_a_goodbye_end_ok),
     ("bounded_completion_path", faults::bounded_completion_path),
     ("short_lived_clients", faults::short_lived_clients),
     ("dead_peer_with_large_imm_writes", faults::dead_peer_with_large_imm_writes),

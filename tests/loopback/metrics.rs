@@ -20,6 +20,7 @@ pub fn metrics_count_the_work_done(prov: &str, domains: usize) -> TestResult {
         RequestOpts { deadline: Deadline::After(Duration::from_millis(20)), ..OnDone::Flag(missed.clone()).into() };
     r.engine.expect_imm_count(0xe2, 1, soon).map_err(e2s)?;
     let mut ids = Vec::new();
+    let started = std::time::Instant::now();
     for k in 0..SINGLES {
         let f = flag();
         let at = (k * PAGE) as u64;
@@ -45,6 +46,8 @@ pub fn metrics_count_the_work_done(prov: &str, domains: usize) -> TestResult {
         return Err("the pages differ".into());
     }
     let requests = (SINGLES + 1) as u64;
+    // Each request's post-to-done time lies within the test's own time.
+    let elapsed_ns = started.elapsed().as_nanos() as u64;
     let sampled = ids.iter().filter(|id| fabriclib::metrics::submit_sampled(id.0)).count() as u64;
     if sampled == 0 {
         return Err(format!("no request of {ids:?} was sampled"));
@@ -90,6 +93,10 @@ pub fn metrics_count_the_work_done(prov: &str, domains: usize) -> TestResult {
         .filter(|(_, got, want)| got != want)
         .map(|(what, got, want)| format!("{what}: {got}, want {want}"))
         .collect();
+    let post_to_done = g.hists[1].sum;
+    if post_to_done > elapsed_ns * requests {
+        return Err(format!("post_to_done sums {post_to_done} ns over {requests} requests done in {elapsed_ns} ns"));
+    }
     if !wrong.is_empty() || !named {
         return Err(format!("metrics: {}; peers named {named}", wrong.join("; ")));
     }

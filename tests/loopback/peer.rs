@@ -7,7 +7,8 @@
 //! Commands: `EXPECT imm count` (answers `FIRED imm status` when the count is
 //! reached), `HASH [off len]` (answers `HASH <fnv64 of the region or range>`), `ECHO len count`
 //! (posts receive buffers; every message is sent back to its sender
-//! with a `0xEC` byte prepended, then answers `ECHOING`), `QUIT`.
+//! with a `0xEC` byte prepended, then answers `ECHOING`), `EXPECT_QUIT imm
+//! count` (as `EXPECT`, then quits at once), `QUIT`.
 use super::util::{fnv64, to_hex};
 use fabriclib::{EngineConfig, OnDone, TransferEngine};
 use std::io::{BufRead, Write};
@@ -99,6 +100,19 @@ pub fn main(args: &[String]) -> ! {
                     Ok(_) => "ECHOING".into(),
                     Err(e) => format!("ERROR {e}"),
                 });
+            }
+            ["EXPECT_QUIT", imm, count] => {
+                // Quits (its engine says goodbye) the moment the count is reached.
+                let (imm, count): (u32, u32) = (imm.parse().unwrap(), count.parse().unwrap());
+                let (tx, rx) = std::sync::mpsc::channel();
+                let r = engine.expect_imm_count(imm, count, OnDone::callback(move |res| drop(tx.send(res))));
+                match r.map_err(|e| e.to_string()).and_then(|_| rx.recv().map_err(|e| e.to_string())) {
+                    Ok(res) => {
+                        say(format!("FIRED {imm} {:?}", res.map_err(|e| e.status)));
+                        break;
+                    }
+                    Err(e) => say(format!("ERROR {e}")),
+                }
             }
             ["QUIT"] => break,
             _ => say(format!("ERROR unknown command {line}")),
