@@ -616,6 +616,11 @@ impl Peers {
     }
 }
 
+/// Why the requests of a peer that said BYE end.
+pub(super) fn bye_error() -> Error {
+    Error::new(Status::PeerDown, "the peer engine shut down")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -646,9 +651,4 @@ mod tests {
         assert_eq!(peers.state(p), PeerState::Down);
         assert!(!peers.keepalive(&mut domains, now), "no keepalives without a handshake");
     }
-}
-
-/// Why the requests of a peer that said BYE end.
-pub(super) fn bye_error() -> Error {
-    Error::new(Status::PeerDown, "the peer engine shut down")
 }
