@@ -408,6 +408,12 @@ impl Peers {
         due
     }
 
+    /// Whether peer `p` said BYE and its requests have not ended yet.
+    #[inline]
+    pub(super) fn said_bye(&self, p: u32) -> bool {
+        !self.byes.is_empty() && self.byes.iter().any(|&(q, _)| q == p)
+    }
+
     /// Whether peer `p` said BYE and its requests have not ended yet (they
     /// are the caller's to end now).
     pub(super) fn take_bye(&mut self, p: u32) -> bool {

@@ -49,6 +49,13 @@ impl<D: Domain> Worker<D> {
                 self.peer_gone(entry);
                 continue;
             }
+            // Nothing new to a peer that said goodbye (its requests end at
+            // the next tick: `Peers::bye`); this one ends now.
+            if self.peers.said_bye(entry) {
+                self.requests.pending[d].pop_front();
+                self.end(slot, super::peers::bye_error());
+                continue;
+            }
             let (n, res) = self.post_run(d, slot, entry, POST_BURST - posted);
             posted += n;
             match res {
