@@ -155,6 +155,11 @@ impl Mailbox {
         }
     }
 
+    /// Receive buffers not posted again yet (the provider's queue was full).
+    pub(super) fn reposts_left(&self) -> bool {
+        !self.repost.is_empty()
+    }
+
     /// Posts the receive buffers waiting to be (re)posted. True if any went.
     pub(super) fn post_receives<D: Domain>(&mut self, domains: &mut [D]) -> bool {
         let mut busy = false;

@@ -49,6 +49,9 @@ pub(super) struct Pass {
     pub(super) forward: Vec<(u32, u64)>,
     /// Work requests completed and not yet in the counters (counters.rs).
     pub(super) done: DoneRun,
+    /// The last `post_all` left receive buffers unposted: the next posts
+    /// them before any work request.
+    pub(super) receives_left: bool,
 }
 
 impl Pass {
@@ -69,6 +72,7 @@ impl Pass {
             home,
             forward: Vec::new(),
             done: DoneRun::default(),
+            receives_left: false,
         }
     }
 
