@@ -4,13 +4,52 @@
 //! engine keeps progressing until each has answered BYE_ACK (or proved
 //! unreachable, or the drain timeout passed); a peer answers only once it
 //! has polled every domain, so it has handled all this engine sent it.
+//!
+//! A peer's goodbye, received: the peer is down for new requests at once,
+//! and its pending requests end a tick later (`Peers::bye`).
 use super::Worker;
 use super::peers::{BYE, BYE_ACK, Farewell, NO_ENTRY, Peers, State};
 use crate::domain::Domain;
+use crate::error::{Error, Status};
 use crate::wire::NetAddr;
 use std::time::Instant;
 
 impl Peers {
+    /// Peer `p` said BYE at `now`: down for new requests at once. Its
+    /// requests end later (`due_byes`): a write it took in before saying
+    /// BYE may have its completion still unread here (shm reports a write
+    /// over its inject size on an endpoint of its own, read after the
+    /// message in the same poll), and ends as it went, not `PeerDown`.
+    pub(super) fn bye(&mut self, p: u32, now: Instant) {
+        let peer = &mut self.list[p as usize];
+        if let State::Down(_) = peer.state {
+            return;
+        }
+        peer.state = State::Down(bye_error());
+        self.byes.push((p, now));
+    }
+
+    /// The peers that said BYE before `now` (every one if `all`), taken:
+    /// their requests end now (`Worker::end_byes`).
+    pub(super) fn due_byes(&mut self, now: Instant, all: bool) -> Vec<u32> {
+        let mut due = Vec::new();
+        self.byes.retain(|&(p, at)| {
+            let now_due = all || now > at;
+            if now_due {
+                due.push(p);
+            }
+            !now_due
+        });
+        due
+    }
+
+    /// Whether peer `p` said BYE and its requests have not ended yet (they
+    /// are the caller's to end now).
+    pub(super) fn take_bye(&mut self, p: u32) -> bool {
+        let i = self.byes.iter().position(|&(q, _)| q == p);
+        i.map(|i| self.byes.swap_remove(i)).is_some()
+    }
+
     /// An engine message while this engine shuts down: acknowledgments of
     /// our goodbye, and goodbyes of peers shutting down too (answered, so
     /// that they close). Nobody else is answered.
@@ -98,4 +137,9 @@ impl<D: Domain> Worker<D> {
             self.poll_all();
         }
     }
+}
+
+/// Why the requests of a peer that said BYE end.
+pub(super) fn bye_error() -> Error {
+    Error::new(Status::PeerDown, "the peer engine shut down")
 }

@@ -5,8 +5,9 @@
 //! told to the application, a peer ready lets its waiting requests go, a
 //! peer down ends its requests and gives up its work requests on the wire.
 use super::Worker;
+use super::goodbye::bye_error;
 use super::mailbox::Message;
-use super::peers::{Event, FENCE, FENCE_ACK, PING, State, bye_error};
+use super::peers::{Event, FENCE, FENCE_ACK, PING, State};
 use super::token::Token;
 use crate::config::PeerState;
 use crate::domain::{Domain, PeerId};
@@ -55,9 +56,7 @@ impl<D: Domain> Worker<D> {
         match self.peers.find(addr) {
             Some(p) => {
                 // Its requests from before a BYE end first, not the new ones.
-                if self.peers.take_bye(p) {
-                    self.end_peer(p, bye_error());
-                }
+                self.end_bye_now(p);
                 self.peers.greet(&mut self.domains, p, self.pass.now)
             }
             None => return self.peer_of(addr).map(drop),
@@ -75,9 +74,7 @@ impl<D: Domain> Worker<D> {
         self.accept_queued();
         let (entries, mut n) = (self.peers.of_engine(engine), 0);
         for &p in &entries {
-            if self.peers.take_bye(p) {
-                self.end_peer(p, bye_error());
-            }
+            self.end_bye_now(p);
             n += self.end_all(p, || Error::new(Status::Canceled, "canceled: its peer was removed"));
             self.requests.dsts.unlink(p);
             self.peers.remove(p);
@@ -150,6 +147,13 @@ impl<D: Domain> Worker<D> {
     /// (every one if `all`: at shutdown), as `end_peer` does (`Peers::bye`).
     pub(super) fn end_byes(&mut self, all: bool) {
         for p in self.peers.due_byes(self.pass.now, all) {
+            self.end_peer(p, bye_error());
+        }
+    }
+
+    /// Ends now the requests of peer `p` if it said BYE and they are pending.
+    fn end_bye_now(&mut self, p: u32) {
+        if self.peers.take_bye(p) {
             self.end_peer(p, bye_error());
         }
     }

@@ -32,6 +32,9 @@
 //! requests waiting, ends those of a dead peer, tells the application. State
 //! is reported per pair of groups to `PeerStates`
 //! (completion/peer_state.rs), which tells the application per peer engine.
+mod keepalive;
+
+use super::goodbye::bye_error;
 use super::mailbox::{Mailbox, Message};
 use super::recv::Origin;
 use crate::config::PeerState;
@@ -147,7 +150,7 @@ pub(super) struct Peers {
     /// new requests, but their requests end a tick later (`due_byes`), once
     /// the completions of what they had taken in before saying it have been
     /// read; anything else that says such a peer is down ends them at once.
-    byes: Vec<(u32, Instant)>,
+    pub(super) byes: Vec<(u32, Instant)>,
     /// The engine is shutting down: strangers are not answered (a first
     /// message must never come from an endpoint about to close).
     pub(super) closing: bool,
@@ -380,47 +383,6 @@ impl Peers {
         self.events.push_back(Event::Down(p, err));
     }
 
-    /// Peer `p` said BYE at `now`: down for new requests at once. Its
-    /// requests end later (`due_byes`): a write it took in before saying
-    /// BYE may have its completion still unread here (shm reports a write
-    /// over its inject size on an endpoint of its own, read after the
-    /// message in the same poll), and ends as it went, not `PeerDown`.
-    fn bye(&mut self, p: u32, now: Instant) {
-        let peer = &mut self.list[p as usize];
-        if let State::Down(_) = peer.state {
-            return;
-        }
-        peer.state = State::Down(bye_error());
-        self.byes.push((p, now));
-    }
-
-    /// The peers that said BYE before `now` (every one if `all`), taken:
-    /// their requests end now (`Worker::end_byes`).
-    pub(super) fn due_byes(&mut self, now: Instant, all: bool) -> Vec<u32> {
-        let mut due = Vec::new();
-        self.byes.retain(|&(p, at)| {
-            let now_due = all || now > at;
-            if now_due {
-                due.push(p);
-            }
-            !now_due
-        });
-        due
-    }
-
-    /// Whether peer `p` said BYE and its requests have not ended yet.
-    #[inline]
-    pub(super) fn said_bye(&self, p: u32) -> bool {
-        !self.byes.is_empty() && self.byes.iter().any(|&(q, _)| q == p)
-    }
-
-    /// Whether peer `p` said BYE and its requests have not ended yet (they
-    /// are the caller's to end now).
-    pub(super) fn take_bye(&mut self, p: u32) -> bool {
-        let i = self.byes.iter().position(|&(q, _)| q == p);
-        i.map(|i| self.byes.swap_remove(i)).is_some()
-    }
-
     /// Peer `p`'s liveness record says its engine is gone: it is down.
     pub(super) fn down_gone(&mut self, p: u32) {
         let e = Error::new(
@@ -580,51 +542,6 @@ impl Peers {
             self.events.push_back(Event::Ready(p));
         }
     }
-
-    /// Keepalives and peer timeouts. True if a message went out.
-    pub(super) fn keepalive<D: Domain>(&mut self, domains: &mut [D], now: Instant) -> bool {
-        if !self.handshakes {
-            return false;
-        }
-        let mut busy = false;
-        for p in 0..self.list.len() as u32 {
-            let q = &self.list[p as usize];
-            if let State::Down(_) = q.state {
-                continue;
-            }
-            // shm: a dead peer is found here within a tick, not after peer_timeout.
-            if self.gone(p) {
-                self.down_gone(p);
-                continue;
-            }
-            let silent = now.duration_since(q.last_heard);
-            if silent >= self.timeout {
-                let what = match q.state {
-                    State::Connecting => "did not answer the handshake",
-                    State::Checking => "did not answer a liveness check",
-                    _ => "stopped answering keepalives",
-                };
-                self.down(p, Error::new(Status::PeerDown, format!("the peer {what} for {silent:?}")));
-                continue;
-            }
-            // A peer in use at a reusable address is asked every half window,
-            // so that its requests never wait for a re-check.
-            let every = match self.recheck {
-                Some(w) if now.duration_since(q.last_used) < w => w / 2,
-                _ => self.keepalive,
-            };
-            if q.last_ping.is_none_or(|t| now.duration_since(t) >= every) {
-                self.ping(domains, p, now);
-                busy = true;
-            }
-        }
-        busy
-    }
-}
-
-/// Why the requests of a peer that said BYE end.
-pub(super) fn bye_error() -> Error {
-    Error::new(Status::PeerDown, "the peer engine shut down")
 }
 
 #[cfg(test)]

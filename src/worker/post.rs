@@ -8,6 +8,7 @@
 //! the token) is looked up once, and its counters and metrics are updated
 //! once per run, so a page of a paged write costs its work request and
 //! little else.
+use super::peers::State;
 use super::request::Shape;
 use super::stage::SEND_HEADER;
 use super::token::Token;
@@ -28,15 +29,22 @@ impl<D: Domain> Worker<D> {
         let first = self.pass.receives_left;
         let mut busy = false;
         if first {
-            busy |= self.post_receives() | self.post_engine_receives();
+            busy |= self.post_all_receives();
         }
         busy |= self.post_fences();
         for d in 0..self.domains.len() {
             busy |= self.post_domain(d);
         }
         if !first {
-            busy |= self.post_receives() | self.post_engine_receives();
+            busy |= self.post_all_receives();
         }
+        busy
+    }
+
+    /// The receive buffers to post again, the application's pools' and the
+    /// engine channel's; notes whether any are left (`Pass::receives_left`).
+    fn post_all_receives(&mut self) -> bool {
+        let busy = self.post_receives() | self.post_engine_receives();
         self.pass.receives_left = !self.recv.repost.is_empty() || self.peers.mail.reposts_left();
         busy
     }
@@ -62,11 +70,12 @@ impl<D: Domain> Worker<D> {
                 self.peer_gone(entry);
                 continue;
             }
-            // Nothing new to a peer that said goodbye (its requests end at
-            // the next tick: `Peers::bye`); this one ends now.
-            if self.peers.said_bye(entry) {
+            // Nothing new to a peer that is down (one that said goodbye
+            // still has requests until the next tick: `Peers::bye`).
+            if let State::Down(e) = self.peers.get(entry) {
+                let e = e.clone();
                 self.requests.pending[d].pop_front();
-                self.end(slot, super::peers::bye_error());
+                self.end(slot, e);
                 continue;
             }
             let (n, res) = self.post_run(d, slot, entry, POST_BURST - posted);
