@@ -223,7 +223,21 @@ impl Notifier {
     /// Reports the end of submitted request `id` and, once its callback has
     /// returned (or its flag is stored), takes it off the in-flight count.
     /// An error is logged first, so a flag watcher that sees it can read it.
+    #[inline]
     pub fn fire_request(&self, id: u64, done: OnDone, res: Result<()>) {
+        // The common case inline: a caller's flag, and success.
+        if let (OnDone::RawFlag(RawFlag(p)), Ok(())) = (&done, &res) {
+            self.fired.set(true);
+            // SAFETY: the caller promised the flag is valid until this store.
+            super::flag::store(unsafe { &**p }, &res);
+            self.released.set(self.released.get() + 1);
+            return;
+        }
+        self.fire_request_other(id, done, res)
+    }
+
+    #[inline(never)]
+    fn fire_request_other(&self, id: u64, done: OnDone, res: Result<()>) {
         if let Err(e) = &res {
             self.errors.record(id, e);
         }

@@ -37,51 +37,29 @@ impl<D: Domain> Worker<D> {
         if let Some(i) = req.region {
             self.requests.regions.take(i)?;
         }
-        // Peers per unit: for a scatter or barrier without a peer set.
-        let per_unit = req.multi_dst() && req.peer_set().is_none();
-        let n = req.dst_count();
-        let mut peers = Vec::with_capacity(if per_unit { n } else { 0 });
-        let mut first = u32::MAX;
-        for j in 0..n {
-            let dst = req.dst_mut(j);
-            let peer = match self.requests.dsts.take(dst) {
-                Some(Ok(held::UNLINKED)) => {
-                    // Its owner was removed (`remove_peer`): looked up afresh.
-                    let owner = self.requests.dsts.get(dst).owner.clone();
-                    let p = self.peer_of(&owner);
-                    match p {
-                        Ok(p) => self.requests.dsts.relink(dst, p),
-                        Err(_) => self.requests.dsts.put(dst),
-                    }
-                    p
-                }
-                Some(p) => p,
-                None => {
-                    let held::Dst::Owned(d) = &*dst else { unreachable!("the table has every held descriptor") };
-                    let p = self.peer_of(&d.owner);
-                    if let Ok(p) = p {
-                        self.requests.dsts.add(dst, p);
-                    }
-                    p
+        if !req.multi_dst() {
+            // One destination (a single or paged write).
+            return match self.take_dst(req.dst_mut(0)) {
+                Ok(p) => Ok((p, None)),
+                Err(e) => {
+                    self.put_refs(req, 0);
+                    Err(e)
                 }
             };
-            match peer {
-                Ok(p) => {
-                    if j == 0 {
-                        first = p;
-                    }
-                    if per_unit {
-                        peers.push(p);
-                    }
-                }
+        }
+        // Peers per unit: for a scatter or barrier without a peer set.
+        let per_unit = req.peer_set().is_none();
+        let n = req.dst_count();
+        let mut peers = Vec::with_capacity(if per_unit { n } else { 0 });
+        for j in 0..n {
+            match self.take_dst(req.dst_mut(j)) {
+                Ok(p) if per_unit => peers.push(p),
+                Ok(_) => {}
                 Err(e) => {
                     self.put_refs(req, j);
                     return Err(e);
                 }
             }
-        }
-        if !req.multi_dst() {
-            return Ok((first, None));
         }
         if let Some(g) = req.peer_set() {
             return match self.peer_sets.get(g as usize - 1).cloned().flatten() {
@@ -96,6 +74,32 @@ impl<D: Domain> Worker<D> {
             };
         }
         Ok((u32::MAX, Some(peers.into())))
+    }
+
+    /// Destination `dst`, taken for a request (held.rs): the peer entry of
+    /// its owner, added and greeted if new.
+    fn take_dst(&mut self, dst: &mut held::Dst) -> Result<u32> {
+        match self.requests.dsts.take(dst) {
+            Some(Ok(held::UNLINKED)) => {
+                // Its owner was removed (`remove_peer`): looked up afresh.
+                let owner = self.requests.dsts.get(dst).owner.clone();
+                let p = self.peer_of(&owner);
+                match p {
+                    Ok(p) => self.requests.dsts.relink(dst, p),
+                    Err(_) => self.requests.dsts.put(dst),
+                }
+                p
+            }
+            Some(p) => p,
+            None => {
+                let held::Dst::Owned(d) = &*dst else { unreachable!("the table has every held descriptor") };
+                let p = self.peer_of(&d.owner);
+                if let Ok(p) = p {
+                    self.requests.dsts.add(dst, p);
+                }
+                p
+            }
+        }
     }
 
     /// Gives back what `take_refs` took for `req`: its region and its first
@@ -125,12 +129,28 @@ impl<D: Domain> Worker<D> {
             }
         };
         let timeout = req.timeout();
-        let (slot, epoch) = self.requests.slots.insert(req, peer, unit_peers);
+        // The common case, a request with work to one peer that is up: queued
+        // at once, without parking it and looking it up again (`admit`).
+        let units = req.units();
+        let ready = unit_peers.is_none() && units > 0 && self.peer_ready_now(peer);
+        let (slot, epoch) = self.requests.slots.insert(req, units, peer, unit_peers, !ready);
         if let Some(t) = timeout {
             let in_order = timeout == self.cfg.request_timeout;
             self.pass.timers.add(self.pass.now + t, Timer::Request { slot, epoch }, in_order);
         }
-        self.admit(slot);
+        if ready {
+            self.queue(slot);
+        } else {
+            self.admit(slot);
+        }
+    }
+
+    /// Whether requests to peer `p` may be posted now, when that is all there
+    /// is to it: false also when asking changed anything (a ping, the peer
+    /// found down), which `admit` then sees afresh.
+    #[inline]
+    fn peer_ready_now(&mut self, p: u32) -> bool {
+        matches!(self.peers.ready(&mut self.domains, p, self.pass.now), Ok(true)) && !self.peers.has_events()
     }
 
     /// Queues a parked request's units once all its peers are up; fails it
@@ -153,7 +173,6 @@ impl<D: Domain> Worker<D> {
         if !ready && down.is_none() {
             return;
         }
-        let n = self.domains.len();
         // A peer found down just now (shm: its liveness record says its
         // process died) has already ended its requests, this one included.
         let Some(a) = self.requests.slots.current(slot, epoch) else {
@@ -166,13 +185,24 @@ impl<D: Domain> Worker<D> {
         if a.units == 0 {
             return self.maybe_finish(slot); // a connect: its peer is up
         }
+        self.queue(slot);
+    }
+
+    /// Queues the units of the live, unparked request in `slot` on the
+    /// domains they go through.
+    fn queue(&mut self, slot: u32) {
+        let n = self.domains.len();
+        let a = self.requests.slots.get(slot).expect("a live request");
         // A request on one NIC posts every unit there, in order; sends go
         // through domain 0; everything else rotates the first domain (with
         // one domain, no division on this path: it is per request).
         let one = a.req.nic.map(usize::from).or((matches!(a.req.shape, Shape::Send { .. }) || n == 1).then_some(0));
         if let Some(k) = one {
             (a.next[k], a.step) = (0, 1);
-            self.requests.pending[k].push_back((slot, a.epoch));
+            let (epoch, entry) = (a.epoch, a.peer);
+            if a.unit_peers.is_some() || !self.post_now(k, slot, entry) {
+                self.requests.pending[k].push_back((slot, epoch));
+            }
             return;
         }
         a.step = n;

@@ -13,6 +13,7 @@ use crate::bell::Bell;
 use crate::config::IdlePolicy;
 use crate::domain::{Completion, Domain};
 use crate::error::{Error, Status};
+use crate::wire::MAX_DOMAINS;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -52,6 +53,9 @@ pub(super) struct Pass {
     /// The last `post_all` left receive buffers unposted: the next posts
     /// them before any work request.
     pub(super) receives_left: bool,
+    /// Work requests posted in this pass per domain as requests came in
+    /// (`Worker::post_now`): the pass's `POST_BURST` counts them.
+    pub(super) posted_now: [usize; MAX_DOMAINS],
 }
 
 impl Pass {
@@ -73,6 +77,7 @@ impl Pass {
             forward: Vec::new(),
             done: DoneRun::default(),
             receives_left: false,
+            posted_now: [0; MAX_DOMAINS],
         }
     }
 
@@ -182,6 +187,7 @@ impl<D: Domain> Worker<D> {
     /// then (every millisecond) keepalives and deadlines. True if anything happened.
     pub(super) fn step(&mut self) -> bool {
         self.pass.set_now();
+        self.pass.posted_now = [0; MAX_DOMAINS];
         let mut busy = self.take_and_post();
         while let Some(c) = self.shared.ctrl.pop() {
             self.control(c);

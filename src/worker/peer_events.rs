@@ -166,7 +166,15 @@ impl<D: Domain> Worker<D> {
     }
 
     /// Applies what the protocol reported (`Event`), in order.
+    #[inline]
     pub(super) fn peer_events(&mut self) {
+        if self.peers.has_events() {
+            self.apply_peer_events();
+        }
+    }
+
+    #[inline(never)]
+    fn apply_peer_events(&mut self) {
         while let Some(e) = self.peers.events.pop_front() {
             match e {
                 Event::Up(p) => self.report(p, PeerState::Up, None),

@@ -264,6 +264,12 @@ impl Peers {
         self.list[p as usize].watch.as_ref()?.bell()
     }
 
+    /// Events not yet applied (`Worker::peer_events`).
+    #[inline]
+    pub(super) fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
     /// Whether peer `p`'s engine is known to be gone (its liveness record
     /// says its process died or it was destroyed). One load per call.
     #[inline]

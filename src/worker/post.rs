@@ -49,8 +49,34 @@ impl<D: Domain> Worker<D> {
         busy
     }
 
+    /// Posts the units of the request in `slot`, just queued on domain `d`
+    /// alone (`Worker::queue`), at once when nothing waits there before it:
+    /// no trip through `pending`. True if nothing of it is left to queue
+    /// (every unit posted, or it ended). A peer down or gone, receive
+    /// buffers owed from the last pass, or this pass's burst spent: false,
+    /// and `post_domain` sees to it as to any other.
+    pub(super) fn post_now(&mut self, d: usize, slot: u32, entry: u32) -> bool {
+        let spent = self.pass.posted_now[d];
+        if spent >= POST_BURST || self.pass.receives_left || !self.requests.pending[d].is_empty() {
+            return false;
+        }
+        if self.peers.gone(entry) || !matches!(self.peers.get(entry), State::Up) {
+            return false;
+        }
+        let (n, res) = self.post_run(d, slot, entry, POST_BURST - spent);
+        self.pass.posted_now[d] += n;
+        match res {
+            Ok(Post::Posted) => self.requests.slots.get(slot).is_none_or(|a| a.next[d] >= a.units),
+            Ok(Post::Again | Post::Busy) => false,
+            Err(e) => {
+                self.end(slot, e);
+                true
+            }
+        }
+    }
+
     fn post_domain(&mut self, d: usize) -> bool {
-        let (mut posted, mut busy_peers) = (self.post_split_imms(d) as usize, 0);
+        let (mut posted, mut busy_peers) = (self.post_split_imms(d) as usize + self.pass.posted_now[d], 0);
         while posted < POST_BURST && busy_peers < self.requests.pending[d].len() {
             let Some(&(slot, epoch)) = self.requests.pending[d].front() else {
                 break;
