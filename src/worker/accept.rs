@@ -17,8 +17,10 @@ pub(super) fn put_refs<D: Domain>(regions: &mut Regions, dsts: &mut Dsts, domain
             release(domains, &locals);
         }
     }
-    for j in 0..n {
-        dsts.put(req.dst(j));
+    match &req.shape {
+        // One destination (the common case: no loop, no second match).
+        Shape::Single { dst, .. } if n > 0 => dsts.put(dst),
+        _ => (0..n).for_each(|j| dsts.put(req.dst(j))),
     }
 }
 

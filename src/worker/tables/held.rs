@@ -121,9 +121,13 @@ impl Regions {
     }
 
     /// One request fewer reads region `i`; its registrations if they are to be released now.
+    #[inline]
     pub(in crate::worker) fn put(&mut self, i: u32) -> Option<Vec<LocalMr>> {
         let r = self.0.get_mut(i)?;
         r.uses -= 1;
+        if r.uses > 0 || !r.dropped {
+            return None;
+        }
         self.release_if_done(i)
     }
 
