@@ -412,10 +412,16 @@ pub struct Inline {
 impl Inline {
     /// Runs the queued callbacks unless another thread is running them;
     /// true if any ran. Costs one load when none is queued (most passes).
+    #[inline]
     pub fn run(&self) -> bool {
         if !self.queued.load(Ordering::Acquire) {
             return false;
         }
+        self.run_now()
+    }
+
+    #[inline(never)]
+    fn run_now(&self) -> bool {
         let Ok(rx) = self.rx.try_lock() else {
             return false; // the thread inside leaves `queued` set for later
         };

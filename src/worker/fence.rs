@@ -62,6 +62,20 @@ pub(super) struct Fences {
     owed: Vec<(usize, PeerId, u64)>,
 }
 
+impl Fences {
+    /// FENCEs not yet posted (`post_fences`).
+    #[inline]
+    pub(super) fn to_send(&self) -> bool {
+        !self.out.is_empty()
+    }
+
+    /// Answers owed (`send_fence_acks`).
+    #[inline]
+    pub(super) fn answers_owed(&self) -> bool {
+        !self.owed.is_empty()
+    }
+}
+
 impl<D: Domain> Worker<D> {
     /// Request `slot` has every work request back and wants a fence: sends
     /// one to each engine it wrote to, on each domain (a send went through

@@ -189,9 +189,11 @@ impl<D: Domain> Worker<D> {
         self.pass.set_now();
         self.pass.posted_now = [0; MAX_DOMAINS];
         let mut busy = self.take_and_post();
-        while let Some(c) = self.shared.ctrl.pop() {
-            self.control(c);
-            busy = true;
+        if !self.shared.ctrl.is_empty() {
+            while let Some(c) = self.shared.ctrl.pop() {
+                self.control(c);
+                busy = true;
+            }
         }
         busy |= self.poll_all();
         // What a receive pool's callback on the worker submitted inside
@@ -217,7 +219,9 @@ impl<D: Domain> Worker<D> {
     /// Takes up to 64 submissions from the queue and posts what is ready.
     fn take_and_post(&mut self) -> bool {
         let mut busy = false;
-        for _ in 0..64 {
+        // (An empty queue costs a look, not a pop: most passes of an idle
+        // worker; likewise the control queue, the posting and the answers.)
+        for _ in 0..if self.shared.data.is_empty() { 0 } else { 64 } {
             let Some(s) = self.shared.data.pop() else {
                 break;
             };
@@ -253,16 +257,17 @@ impl<D: Domain> Worker<D> {
         let mut busy = false;
         for d in 0..self.domains.len() {
             let mut comps = std::mem::take(&mut self.pass.comps);
-            comps.clear();
             match self.domains[d].poll(&mut comps) {
                 Ok(0) => {}
                 Ok(_) => busy = true,
                 Err(e) => crate::log!(Error, "polling NIC {d}: {e}"),
             }
-            for c in comps.drain(..) {
-                self.complete(d, c);
+            if !comps.is_empty() {
+                for c in comps.drain(..) {
+                    self.complete(d, c);
+                }
+                self.pass.done.flush(&self.tally);
             }
-            self.pass.done.flush(&self.tally);
             self.pass.comps = comps;
             // Immediates whose bytes just completed go now, not a pass later.
             busy |= self.post_split_imms(d);
@@ -274,8 +279,12 @@ impl<D: Domain> Worker<D> {
         }
         // Answers last: whatever arrived before a FENCE (or a BYE) is counted,
         // or queued at home ahead of anything its answer leads to.
-        self.peers.send_acks(&mut self.domains);
-        self.send_fence_acks();
+        if self.peers.acks_owed() {
+            self.peers.send_acks(&mut self.domains);
+        }
+        if self.requests.fences.answers_owed() {
+            self.send_fence_acks();
+        }
         busy
     }
 

@@ -31,9 +31,15 @@ impl<D: Domain> Worker<D> {
         if first {
             busy |= self.post_all_receives();
         }
-        busy |= self.post_fences();
+        if self.requests.fences.to_send() {
+            busy |= self.post_fences();
+        }
         for d in 0..self.domains.len() {
-            busy |= self.post_domain(d);
+            if !self.requests.pending[d].is_empty() || self.requests.splits.ready_on(d) {
+                busy |= self.post_domain(d);
+            } else {
+                busy |= self.pass.posted_now[d] > 0;
+            }
         }
         if !first {
             busy |= self.post_all_receives();
@@ -43,7 +49,12 @@ impl<D: Domain> Worker<D> {
 
     /// The receive buffers to post again, the application's pools' and the
     /// engine channel's; notes whether any are left (`Pass::receives_left`).
+    #[inline]
     fn post_all_receives(&mut self) -> bool {
+        if self.recv.repost.is_empty() && !self.peers.mail.reposts_left() {
+            self.pass.receives_left = false;
+            return false;
+        }
         let busy = self.post_receives() | self.post_engine_receives();
         self.pass.receives_left = !self.recv.repost.is_empty() || self.peers.mail.reposts_left();
         busy
