@@ -49,12 +49,16 @@ impl<D: Domain> Worker<D> {
 
     /// The receive buffers to post again, the application's pools' and the
     /// engine channel's; notes whether any are left (`Pass::receives_left`).
-    #[inline]
+    #[inline(always)]
     fn post_all_receives(&mut self) -> bool {
         if self.recv.repost.is_empty() && !self.peers.mail.reposts_left() {
             self.pass.receives_left = false;
             return false;
         }
+        self.post_receives_now()
+    }
+
+    fn post_receives_now(&mut self) -> bool {
         let busy = self.post_receives() | self.post_engine_receives();
         self.pass.receives_left = !self.recv.repost.is_empty() || self.peers.mail.reposts_left();
         busy

@@ -68,7 +68,7 @@ impl<D: Domain> Worker<D> {
 
     /// Posts domain `d`'s immediates whose bytes are complete (those of a
     /// request that has ended meanwhile are dropped). True if any went out.
-    #[inline]
+    #[inline(always)]
     pub(super) fn post_split_imms(&mut self, d: usize) -> bool {
         // Every pass asks, twice per domain; splits are rare (FABRICLIB_SHM_SPLIT=always).
         if !self.requests.splits.ready_on(d) {
