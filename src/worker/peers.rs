@@ -196,6 +196,17 @@ impl Peers {
     }
 
     pub(super) fn find(&self, addr: &NetAddr) -> Option<u32> {
+        // By its engine's epoch first: a u64's hash and one comparison of the
+        // address instead of the whole address's hash (every send looks its
+        // peer up). `by_epoch` and `index` are set together by `insert` and
+        // cleared together by `remove`, so an entry found by epoch with this
+        // very address is the one `index` holds; another group of the same
+        // engine (same epoch) is looked up by address.
+        if let Some(&p) = self.by_epoch.get(&addr.epoch) {
+            if self.list[p as usize].addr == *addr {
+                return Some(p);
+            }
+        }
         self.index.get(addr).copied()
     }
 
@@ -579,5 +590,31 @@ mod tests {
         assert_eq!(peers.ready(&mut domains, p, now).unwrap_err().status, Status::PeerDown);
         assert_eq!(peers.state(p), PeerState::Down);
         assert!(!peers.keepalive(&mut domains, now), "no keepalives without a handshake");
+    }
+
+    /// `find` looks an address up by its epoch first: it finds exactly the
+    /// entry `index` holds, also once another address with the same epoch
+    /// came (a forged or corrupt one) and after a removal.
+    #[test]
+    fn find_by_epoch_agrees_with_the_address_index() {
+        let spec = crate::domain::DomainSpec::default();
+        let mut domains = vec![NullDomain::open(&spec).unwrap()];
+        let mut peers =
+            Peers::new(&mut domains, &addr(1), None, Duration::from_secs(1), Duration::from_secs(3)).unwrap();
+        let now = Instant::now();
+        let (a, b) = (addr(2), addr(3));
+        // Same epoch as `a`, another provider address.
+        let a2 = NetAddr { epoch: a.epoch, domains: vec![vec![9u8; 8].into()] };
+        let pa = peers.insert(&mut domains, &a, State::Connecting, now).unwrap();
+        let pb = peers.insert(&mut domains, &b, State::Connecting, now).unwrap();
+        assert_eq!((peers.find(&a), peers.find(&b), peers.find(&a2)), (Some(pa), Some(pb), None));
+        let pa2 = peers.insert(&mut domains, &a2, State::Connecting, now).unwrap();
+        assert_eq!((peers.find(&a), peers.find(&a2)), (Some(pa), Some(pa2)), "one epoch, two addresses");
+        peers.remove(pa2);
+        assert_eq!((peers.find(&a), peers.find(&a2)), (Some(pa), None));
+        peers.remove(pa);
+        assert_eq!((peers.find(&a), peers.find(&b)), (None, Some(pb)));
+        let again = peers.insert(&mut domains, &a, State::Connecting, now).unwrap();
+        assert!(again != pa && peers.find(&a) == Some(again), "a removed entry is never found again");
     }
 }
