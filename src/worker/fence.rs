@@ -62,20 +62,6 @@ pub(super) struct Fences {
     owed: Vec<(usize, PeerId, u64)>,
 }
 
-impl Fences {
-    /// FENCEs not yet posted (`post_fences`).
-    #[inline]
-    pub(super) fn to_send(&self) -> bool {
-        !self.out.is_empty()
-    }
-
-    /// Answers owed (`send_fence_acks`).
-    #[inline]
-    pub(super) fn answers_owed(&self) -> bool {
-        !self.owed.is_empty()
-    }
-}
-
 impl<D: Domain> Worker<D> {
     /// Request `slot` has every work request back and wants a fence: sends
     /// one to each engine it wrote to, on each domain (a send went through
@@ -108,7 +94,9 @@ impl<D: Domain> Worker<D> {
     }
 
     /// Posts the FENCEs waiting to go (in order; stops at the first that
-    /// cannot go now). True if any went.
+    /// cannot go now). True if any went. (Inline, as `send_fence_acks`:
+    /// every pass calls both.)
+    #[inline(always)]
     pub(super) fn post_fences(&mut self) -> bool {
         let mut busy = false;
         while let Some(&(d, p, tag)) = self.requests.fences.out.front() {
@@ -130,6 +118,7 @@ impl<D: Domain> Worker<D> {
     }
 
     /// Sends the FENCE answers owed (after the pass's immediates went home).
+    #[inline]
     pub(super) fn send_fence_acks(&mut self) {
         if self.requests.fences.owed.is_empty() {
             return;

@@ -219,14 +219,16 @@ impl<D: Domain> Worker<D> {
     /// Takes up to 64 submissions from the queue and posts what is ready.
     fn take_and_post(&mut self) -> bool {
         let mut busy = false;
-        // (An empty queue costs a look, not a pop: most passes of an idle
-        // worker; likewise the control queue, the posting and the answers.)
-        for _ in 0..if self.shared.data.is_empty() { 0 } else { 64 } {
-            let Some(s) = self.shared.data.pop() else {
-                break;
-            };
-            self.accept_all(s);
-            busy = true;
+        // An empty queue costs a look, not a pop (most passes of an idle
+        // worker; the control queue likewise).
+        if !self.shared.data.is_empty() {
+            for _ in 0..64 {
+                let Some(s) = self.shared.data.pop() else {
+                    break;
+                };
+                self.accept_all(s);
+                busy = true;
+            }
         }
         busy | self.post_all()
     }
@@ -279,12 +281,8 @@ impl<D: Domain> Worker<D> {
         }
         // Answers last: whatever arrived before a FENCE (or a BYE) is counted,
         // or queued at home ahead of anything its answer leads to.
-        if self.peers.acks_owed() {
-            self.peers.send_acks(&mut self.domains);
-        }
-        if self.requests.fences.answers_owed() {
-            self.send_fence_acks();
-        }
+        self.peers.send_acks(&mut self.domains);
+        self.send_fence_acks();
         busy
     }
 

@@ -24,12 +24,6 @@ pub(super) struct Splits {
 }
 
 impl Splits {
-    /// Immediates ready to post on domain `d` (`post_split_imms`).
-    #[inline]
-    pub(super) fn ready_on(&self, d: usize) -> bool {
-        !self.ready[d].is_empty()
-    }
-
     pub(super) fn new(domains: usize) -> Splits {
         Splits { ready: (0..domains).map(|_| VecDeque::new()).collect(), ..Default::default() }
     }
@@ -71,7 +65,7 @@ impl<D: Domain> Worker<D> {
     #[inline(always)]
     pub(super) fn post_split_imms(&mut self, d: usize) -> bool {
         // Every pass asks, twice per domain; splits are rare (FABRICLIB_SHM_SPLIT=always).
-        if !self.requests.splits.ready_on(d) {
+        if self.requests.splits.ready[d].is_empty() {
             return false;
         }
         self.post_ready_splits(d)
