@@ -761,7 +761,7 @@ pub fn host_cost(spec: &Spec, reps: usize, warmup: usize, progress: &dyn Fn(&str
     let fake: Vec<Arc<MrDesc>> = (0..spec.peers)
         .map(|i| {
             let mut d = (**dst.descriptor()).clone();
-            d.owner = NetAddr { epoch: 1, domains: vec![format!("null-peer-{i}").into_bytes().into()] };
+            d.owner = NetAddr { epoch: 1, domains: vec![format!("null-peer-{i}").into_bytes().into()].into() };
             d.keys = vec![RemoteKey { remote_base: b.as_ptr() as u64, key: 1 }];
             Arc::new(d)
         })

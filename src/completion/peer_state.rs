@@ -100,7 +100,7 @@ mod tests {
     use std::sync::Arc;
 
     fn addr(engine: u64, group: u64, b: u8) -> NetAddr {
-        NetAddr { epoch: engine << 4 | group, domains: vec![vec![b].into()] }
+        NetAddr { epoch: engine << 4 | group, domains: vec![vec![b].into()].into() }
     }
 
     type Seen = Arc<Mutex<Vec<(NetAddr, PeerState)>>>;

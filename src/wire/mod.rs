@@ -25,6 +25,7 @@
 //! keys) and refuse them (`Status::Stale`). Blobs of versions 1 (no epoch)
 //! and 2 (no checksum) are refused.
 use crate::error::{Error, Result, Status};
+use std::sync::Arc;
 
 pub const FORMAT_VERSION: u8 = 4;
 const KIND_ADDRESS: u8 = 0x41; // 'A'
@@ -64,10 +65,14 @@ pub enum MrMemory {
 
 /// An engine's address: the engine's epoch (its incarnation) and one
 /// provider address per domain, in domain order.
+///
+/// The per-domain addresses are shared (`Arc`): a clone, which every send
+/// and every held descriptor makes, is a reference count, not an
+/// allocation per domain.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct NetAddr {
     pub epoch: u64,
-    pub domains: Vec<Box<[u8]>>,
+    pub domains: Arc<[Box<[u8]>]>,
 }
 
 /// Every group's address of an engine (`TransferEngine::engine_address`),
@@ -254,7 +259,7 @@ impl NetAddr {
     fn write_body(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.epoch.to_le_bytes());
         out.push(self.domains.len() as u8);
-        for d in &self.domains {
+        for d in self.domains.iter() {
             out.extend_from_slice(&(d.len() as u16).to_le_bytes());
             out.extend_from_slice(d);
         }
@@ -303,7 +308,7 @@ impl NetAddr {
             }
             domains.push(r.take(len, "domain address")?.into());
         }
-        Ok(NetAddr { epoch, domains })
+        Ok(NetAddr { epoch, domains: domains.into() })
     }
 }
 

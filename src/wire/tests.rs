@@ -8,7 +8,7 @@ fn sample() -> MrDesc {
         base: 0x7f00_0000_1000,
         len: 1 << 20,
         memory: MrMemory::Device,
-        owner: NetAddr { epoch: 0x1234_5678_9abc, domains: vec![vec![1u8; 16].into(), vec![2u8; 18].into()] },
+        owner: NetAddr { epoch: 0x1234_5678_9abc, domains: vec![vec![1u8; 16].into(), vec![2u8; 18].into()].into() },
         keys: vec![RemoteKey { remote_base: 0, key: 7 }, RemoteKey { remote_base: 0x7f00_0000_1000, key: 9 }],
         held: Default::default(),
     }
@@ -16,7 +16,7 @@ fn sample() -> MrDesc {
 
 #[test]
 fn groups_addresses_round_trip_and_take_plain_addresses() {
-    let g = |e: u64, n: usize| NetAddr { epoch: e, domains: vec![vec![e as u8; 16].into(); n] };
+    let g = |e: u64, n: usize| NetAddr { epoch: e, domains: vec![vec![e as u8; 16].into(); n].into() };
     let a = EngineAddress { groups: vec![g(1, 1), g(2, 4), g(3, 4)] };
     let bytes = a.to_bytes();
     assert_eq!(EngineAddress::parse(&bytes).unwrap(), a);
@@ -30,7 +30,10 @@ fn groups_addresses_round_trip_and_take_plain_addresses() {
     // A plain address is an engine of one group.
     assert_eq!(EngineAddress::parse(&g(5, 2).to_bytes()).unwrap().groups, [g(5, 2)]);
     let biggest = EngineAddress {
-        groups: vec![NetAddr { epoch: 1, domains: vec![vec![1u8; MAX_DOMAIN_ADDR].into(); MAX_DOMAINS] }; MAX_GROUPS],
+        groups: vec![
+            NetAddr { epoch: 1, domains: vec![vec![1u8; MAX_DOMAIN_ADDR].into(); MAX_DOMAINS].into() };
+            MAX_GROUPS
+        ],
     };
     assert_eq!(biggest.to_bytes().len(), MAX_ENGINE_ADDRESS_LEN);
     assert!(NetAddr::parse(&bytes).is_err(), "a groups address is no plain address");
@@ -38,7 +41,7 @@ fn groups_addresses_round_trip_and_take_plain_addresses() {
 
 #[test]
 fn the_largest_blobs_are_the_documented_maxima() {
-    let owner = NetAddr { epoch: u64::MAX, domains: vec![vec![0xa5u8; MAX_DOMAIN_ADDR].into(); MAX_DOMAINS] };
+    let owner = NetAddr { epoch: u64::MAX, domains: vec![vec![0xa5u8; MAX_DOMAIN_ADDR].into(); MAX_DOMAINS].into() };
     let keys = vec![RemoteKey { remote_base: u64::MAX, key: u64::MAX }; MAX_DOMAINS];
     let d = MrDesc { base: 0, len: 1, memory: MrMemory::Host, owner: owner.clone(), keys, held: Default::default() };
     assert_eq!(owner.to_bytes().len(), MAX_ADDRESS_LEN);
@@ -144,7 +147,7 @@ fn fuzz_parsers_for_a_bounded_time() {
     let seeds = [
         sample().to_bytes(),
         sample().owner.to_bytes(),
-        NetAddr { epoch: 5, domains: vec![vec![9u8; 40].into()] }.to_bytes(),
+        NetAddr { epoch: 5, domains: vec![vec![9u8; 40].into()].into() }.to_bytes(),
     ];
     let mut x = 0x5eed_u64;
     let mut next = move || {

@@ -491,7 +491,7 @@ mod tests {
     use crate::domain::null::NullDomain;
 
     fn addr(epoch: u64) -> NetAddr {
-        NetAddr { epoch, domains: vec![vec![epoch as u8; 8].into()] }
+        NetAddr { epoch, domains: vec![vec![epoch as u8; 8].into()].into() }
     }
 
     #[test]
@@ -528,7 +528,7 @@ mod tests {
         let now = Instant::now();
         let (a, b) = (addr(2), addr(3));
         // Same epoch as `a`, another provider address.
-        let a2 = NetAddr { epoch: a.epoch, domains: vec![vec![9u8; 8].into()] };
+        let a2 = NetAddr { epoch: a.epoch, domains: vec![vec![9u8; 8].into()].into() };
         let pa = peers.insert(&mut domains, &a, State::Connecting, now).unwrap();
         let pb = peers.insert(&mut domains, &b, State::Connecting, now).unwrap();
         assert_eq!((peers.find(&a), peers.find(&b), peers.find(&a2)), (Some(pa), Some(pb), None));

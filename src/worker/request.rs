@@ -435,7 +435,7 @@ mod tests {
     /// A remote region whose domain `d` has base `0x1000 * (d + 1)` and key `d + 7`.
     fn dst(domains: usize) -> Dst {
         let keys = (0..domains as u64).map(|d| RemoteKey { remote_base: 0x1000 * (d + 1), key: d + 7 }).collect();
-        let owner = NetAddr { epoch: 1, domains: vec![vec![0u8].into(); domains] };
+        let owner = NetAddr { epoch: 1, domains: vec![vec![0u8].into(); domains].into() };
         Dst::Owned(Arc::new(MrDesc {
             base: 0,
             len: 1 << 20,

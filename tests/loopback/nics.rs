@@ -292,7 +292,7 @@ pub fn requests_pinned_to_a_nic_or_sharded(prov: &str, domains: usize) -> TestRe
     }
     // A destination whose owner has another NIC count, alone and in a batch.
     let mut other = (*d).clone();
-    other.owner.domains.push(other.owner.domains[0].clone());
+    other.owner.domains = other.owner.domains.iter().chain(&other.owner.domains[..1]).cloned().collect();
     other.keys.push(other.keys[0]);
     let other = std::sync::Arc::new(other);
     refused(l.engine.submit_single_write(8, None, &l.mr, 0, &other, 0, OnDone::Nothing), "another NIC count")?;

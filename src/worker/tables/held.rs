@@ -301,7 +301,7 @@ mod tests {
     use crate::wire::{NetAddr, RemoteKey};
 
     fn desc(epoch: u64) -> Arc<MrDesc> {
-        let owner = NetAddr { epoch, domains: vec![vec![1u8].into()] };
+        let owner = NetAddr { epoch, domains: vec![vec![1u8].into()].into() };
         Arc::new(MrDesc {
             base: 0,
             len: 64,

@@ -164,7 +164,7 @@ mod tests {
     use crate::worker::request::{Request, Shape};
 
     fn connect() -> Request {
-        let to = crate::wire::NetAddr { epoch: 1, domains: vec![vec![1u8, 2, 3].into()] };
+        let to = crate::wire::NetAddr { epoch: 1, domains: vec![vec![1u8, 2, 3].into()].into() };
         Request::test(Shape::Connect { to })
     }
 
