@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 /// Submits `n` requests in batches of `b` (the last may be shorter),
 /// keeping `w` (at least `b`) in flight; `submit(first, dones)` submits one
 /// batch, `dones` its requests' reports in order.
+#[inline(never)] // a symbol of its own: callgrind measures it (docs/benchmarks.md)
 pub fn windowed_batches<T>(
     e: &TransferEngine,
     n: usize,

@@ -59,6 +59,9 @@ pub struct PagedShape {
 /// `Request` is copied into the submission queue and out of it: the paged
 /// one, the largest (88 bytes), is boxed (one allocation per request of many
 /// pages), which keeps every `Request` to 128 bytes, two cache lines (176 before).
+/// The tag is a byte of its own (`repr(u8)`): a match reads it and
+/// compares, where a tag kept in a niche of a field must be decoded.
+#[repr(u8)]
 pub enum Shape {
     /// `len` bytes from `src` to `dst_off` of `dst`, in chunks of `chunk` bytes.
     Single {
