@@ -325,7 +325,12 @@ pub struct fabriclib_single_write {
 /// immediate, options and report, checked and carried out exactly as
 /// `fabriclib_submit_single_write` would; the batch costs one slot of the
 /// submission queue and one wake where single submits pay each per write.
-/// Write `k`'s id is `*first_request_id + k`. All or none: every write is
+/// When every write is one work request (at most `max_msg_size` bytes, not
+/// sharded), all go to one peer, none is `FABRICLIB_SUBMIT_DELIVERED` and
+/// all share a deadline and route, the worker also takes, checks and times
+/// them together (up to 256 at a time); each still reports on its own, as
+/// its work request comes back, and `fabriclib_cancel` of one cancels it
+/// alone. Write `k`'s id is `*first_request_id + k`. All or none: every write is
 /// checked first, and any error submits none of them (and none reports); the
 /// last-error message names the first bad write by its index. The array
 /// and what it points to are read during the call only. Any thread.

@@ -5,10 +5,11 @@
 //! each per request (docs/design.md, "A request's path").
 use super::{MrHandle, TransferEngine};
 use crate::bail;
-use crate::completion::notify::{RequestId, RequestOpts};
+use crate::completion::notify::OnDone;
+use crate::completion::notify::{Deadline, RequestId, RequestOpts};
 use crate::error::{Error, Result};
 use crate::wire::MrDesc;
-use crate::worker::request::{Request, Submission};
+use crate::worker::request::{BundleShape, MAX_MEMBERS, MEMBER_SLOTS, Member, Request, Shape, Submission};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -36,7 +37,11 @@ impl TransferEngine {
     /// `Again` when `max_inflight` has no room for all of them) submits
     /// none and reports none. `InvalidArgument` for an empty batch or one
     /// larger than `max_inflight`. The writes start in order, as the same
-    /// single submits would.
+    /// single submits would. Writes of one work request each to one peer,
+    /// with one deadline and route and none `delivered`, go as bundles
+    /// (docs/design.md, "How a request travels"): taken, checked and timed
+    /// together, each still reported on its own; `cancel` of one cancels
+    /// it alone.
     pub fn submit_single_writes<'a>(
         &self,
         src: &MrHandle,
@@ -45,25 +50,51 @@ impl TransferEngine {
         let g = self.own(src)?;
         self.alive()?;
         let writes = writes.into_iter();
-        let mut reqs = Vec::with_capacity(writes.size_hint().0);
+        // Each write as a bundle's member (bundle.rs); and, once the batch
+        // cannot go as bundles, what each write's own request holds besides.
+        let mut members: Vec<Member> = Vec::with_capacity(writes.size_hint().0);
+        let mut own: Vec<Own> = Vec::new();
+        // Bundles: one work request each, to one peer, with one deadline and
+        // route, none delivered (and no more slots than their tokens carry);
+        // write 0's, which the others must match.
+        let mut bundle = self.max_inflight < MEMBER_SLOTS;
+        let mut head: Option<(&Arc<MrDesc>, Deadline, Own)> = None;
         for (k, w) in writes.enumerate() {
             let shape = self.single_write(g, src, &w).map_err(|e| in_batch(k, e))?;
             let nic = self.check_opts(g, &shape, &w.done).map_err(|e| in_batch(k, e))?;
-            // As `submit` builds it (which builds it in place: a helper for
-            // both cost a single submit 31–46 more instructions, callgrind).
-            reqs.push(Request {
+            let Shape::Single { src, dst, dst_off, len, chunk } = shape else { unreachable!("a single write") };
+            let delivered = w.done.delivered;
+            let (d0, deadline0, o0) = head.get_or_insert_with(|| {
+                let timeout_ns = Request::timeout_ns(self.timeout(w.done.deadline));
+                (w.dst, w.done.deadline, Own { timeout_ns, nic, delivered, chunk })
+            });
+            let was = bundle;
+            bundle &=
+                !delivered && len <= chunk && nic == o0.nic && w.done.deadline == *deadline0 && same_owner(d0, w.dst);
+            if was && !bundle {
+                // The writes before this one matched write 0 and are one work
+                // request each (for which any chunk of at least their length
+                // is the same).
+                own = members.iter().map(|m| Own { chunk: m.len.max(1), ..*o0 }).collect();
+            }
+            if !bundle {
+                let timeout_ns = Request::timeout_ns(self.timeout(w.done.deadline));
+                own.push(Own { timeout_ns, nic, delivered, chunk });
+            }
+            members.push(Member {
                 id: 0,
-                timeout_ns: Request::timeout_ns(self.timeout(w.done.deadline)),
-                shape,
+                src,
+                len,
+                dst,
+                dst_off,
                 imm: w.imm,
                 done: w.done.done,
-                region: Some(src.0.index),
-                nic,
-                delivered: w.done.delivered,
-                submitted_ns: 0,
+                posted: false.into(),
+                reported: false,
+                canceled: false,
             });
         }
-        let n = reqs.len();
+        let n = members.len();
         if n == 0 {
             bail!(InvalidArgument, "submit_single_writes: no writes");
         }
@@ -72,12 +103,82 @@ impl TransferEngine {
         }
         self.reserve(g, n)?;
         let first = self.next_request.fetch_add(n as u64, Ordering::Relaxed);
-        for (r, id) in reqs.iter_mut().zip(first..) {
-            (r.id, r.submitted_ns) = (id, super::submit_sample(id));
+        for (m, id) in members.iter_mut().zip(first..) {
+            m.id = id;
         }
-        self.queue(g, Submission::Batch(reqs), n)?;
+        let region = Some(src.0.index);
+        let sub = match head {
+            Some((_, _, o0)) if bundle && n > 1 => bundles(members, &o0, region),
+            _ => Submission::Batch(singles(members, own, region)),
+        };
+        self.queue(g, sub, n)?;
         Ok(RequestId(first))
     }
+}
+
+/// Whether two descriptors are of one engine's group (one peer).
+#[inline(always)]
+fn same_owner(a: &Arc<MrDesc>, b: &Arc<MrDesc>) -> bool {
+    Arc::ptr_eq(a, b) || (a.owner.epoch == b.owner.epoch && a.owner == b.owner)
+}
+
+/// What a write's request of its own holds besides its member's fields.
+#[derive(Clone, Copy)]
+struct Own {
+    timeout_ns: u64,
+    nic: Option<u8>,
+    delivered: bool,
+    chunk: u64,
+}
+
+/// The writes as bundles of up to `MAX_MEMBERS` (bundle.rs), which share
+/// `o`'s deadline and route; each keeps its id, report and immediate.
+fn bundles(members: Vec<Member>, o: &Own, region: Option<u32>) -> Submission {
+    let bundle = |members: Box<[Member]>| {
+        let (id, open) = (members[0].id, members.len());
+        // Sampled by its first write (`metrics::SUBMIT_SAMPLE`).
+        let submitted_ns = super::submit_sample(id);
+        let shape = Shape::Bundle(Box::new(BundleShape { members, open }));
+        Request {
+            id,
+            timeout_ns: o.timeout_ns,
+            shape,
+            imm: None,
+            done: OnDone::Nothing,
+            region,
+            nic: o.nic,
+            delivered: false,
+            submitted_ns,
+        }
+    };
+    if members.len() <= MAX_MEMBERS {
+        return Submission::One(bundle(members.into_boxed_slice()));
+    }
+    let mut it = members.into_iter();
+    let mut out = Vec::new();
+    loop {
+        let chunk: Box<[Member]> = it.by_ref().take(MAX_MEMBERS).collect();
+        if chunk.is_empty() {
+            return Submission::Batch(out);
+        }
+        out.push(bundle(chunk));
+    }
+}
+
+/// The writes as requests of their own, as single submits would make them.
+fn singles(members: Vec<Member>, own: Vec<Own>, region: Option<u32>) -> Vec<Request> {
+    let one = |(m, o): (Member, Own)| Request {
+        id: m.id,
+        timeout_ns: o.timeout_ns,
+        shape: Shape::Single { src: m.src, dst: m.dst, dst_off: m.dst_off, len: m.len, chunk: o.chunk },
+        imm: m.imm,
+        done: m.done,
+        region,
+        nic: o.nic,
+        delivered: o.delivered,
+        submitted_ns: super::submit_sample(m.id),
+    };
+    members.into_iter().zip(own).map(one).collect()
 }
 
 /// Error `e` of write `k` of a batch, as the batch reports it.

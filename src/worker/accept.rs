@@ -5,7 +5,7 @@
 use super::held::{self, Dsts, Regions};
 use super::request::{Request, Shape, Submission};
 use super::timers::Timer;
-use super::{Worker, release};
+use super::{Worker, bundle, release};
 use crate::domain::Domain;
 use crate::error::Result;
 use std::sync::Arc;
@@ -62,6 +62,10 @@ impl<D: Domain> Worker<D> {
                     return Err(e);
                 }
             }
+        }
+        // A bundle's members go to one peer (submit_single_writes checks it).
+        if matches!(req.shape, Shape::Bundle(_)) && peers.iter().all(|&p| p == peers[0]) {
+            return Ok((peers[0], None));
         }
         if let Some(g) = req.peer_set() {
             return match self.peer_sets.get(g as usize - 1).cloned().flatten() {
@@ -122,13 +126,13 @@ impl<D: Domain> Worker<D> {
     /// Takes a new request: finds its peers and queues its units on the
     /// domains (or parks it until its peers have answered the handshake).
     pub(super) fn accept(&mut self, mut req: Request) {
-        self.shared.stats.started[req.kind()].add(1);
+        self.shared.stats.started[req.kind()].add(req.reports() as u64);
+        if let Shape::Bundle(b) = &mut req.shape {
+            bundle::own(b);
+        }
         let (peer, unit_peers) = match self.take_refs(&mut req) {
             Ok(p) => p,
-            Err(e) => {
-                self.shared.stats.ended(req.kind(), e.status as usize);
-                return self.notifier.fire_request(req.id, req.done, Err(e));
-            }
+            Err(e) => return self.fail_unaccepted(req, e),
         };
         let timeout = req.timeout();
         // The common case, a request with work to one peer that is up: queued

@@ -2,8 +2,9 @@
 //! token (token.rs): a request's unit done or failed, an immediate landed,
 //! a message received; and when a request has every unit back, its report
 //! (`maybe_finish`).
+use super::request::Shape;
 use super::token::Token;
-use super::{Worker, accept};
+use super::{Worker, accept, bundle};
 use crate::completion::notify::OnDone;
 use crate::domain::{Completion, Domain};
 use crate::error::{Error, Status};
@@ -13,9 +14,16 @@ impl<D: Domain> Worker<D> {
     pub(super) fn complete(&mut self, d: usize, c: Completion) {
         // The common case first: a unit of a request done.
         if let Completion::Done { token, peer, bytes } = c {
-            if let Token::Request { slot, epoch } = Token::decode(token) {
-                self.pass.done.add(&self.tally, d, peer, bytes);
-                return self.unit_done(slot, epoch);
+            match Token::decode(token) {
+                Token::Request { slot, epoch } => {
+                    self.pass.done.add(&self.tally, d, peer, bytes);
+                    return self.unit_done(slot, epoch);
+                }
+                Token::Member { slot, epoch, unit } => {
+                    self.pass.done.add(&self.tally, d, peer, bytes);
+                    return self.member_done(slot, epoch, unit, None);
+                }
+                _ => {}
             }
         }
         let (token, res, sent) = match c {
@@ -27,7 +35,7 @@ impl<D: Domain> Worker<D> {
         };
         let t = Token::decode(token);
         // The application's work requests count; the engine's messages do not.
-        if let (Some((peer, bytes)), Token::Request { .. } | Token::Split(_)) = (sent, t) {
+        if let (Some((peer, bytes)), Token::Request { .. } | Token::Member { .. } | Token::Split(_)) = (sent, t) {
             self.pass.done.add(&self.tally, d, peer, bytes);
         }
         match (t, res) {
@@ -39,6 +47,7 @@ impl<D: Domain> Worker<D> {
             }
             (Token::Split(i), Ok(_)) => self.split_done(d, i),
             (Token::Request { slot, epoch }, Ok(_)) => self.unit_done(slot, epoch),
+            (Token::Member { slot, epoch, unit }, Ok(_)) => self.member_done(slot, epoch, unit, None),
             (t, Err((peer, e))) => {
                 self.tally.failed(d, peer, e.status);
                 let err = Error::new(e.status, format!("work request failed: {}", e.message));
@@ -72,6 +81,9 @@ impl<D: Domain> Worker<D> {
     pub(super) fn wr_done(&mut self, token: Token, err: Option<Error>) {
         // A split's bytes failed or were abandoned: its request's unit did.
         let token = if let Token::Split(i) = token { self.requests.splits.take(i) } else { token };
+        if let Token::Member { slot, epoch, unit } = token {
+            return self.member_done(slot, epoch, unit, err);
+        }
         let Token::Request { slot, epoch } = token else {
             unreachable!("wr_done on {token:?}");
         };
@@ -97,6 +109,12 @@ impl<D: Domain> Worker<D> {
             (&mut self.requests.stage, &mut self.requests.regions, &mut self.requests.dsts, &mut self.domains);
         let (notifier, stats, now) = (&self.notifier, &self.shared.stats, self.pass.now_ns());
         self.requests.slots.finish(slot, |a| {
+            if let Shape::Bundle(g) = &mut a.req.shape {
+                // Its members report themselves; those left, with its end.
+                let res = a.error.take().map_or(Ok(()), Err);
+                bundle::report_rest(stats, notifier, now, a.first_post_ns, g, &res);
+                return accept::put_refs(regions, dsts, domains, &a.req, a.req.dst_count());
+            }
             let status = a.error.as_ref().map_or(0, |e| e.status as usize);
             stats.ended(a.req.kind(), status);
             if a.first_post_ns != 0 && status == 0 {

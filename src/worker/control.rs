@@ -75,10 +75,13 @@ impl<D: Domain> Worker<D> {
             Ctrl::Cancel { id, reply } => {
                 self.accept_queued();
                 let canceled = || Error::new(Status::Canceled, "canceled by the application");
-                let found = self.requests.slots.find(|a| a.req.id == id && a.error.is_none());
+                // (A bundle's id is its first member's: members are canceled alone, below.)
+                let found = self.requests.slots.find(|a| a.req.id == id && a.error.is_none() && !a.req.has_member(id));
                 let r = if let Some(&s) = found.first() {
                     self.end(s, canceled());
                     Ok(())
+                } else if let Some(r) = self.cancel_member(id) {
+                    r
                 } else if let Some(imm) = self.imm.find(id) {
                     self.imm.expire(imm, id, canceled(), &self.notifier);
                     Ok(())

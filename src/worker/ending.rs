@@ -48,9 +48,8 @@ impl<D: Domain> Worker<D> {
         let err = shutdown_error();
         while let Some(s) = self.shared.data.pop() {
             for r in s.requests() {
-                self.shared.stats.started[r.kind()].add(1);
-                self.shared.stats.ended(r.kind(), err.status as usize);
-                self.notifier.fire_request(r.id, r.done, Err(err.clone()));
+                self.shared.stats.started[r.kind()].add(r.reports() as u64);
+                self.fail_unaccepted(r, err.clone());
             }
         }
         // Nothing new is posted; requests with work on the wire end once the NIC

@@ -4,6 +4,7 @@
 //! software providers only progress when polled), aggregates per-unit
 //! completions into one per request and counts immediates.
 mod accept;
+mod bundle;
 mod complete;
 mod control;
 pub mod counters;

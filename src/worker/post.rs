@@ -172,6 +172,8 @@ impl<D: Domain> Worker<D> {
             let src = a.req.region.map(|i| &self.requests.regions.locals(i)[d]);
             let (split_over, code) = (self.domains[d].write_split_limit(), tok.encode());
             let pages = a.req.page_wrs(d, peer, src, scratch.1, &self.requests.dsts);
+            let bundle = matches!(a.req.shape, Shape::Bundle(_));
+            let mut skipped = 0;
             while n < budget && a.next[d] < a.units {
                 let k = a.next[d];
                 if a.unit_peers.as_ref().is_some_and(|u| u[k] != entry) {
@@ -181,8 +183,22 @@ impl<D: Domain> Worker<D> {
                     Some(p) => p.wr(k),
                     None => a.req.write_wr(k, d, peer, src, scratch, &self.requests.dsts),
                 };
+                // A bundle's member has a token of its own; one canceled
+                // before it went is not posted (`cancel_member` reported it).
+                let (utok, code) = if let (true, Shape::Bundle(g)) = (bundle, &a.req.shape) {
+                    if g.members[k].reported {
+                        a.next[d] += a.step;
+                        skipped += 1;
+                        continue;
+                    }
+                    g.members[k].posted.set(true);
+                    let t = Token::Member { slot, epoch: a.epoch, unit: k as u8 };
+                    (t, t.encode())
+                } else {
+                    (tok, code)
+                };
                 let r = if wr.imm.is_some() && wr.len > split_over {
-                    let (body, i) = self.requests.splits.start(&wr, tok);
+                    let (body, i) = self.requests.splits.start(&wr, utok);
                     let r = self.domains[d].post_write(&body, Token::Split(i).encode());
                     if !matches!(r, Ok(Post::Posted)) {
                         self.requests.splits.take(i);
@@ -192,6 +208,9 @@ impl<D: Domain> Worker<D> {
                     self.domains[d].post_write(&wr, code)
                 };
                 if !matches!(r, Ok(Post::Posted)) {
+                    if let Shape::Bundle(g) = &a.req.shape {
+                        g.members[k].posted.set(false);
+                    }
                     res = r;
                     break;
                 }
@@ -199,6 +218,7 @@ impl<D: Domain> Worker<D> {
                 bytes += wr.len;
                 n += 1;
             }
+            a.posted += skipped;
         }
         if n > 0 {
             if self.pass.bell_peers {

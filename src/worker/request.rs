@@ -92,6 +92,45 @@ pub enum Shape {
     Connect {
         to: NetAddr,
     },
+    /// One-work-request writes of a batch to one peer, each a request of
+    /// its own (its id, its report), sharing a slot of the request table,
+    /// a deadline and the peer's checks (`TransferEngine::submit_single_writes`;
+    /// bundle.rs).
+    Bundle(Box<BundleShape>),
+}
+
+/// The most members a bundle has (its tokens carry a member's index in a
+/// byte: token.rs); a larger batch is cut into bundles.
+pub const MAX_MEMBERS: usize = 1 << 8;
+/// Bundles are formed only while every slot of the request table is below
+/// this (`max_inflight` bounds the slots): their tokens carry 24 bits of it.
+pub const MEMBER_SLOTS: usize = 1 << 24;
+
+/// The writes of a `Shape::Bundle`: unit `k` is member `k`'s one work request.
+pub struct BundleShape {
+    pub members: Box<[Member]>,
+    /// Members not yet reported.
+    pub open: usize,
+}
+
+/// One write of a bundle: a request of its own but for its slot.
+pub struct Member {
+    pub id: u64,
+    /// Source address (the source region's base + the write's offset).
+    pub src: usize,
+    pub len: u64,
+    pub dst: Dst,
+    pub dst_off: u64,
+    pub imm: Option<u32>,
+    pub done: OnDone,
+    /// Its work request was posted (set while the request is read for
+    /// its work request: `post_run`).
+    pub posted: std::cell::Cell<bool>,
+    /// Reported already (its work request came back, or it was canceled
+    /// before it was posted); `canceled`: report `Canceled` whatever its
+    /// work request says.
+    pub reported: bool,
+    pub canceled: bool,
 }
 
 pub struct Request {
@@ -155,6 +194,8 @@ impl Request {
             Shape::Barrier { .. } => 3,
             Shape::Send { .. } => 4,
             Shape::Connect { .. } => 5,
+            // Its members are single writes, and counted as such.
+            Shape::Bundle(_) => 0,
         }
     }
 
@@ -168,6 +209,7 @@ impl Request {
             Shape::Barrier { dsts, .. } => dsts.len(),
             Shape::Send { .. } => 1,
             Shape::Connect { .. } => 0,
+            Shape::Bundle(g) => g.members.len(),
         }
     }
 
@@ -178,6 +220,7 @@ impl Request {
             Shape::Single { .. } | Shape::Paged(_) => 1,
             Shape::Scatter { items, .. } => items.len(),
             Shape::Barrier { dsts, .. } => dsts.len(),
+            Shape::Bundle(g) => g.members.len(),
             Shape::Send { .. } | Shape::Connect { .. } => 0,
         }
     }
@@ -189,6 +232,7 @@ impl Request {
             Shape::Paged(p) => &p.dst,
             Shape::Scatter { items, .. } => &items[j].dst,
             Shape::Barrier { dsts, .. } => &dsts[j],
+            Shape::Bundle(g) => &g.members[j].dst,
             Shape::Send { .. } | Shape::Connect { .. } => unreachable!("no descriptor"),
         }
     }
@@ -199,13 +243,33 @@ impl Request {
             Shape::Paged(p) => &mut p.dst,
             Shape::Scatter { items, .. } => &mut items[j].dst,
             Shape::Barrier { dsts, .. } => &mut dsts[j],
+            Shape::Bundle(g) => &mut g.members[j].dst,
             Shape::Send { .. } | Shape::Connect { .. } => unreachable!("no descriptor"),
         }
     }
 
-    /// Whether each unit has a destination of its own (scatter, barrier).
+    /// Whether each unit has a destination of its own (scatter, barrier,
+    /// bundle).
     pub fn multi_dst(&self) -> bool {
-        matches!(self.shape, Shape::Scatter { .. } | Shape::Barrier { .. })
+        matches!(self.shape, Shape::Scatter { .. } | Shape::Barrier { .. } | Shape::Bundle(_))
+    }
+
+    /// How many requests it is, as the application submitted them and
+    /// sees them end: a bundle's members, else one.
+    pub fn reports(&self) -> usize {
+        match &self.shape {
+            Shape::Bundle(g) => g.members.len(),
+            _ => 1,
+        }
+    }
+
+    /// Whether request `id` is a member of this bundle (members' ids are
+    /// consecutive: a batch's).
+    pub fn has_member(&self, id: u64) -> bool {
+        match &self.shape {
+            Shape::Bundle(g) => id.wrapping_sub(g.members[0].id) < g.members.len() as u64,
+            _ => false,
+        }
     }
 
     /// The peer set a multi-destination request was submitted with.
@@ -287,6 +351,10 @@ impl Request {
             }
             // A barrier has no source region: `desc` is the scratch buffer's.
             Shape::Barrier { dsts, .. } => wr(scratch.0 as u64, 0, &dsts[k], 0),
+            Shape::Bundle(g) => {
+                let m = &g.members[k];
+                WriteWr { imm: m.imm, ..wr(m.src as u64, m.len, &m.dst, m.dst_off) }
+            }
             Shape::Send { .. } | Shape::Connect { .. } => {
                 unreachable!("sends are posted by post_send; connects post nothing")
             }

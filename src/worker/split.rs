@@ -74,7 +74,7 @@ impl<D: Domain> Worker<D> {
     fn post_ready_splits(&mut self, d: usize) -> bool {
         let mut busy = false;
         while let Some(&(wr, token)) = self.requests.splits.ready[d].front() {
-            let Token::Request { slot, epoch } = token else { unreachable!("split of {token:?}") };
+            let Some((slot, epoch)) = token.slot_epoch() else { unreachable!("split of {token:?}") };
             let live = self.requests.slots.current(slot, epoch).is_some_and(|a| a.error.is_none());
             let res = if live { self.domains[d].post_write(&wr, token.encode()) } else { Ok(Post::Posted) };
             match res {

@@ -35,6 +35,11 @@ impl Ends {
         })
     }
 
+    /// How many requests have reported.
+    pub fn done(&self) -> usize {
+        self.done.load(Ordering::SeqCst)
+    }
+
     /// Waits until every request has reported (or `limit` passes); then
     /// checks each reported exactly once. Returns how long it took.
     pub fn wait_all(&self, limit: Duration) -> Result<Duration, String> {

@@ -10,6 +10,7 @@
 //! run in a Soft-RoCE VM by scripts/test-verbs.sh); NIC counts:
 //! `FABRICLIB_TEST_NICS` (default `1,2`).
 mod batch;
+mod bundles;
 mod faults;
 mod groups;
 mod imm;
@@ -461,6 +462,9 @@ const TESTS: &[(&str, Test)] = &[
     ("single_writes", single_writes),
     ("batch_of_single_writes", batch::batch_of_single_writes),
     ("batch_in_manual_progress_and_max_inflight", batch::batch_in_manual_progress_and_max_inflight),
+    ("bundled_writes_end_one_by_one", bundles::bundled_writes_end_one_by_one),
+    ("a_bundle_to_a_killed_peer_ends_each_write_once", bundles::a_bundle_to_a_killed_peer_ends_each_write_once),
+    ("a_bundle_past_its_deadline", bundles::a_bundle_past_its_deadline),
     ("split_at_max_msg_size", split_at_max_msg_size),
     ("handles_dropped_after_submit", lifetimes::handles_dropped_after_submit),
     ("paged_writes_10000_random_pages", paged_writes),

@@ -7,6 +7,8 @@
 //! - `01 0 … | index:32`: engine-channel receive buffer `index`;
 //! - `01 1 … | peer:32 | slot:16`: engine-channel send slot `slot`, to peer `peer`;
 //! - `0001 … | index:32`: the bytes of split write `index` (split.rs);
+//! - `0010 epoch:28 | unit:8 | slot:24`: member `unit` of the bundle in
+//!   `slot`, at `epoch` (bundle.rs: a bundle's slot is below 2^24);
 //! - `0000 epoch:28 | slot:32`: a unit of the request in `slot`, at `epoch`.
 
 const RECV_BIT: u64 = 1 << 63;
@@ -15,6 +17,9 @@ const ENGINE_SEND_BIT: u64 = 1 << 61;
 const SPLIT_BIT: u64 = 1 << 60;
 /// Request slot generations wrap at 28 bits, so they never reach the kind bits.
 pub(in crate::worker) const EPOCH_MASK: u32 = (1 << 28) - 1;
+/// A bundle's slot fits its members' tokens (`Token::Member`; its members
+/// do: `request::MAX_MEMBERS`).
+pub(in crate::worker) const MEMBER_SLOTS: u32 = crate::worker::request::MEMBER_SLOTS as u32;
 
 /// What a work request belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,6 +27,8 @@ pub(in crate::worker) enum Token {
     /// A unit of the request in slot `slot`, at generation `epoch` (a late
     /// completion of an earlier request in that slot has another epoch).
     Request { slot: u32, epoch: u32 },
+    /// Member `unit` (its one work request) of the bundle in slot `slot`.
+    Member { slot: u32, epoch: u32, unit: u8 },
     /// The bytes of split write `index` (its immediate follows: split.rs).
     Split(u32),
     /// Buffer `index` of receive pool `pool`.
@@ -38,6 +45,10 @@ impl Token {
             Token::Request { slot, epoch } => {
                 debug_assert!(epoch <= EPOCH_MASK);
                 ((epoch & EPOCH_MASK) as u64) << 32 | slot as u64
+            }
+            Token::Member { slot, epoch, unit } => {
+                debug_assert!(epoch <= EPOCH_MASK && slot < MEMBER_SLOTS);
+                ENGINE_SEND_BIT | ((epoch & EPOCH_MASK) as u64) << 32 | (unit as u64) << 24 | slot as u64
             }
             Token::Split(index) => SPLIT_BIT | index as u64,
             Token::Recv { pool, index } => {
@@ -60,6 +71,12 @@ impl Token {
             Token::EngineSend { peer: (t >> 16) as u32, slot: t as u16 }
         } else if t & ENGINE_BIT != 0 {
             Token::EngineRecv(t as u32)
+        } else if t & ENGINE_SEND_BIT != 0 {
+            Token::Member {
+                slot: t as u32 & (MEMBER_SLOTS - 1),
+                epoch: (t >> 32) as u32 & EPOCH_MASK,
+                unit: (t >> 24) as u8,
+            }
         } else {
             Token::Split(t as u32)
         }
@@ -83,6 +100,8 @@ mod tests {
             Token::EngineRecv(u32::MAX),
             Token::EngineSend { peer: 0, slot: 0 },
             Token::EngineSend { peer: u32::MAX, slot: u16::MAX },
+            Token::Member { slot: 0, epoch: 0, unit: 0 },
+            Token::Member { slot: MEMBER_SLOTS - 1, epoch: EPOCH_MASK, unit: u8::MAX },
         ];
         for t in cases {
             assert_eq!(Token::decode(t.encode()), t, "{t:?} -> {:#x}", t.encode());
@@ -98,6 +117,7 @@ mod tests {
             Token::Recv { pool: (1 << 31) - 1, index: u32::MAX }.encode(),
             Token::EngineRecv(u32::MAX).encode(),
             Token::EngineSend { peer: u32::MAX, slot: u16::MAX }.encode(),
+            Token::Member { slot: MEMBER_SLOTS - 1, epoch: EPOCH_MASK, unit: u8::MAX }.encode(),
         ];
         let kinds: Vec<_> = full.iter().map(|&t| std::mem::discriminant(&Token::decode(t))).collect();
         for (i, a) in kinds.iter().enumerate() {
