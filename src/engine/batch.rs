@@ -89,6 +89,7 @@ impl TransferEngine {
                 dst_off,
                 imm: w.imm,
                 done: w.done.done,
+                holds: false,
                 posted: false.into(),
                 reported: false,
                 canceled: false,
@@ -134,7 +135,7 @@ struct Own {
 /// The writes as bundles of up to `MAX_MEMBERS` (bundle.rs), which share
 /// `o`'s deadline and route; each keeps its id, report and immediate.
 fn bundles(members: Vec<Member>, o: &Own, region: Option<u32>) -> Submission {
-    let bundle = |members: Box<[Member]>| {
+    let bundle = |members: Vec<Member>| {
         let (id, open) = (members[0].id, members.len());
         // Sampled by its first write (`metrics::SUBMIT_SAMPLE`).
         let submitted_ns = super::submit_sample(id);
@@ -152,12 +153,12 @@ fn bundles(members: Vec<Member>, o: &Own, region: Option<u32>) -> Submission {
         }
     };
     if members.len() <= MAX_MEMBERS {
-        return Submission::One(bundle(members.into_boxed_slice()));
+        return Submission::One(bundle(members));
     }
     let mut it = members.into_iter();
     let mut out = Vec::new();
     loop {
-        let chunk: Box<[Member]> = it.by_ref().take(MAX_MEMBERS).collect();
+        let chunk: Vec<Member> = it.by_ref().take(MAX_MEMBERS).collect();
         if chunk.is_empty() {
             return Submission::Batch(out);
         }

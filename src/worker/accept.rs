@@ -20,6 +20,7 @@ pub(super) fn put_refs<D: Domain>(regions: &mut Regions, dsts: &mut Dsts, domain
     match &req.shape {
         // One destination (the common case: no loop, no second match).
         Shape::Single { dst, .. } if n > 0 => dsts.put(dst),
+        Shape::Bundle(b) => b.members[..n].iter().filter(|m| m.holds).for_each(|m| dsts.put(&m.dst)),
         _ => (0..n).for_each(|j| dsts.put(req.dst(j))),
     }
 }
@@ -38,6 +39,9 @@ impl<D: Domain> Worker<D> {
         }
         if let Some(i) = req.region {
             self.requests.regions.take(i)?;
+        }
+        if matches!(req.shape, Shape::Bundle(_)) {
+            return self.take_members(req);
         }
         if !req.multi_dst() {
             // One destination (a single or paged write).
@@ -63,10 +67,6 @@ impl<D: Domain> Worker<D> {
                 }
             }
         }
-        // A bundle's members go to one peer (submit_single_writes checks it).
-        if matches!(req.shape, Shape::Bundle(_)) && peers.iter().all(|&p| p == peers[0]) {
-            return Ok((peers[0], None));
-        }
         if let Some(g) = req.peer_set() {
             return match self.peer_sets.get(g as usize - 1).cloned().flatten() {
                 Some(members) => Ok((u32::MAX, Some(members))),
@@ -84,7 +84,7 @@ impl<D: Domain> Worker<D> {
 
     /// Destination `dst`, taken for a request (held.rs): the peer entry of
     /// its owner, added and greeted if new.
-    fn take_dst(&mut self, dst: &mut held::Dst) -> Result<u32> {
+    pub(super) fn take_dst(&mut self, dst: &mut held::Dst) -> Result<u32> {
         match self.requests.dsts.take(dst) {
             Some(Ok(held::UNLINKED)) => {
                 // Its owner was removed (`remove_peer`): looked up afresh.
@@ -128,7 +128,7 @@ impl<D: Domain> Worker<D> {
     pub(super) fn accept(&mut self, mut req: Request) {
         self.shared.stats.started[req.kind()].add(req.reports() as u64);
         if let Shape::Bundle(b) = &mut req.shape {
-            bundle::own(b);
+            bundle::own(&mut self.requests.member_lists, b);
         }
         let (peer, unit_peers) = match self.take_refs(&mut req) {
             Ok(p) => p,

@@ -105,15 +105,24 @@ impl<D: Domain> Worker<D> {
         if self.requests.slots.get(slot).is_some_and(|a| a.fence_due()) {
             self.start_fence(slot);
         }
-        let (stage, regions, dsts, domains) =
-            (&mut self.requests.stage, &mut self.requests.regions, &mut self.requests.dsts, &mut self.domains);
+        let (stage, regions, dsts, domains, lists) = (
+            &mut self.requests.stage,
+            &mut self.requests.regions,
+            &mut self.requests.dsts,
+            &mut self.domains,
+            &mut self.requests.member_lists,
+        );
         let (notifier, stats, now) = (&self.notifier, &self.shared.stats, self.pass.now_ns());
         self.requests.slots.finish(slot, |a| {
             if let Shape::Bundle(g) = &mut a.req.shape {
                 // Its members report themselves; those left, with its end.
                 let res = a.error.take().map_or(Ok(()), Err);
                 bundle::report_rest(stats, notifier, now, a.first_post_ns, g, &res);
-                return accept::put_refs(regions, dsts, domains, &a.req, a.req.dst_count());
+                accept::put_refs(regions, dsts, domains, &a.req, a.req.dst_count());
+                if let Shape::Bundle(g) = &mut a.req.shape {
+                    bundle::keep(lists, std::mem::take(&mut g.members));
+                }
+                return;
             }
             let status = a.error.as_ref().map_or(0, |e| e.status as usize);
             stats.ended(a.req.kind(), status);

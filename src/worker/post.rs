@@ -10,10 +10,11 @@
 //! little else.
 use super::peers::State;
 use super::request::Shape;
+use super::split::Splits;
 use super::stage::SEND_HEADER;
 use super::token::Token;
 use super::{POST_BURST, Worker};
-use crate::domain::{Chan, Domain, Post, SendWr};
+use crate::domain::{Chan, Domain, Post, SendWr, WriteWr};
 use crate::error::Result;
 use crate::metrics::SUBMIT_TO_POST;
 
@@ -167,13 +168,41 @@ impl<D: Domain> Worker<D> {
                 a.next[d] += a.step;
                 (n, bytes) = (1, msg.len());
             }
+        } else if let Shape::Bundle(b) = &a.req.shape {
+            // A bundle: each write has a token of its own; one canceled
+            // before it went is not posted (`cancel_member` reported it).
+            let src = a.req.region.map(|i| &self.requests.regions.locals(i)[d]);
+            let (split_over, scratch) = (self.domains[d].write_split_limit(), &self.requests.scratch_mr[d]);
+            let mut skipped = 0;
+            while n < budget && a.next[d] < a.units {
+                let k = a.next[d];
+                let m = &b.members[k];
+                if a.unit_peers.as_ref().is_some_and(|u| u[k] != entry) {
+                    break;
+                }
+                a.next[d] += a.step;
+                if m.reported {
+                    skipped += 1;
+                    continue;
+                }
+                let wr = m.wr(d, peer, src.unwrap_or(scratch).desc, &self.requests.dsts);
+                let t = Token::Member { slot, epoch: a.epoch, unit: k as u8 };
+                let r = post_write(&mut self.domains[d], &mut self.requests.splits, split_over, &wr, t);
+                if !matches!(r, Ok(Post::Posted)) {
+                    a.next[d] -= a.step;
+                    res = r;
+                    break;
+                }
+                m.posted.set(true);
+                bytes += wr.len;
+                n += 1;
+            }
+            a.posted += skipped;
         } else {
             let scratch = (self.requests.scratch.ptr as *const u8, &self.requests.scratch_mr[d]);
             let src = a.req.region.map(|i| &self.requests.regions.locals(i)[d]);
             let (split_over, code) = (self.domains[d].write_split_limit(), tok.encode());
             let pages = a.req.page_wrs(d, peer, src, scratch.1, &self.requests.dsts);
-            let bundle = matches!(a.req.shape, Shape::Bundle(_));
-            let mut skipped = 0;
             while n < budget && a.next[d] < a.units {
                 let k = a.next[d];
                 if a.unit_peers.as_ref().is_some_and(|u| u[k] != entry) {
@@ -183,34 +212,12 @@ impl<D: Domain> Worker<D> {
                     Some(p) => p.wr(k),
                     None => a.req.write_wr(k, d, peer, src, scratch, &self.requests.dsts),
                 };
-                // A bundle's member has a token of its own; one canceled
-                // before it went is not posted (`cancel_member` reported it).
-                let (utok, code) = if let (true, Shape::Bundle(g)) = (bundle, &a.req.shape) {
-                    if g.members[k].reported {
-                        a.next[d] += a.step;
-                        skipped += 1;
-                        continue;
-                    }
-                    g.members[k].posted.set(true);
-                    let t = Token::Member { slot, epoch: a.epoch, unit: k as u8 };
-                    (t, t.encode())
-                } else {
-                    (tok, code)
-                };
                 let r = if wr.imm.is_some() && wr.len > split_over {
-                    let (body, i) = self.requests.splits.start(&wr, utok);
-                    let r = self.domains[d].post_write(&body, Token::Split(i).encode());
-                    if !matches!(r, Ok(Post::Posted)) {
-                        self.requests.splits.take(i);
-                    }
-                    r
+                    post_split(&mut self.domains[d], &mut self.requests.splits, &wr, tok)
                 } else {
                     self.domains[d].post_write(&wr, code)
                 };
                 if !matches!(r, Ok(Post::Posted)) {
-                    if let Shape::Bundle(g) = &a.req.shape {
-                        g.members[k].posted.set(false);
-                    }
                     res = r;
                     break;
                 }
@@ -218,7 +225,6 @@ impl<D: Domain> Worker<D> {
                 bytes += wr.len;
                 n += 1;
             }
-            a.posted += skipped;
         }
         if n > 0 {
             if self.pass.bell_peers {
@@ -238,4 +244,32 @@ impl<D: Domain> Worker<D> {
         }
         (n, res)
     }
+}
+
+/// Posts write `wr` of token `t` on `domain`: as its bytes, then its
+/// immediate (split.rs), if it carries one and is longer than `split_over`.
+#[inline(always)]
+fn post_write<D: Domain>(
+    domain: &mut D,
+    splits: &mut Splits,
+    split_over: usize,
+    wr: &WriteWr,
+    t: Token,
+) -> Result<Post> {
+    if wr.imm.is_some() && wr.len > split_over {
+        post_split(domain, splits, wr, t)
+    } else {
+        domain.post_write(wr, t.encode())
+    }
+}
+
+/// Posts the bytes of write `wr` of token `t`; its immediate follows once
+/// they are written (split.rs).
+fn post_split<D: Domain>(domain: &mut D, splits: &mut Splits, wr: &WriteWr, t: Token) -> Result<Post> {
+    let (body, i) = splits.start(wr, t);
+    let r = domain.post_write(&body, Token::Split(i).encode());
+    if !matches!(r, Ok(Post::Posted)) {
+        splits.take(i);
+    }
+    r
 }

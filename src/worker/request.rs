@@ -9,7 +9,7 @@ pub use super::held::Dst;
 use super::held::Dsts;
 use crate::completion::notify::OnDone;
 use crate::domain::{LocalMr, PeerId, WriteWr};
-use crate::wire::{MrDesc, NetAddr};
+use crate::wire::{MrDesc, NetAddr, RemoteKey};
 use std::sync::Arc;
 use std::sync::mpsc::Sender;
 use std::time::Duration;
@@ -108,7 +108,7 @@ pub const MEMBER_SLOTS: usize = 1 << 24;
 
 /// The writes of a `Shape::Bundle`: unit `k` is member `k`'s one work request.
 pub struct BundleShape {
-    pub members: Box<[Member]>,
+    pub members: Vec<Member>,
     /// Members not yet reported.
     pub open: usize,
 }
@@ -123,6 +123,10 @@ pub struct Member {
     pub dst_off: u64,
     pub imm: Option<u32>,
     pub done: OnDone,
+    /// It holds its descriptor's entry in the worker's table (held.rs); a
+    /// write that names the same entry as the write before it shares that
+    /// one's (`Worker::take_members`).
+    pub holds: bool,
     /// Its work request was posted (set while the request is read for
     /// its work request: `post_run`).
     pub posted: std::cell::Cell<bool>,
@@ -297,15 +301,7 @@ impl Request {
             return None;
         };
         let key = dsts.get(&p.dst).keys[d];
-        let tpl = WriteWr {
-            local: std::ptr::null(),
-            len: p.page_len as usize,
-            desc: src.unwrap_or(scratch).desc,
-            peer,
-            remote_addr: key.remote_base + p.dst_off,
-            key: key.key,
-            imm: self.imm,
-        };
+        let tpl = write_to(key, p.dst_off, 0, p.page_len, src.unwrap_or(scratch).desc, peer, self.imm);
         Some(PageWrs { p, tpl })
     }
 
@@ -327,16 +323,7 @@ impl Request {
     ) -> WriteWr {
         let desc = src.unwrap_or(scratch.1).desc;
         let wr = |local: u64, len: u64, dst: &Dst, dst_off: u64| {
-            let key = dsts.get(dst).keys[d];
-            WriteWr {
-                local: local as *const u8,
-                len: len as usize,
-                desc,
-                peer,
-                remote_addr: key.remote_base + dst_off,
-                key: key.key,
-                imm: self.imm,
-            }
+            write_to(dsts.get(dst).keys[d], dst_off, local, len, desc, peer, self.imm)
         };
         match &self.shape {
             Shape::Single { src, dst, dst_off, len, chunk } => {
@@ -351,14 +338,43 @@ impl Request {
             }
             // A barrier has no source region: `desc` is the scratch buffer's.
             Shape::Barrier { dsts, .. } => wr(scratch.0 as u64, 0, &dsts[k], 0),
-            Shape::Bundle(g) => {
-                let m = &g.members[k];
-                WriteWr { imm: m.imm, ..wr(m.src as u64, m.len, &m.dst, m.dst_off) }
-            }
+            Shape::Bundle(_) => unreachable!("a bundle's writes are posted by post_run's loop of their own"),
             Shape::Send { .. } | Shape::Connect { .. } => {
                 unreachable!("sends are posted by post_send; connects post nothing")
             }
         }
+    }
+}
+
+/// A write of `len` bytes at `local` (registered: `desc`) to `peer`, at
+/// `dst_off` of the remote region whose key on the domain is `key`.
+#[inline(always)]
+pub(super) fn write_to(
+    key: RemoteKey,
+    dst_off: u64,
+    local: u64,
+    len: u64,
+    desc: *mut std::ffi::c_void,
+    peer: PeerId,
+    imm: Option<u32>,
+) -> WriteWr {
+    WriteWr {
+        local: local as *const u8,
+        len: len as usize,
+        desc,
+        peer,
+        remote_addr: key.remote_base + dst_off,
+        key: key.key,
+        imm,
+    }
+}
+
+impl Member {
+    /// Its work request on domain `d` to `peer` (`desc`: its source
+    /// region's registration there).
+    #[inline(always)]
+    pub(super) fn wr(&self, d: usize, peer: PeerId, desc: *mut std::ffi::c_void, dsts: &Dsts) -> WriteWr {
+        write_to(dsts.get(&self.dst).keys[d], self.dst_off, self.src as u64, self.len, desc, peer, self.imm)
     }
 }
 

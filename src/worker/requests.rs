@@ -35,6 +35,9 @@ pub(super) struct Requests {
     /// immediates without data), registered in every domain (`scratch_mr`).
     pub(super) scratch: Arc<OwnedMem>,
     pub(super) scratch_mr: Vec<LocalMr>,
+    /// Emptied lists of bundles' writes, for the next bundles (bundle.rs:
+    /// the worker's own memory, reused without an allocation).
+    pub(super) member_lists: Vec<Vec<super::request::Member>>,
 }
 
 impl Requests {
@@ -57,6 +60,7 @@ impl Requests {
             stage,
             splits: Splits::new(domains.len()),
             fences: Fences::default(),
+            member_lists: Vec::new(),
             scratch,
             scratch_mr,
         })
