@@ -5,8 +5,7 @@
 //! each per request (docs/design.md, "A request's path").
 use super::{MrHandle, TransferEngine};
 use crate::bail;
-use crate::completion::notify::OnDone;
-use crate::completion::notify::{Deadline, RequestId, RequestOpts};
+use crate::completion::notify::{Deadline, OnDone, RequestId, RequestOpts};
 use crate::error::{Error, Result};
 use crate::wire::MrDesc;
 use crate::worker::request::{BundleShape, MAX_MEMBERS, MEMBER_SLOTS, Member, Request, Shape, Submission};

@@ -9,14 +9,63 @@
 //! canceled alone: not posted if it has not been, reported `Canceled`
 //! either way.
 use super::Worker;
+use super::ending::canceled;
 use super::held::Dst;
-use super::request::{BundleShape, Member, Request, Shape};
-use super::token::Token;
+use super::held::Dsts;
+use super::request::{Request, Shape, write_to};
 use crate::completion::notify::{Notifier, OnDone};
 use crate::domain::Domain;
+use crate::domain::{PeerId, WriteWr};
 use crate::error::{Error, Result, Status};
 use crate::metrics::{GroupStats, POST_TO_DONE, REQUEST_BYTES, REQUEST_WRS};
 use std::sync::Arc;
+
+/// The most members a bundle has (its tokens carry a member's index in a
+/// byte: token.rs); a larger batch is cut into bundles.
+pub const MAX_MEMBERS: usize = 1 << 8;
+/// Bundles are formed only while every slot of the request table is below
+/// this (`max_inflight` bounds the slots): their tokens carry 24 bits of it.
+pub const MEMBER_SLOTS: usize = 1 << 24;
+
+/// The writes of a `Shape::Bundle`: unit `k` is member `k`'s one work request.
+pub struct BundleShape {
+    pub members: Vec<Member>,
+    /// Members not yet reported.
+    pub open: usize,
+}
+
+/// One write of a bundle: a request of its own but for its slot.
+pub struct Member {
+    pub id: u64,
+    /// Source address (the source region's base + the write's offset).
+    pub src: usize,
+    pub len: u64,
+    pub dst: Dst,
+    pub dst_off: u64,
+    pub imm: Option<u32>,
+    pub done: OnDone,
+    /// It holds its descriptor's entry in the worker's table (held.rs); a
+    /// write that names the same entry as the write before it shares that
+    /// one's (`Worker::take_members`).
+    pub holds: bool,
+    /// Its work request was posted (set while the request is read for
+    /// its work request: `post_run`).
+    pub posted: std::cell::Cell<bool>,
+    /// Reported already (its work request came back, or it was canceled
+    /// before it was posted); `canceled`: report `Canceled` whatever its
+    /// work request says.
+    pub reported: bool,
+    pub canceled: bool,
+}
+
+impl Member {
+    /// Its work request on domain `d` to `peer` (`desc`: its source
+    /// region's registration there).
+    #[inline(always)]
+    pub(in crate::worker) fn wr(&self, d: usize, peer: PeerId, desc: *mut std::ffi::c_void, dsts: &Dsts) -> WriteWr {
+        write_to(dsts.get(&self.dst).keys[d], self.dst_off, self.src as u64, self.len, desc, peer, self.imm)
+    }
+}
 
 /// Moves bundle `b`'s writes into memory of the worker's own (a list
 /// `lists` kept from an earlier bundle, or a new one): the worker writes
@@ -89,10 +138,6 @@ pub(super) fn report_rest(
     }
 }
 
-fn canceled() -> Error {
-    Error::new(Status::Canceled, "canceled by the application")
-}
-
 impl<D: Domain> Worker<D> {
     /// Member `unit`'s work request of the bundle in `slot` came back (failed
     /// with `err` if given): the member is reported, unless the bundle has
@@ -156,9 +201,9 @@ impl<D: Domain> Worker<D> {
         })
     }
 
-    /// Cancels request `id` if it is a member of a live bundle: true if one
-    /// holds it. Reported at once if it was not posted (it never will be),
-    /// else when its work request comes back.
+    /// Cancels request `id` if it is a member of a live bundle (`None` if
+    /// no bundle holds it): reported at once if it was not posted (it never
+    /// will be), else when its work request comes back.
     pub(super) fn cancel_member(&mut self, id: u64) -> Option<Result<()>> {
         let slot = *self.requests.slots.find(|a| a.error.is_none() && a.req.has_member(id)).first()?;
         let now = self.pass.now_ns();
@@ -194,17 +239,6 @@ impl<D: Domain> Worker<D> {
                 stats.ended(req.kind(), e.status as usize);
                 self.notifier.fire_request(req.id, req.done, Err(e));
             }
-        }
-    }
-}
-
-impl Token {
-    /// The request slot and epoch a unit's token names (a request's or a
-    /// bundle member's).
-    pub(super) fn slot_epoch(self) -> Option<(u32, u32)> {
-        match self {
-            Token::Request { slot, epoch } | Token::Member { slot, epoch, .. } => Some((slot, epoch)),
-            _ => None,
         }
     }
 }

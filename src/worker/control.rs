@@ -1,5 +1,6 @@
 //! Control commands from the API (register, expectations, receive pools,
 //! peer sets, cancel, peers): rare, each answered on its own channel.
+use super::ending::canceled;
 use super::request::Ctrl;
 use super::timers::Timer;
 use super::{Worker, release};
@@ -74,7 +75,6 @@ impl<D: Domain> Worker<D> {
             }
             Ctrl::Cancel { id, reply } => {
                 self.accept_queued();
-                let canceled = || Error::new(Status::Canceled, "canceled by the application");
                 // (A bundle's id is its first member's: members are canceled alone, below.)
                 let found = self.requests.slots.find(|a| a.req.id == id && a.error.is_none() && !a.req.has_member(id));
                 let r = if let Some(&s) = found.first() {

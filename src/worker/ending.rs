@@ -7,7 +7,7 @@ use super::timers::Timer;
 use super::{Worker, release};
 use crate::completion::notify::shutdown_error;
 use crate::domain::Domain;
-use crate::error::Error;
+use crate::error::{Error, Status};
 use std::time::Instant;
 
 impl<D: Domain> Worker<D> {
@@ -110,4 +110,9 @@ impl<D: Domain> Worker<D> {
         }
         self.notifier.release_inflight();
     }
+}
+
+/// How a request the application canceled ends.
+pub(super) fn canceled() -> Error {
+    Error::new(Status::Canceled, "canceled by the application")
 }

@@ -201,7 +201,7 @@ impl<D: Domain> Worker<D> {
         } else {
             let scratch = (self.requests.scratch.ptr as *const u8, &self.requests.scratch_mr[d]);
             let src = a.req.region.map(|i| &self.requests.regions.locals(i)[d]);
-            let (split_over, code) = (self.domains[d].write_split_limit(), tok.encode());
+            let split_over = self.domains[d].write_split_limit();
             let pages = a.req.page_wrs(d, peer, src, scratch.1, &self.requests.dsts);
             while n < budget && a.next[d] < a.units {
                 let k = a.next[d];
@@ -212,11 +212,7 @@ impl<D: Domain> Worker<D> {
                     Some(p) => p.wr(k),
                     None => a.req.write_wr(k, d, peer, src, scratch, &self.requests.dsts),
                 };
-                let r = if wr.imm.is_some() && wr.len > split_over {
-                    post_split(&mut self.domains[d], &mut self.requests.splits, &wr, tok)
-                } else {
-                    self.domains[d].post_write(&wr, code)
-                };
+                let r = post_write(&mut self.domains[d], &mut self.requests.splits, split_over, &wr, tok);
                 if !matches!(r, Ok(Post::Posted)) {
                     res = r;
                     break;
@@ -265,6 +261,7 @@ fn post_write<D: Domain>(
 
 /// Posts the bytes of write `wr` of token `t`; its immediate follows once
 /// they are written (split.rs).
+#[inline(never)]
 fn post_split<D: Domain>(domain: &mut D, splits: &mut Splits, wr: &WriteWr, t: Token) -> Result<Post> {
     let (body, i) = splits.start(wr, t);
     let r = domain.post_write(&body, Token::Split(i).encode());

@@ -5,6 +5,7 @@
 //! order, for a request on one NIC: `Route::Nic`). Units are generated on the fly
 //! from the request's shape, so posting allocates nothing per page.
 use super::Shared;
+pub use super::bundle::{BundleShape, MAX_MEMBERS, MEMBER_SLOTS, Member};
 pub use super::held::Dst;
 use super::held::Dsts;
 use crate::completion::notify::OnDone;
@@ -97,44 +98,6 @@ pub enum Shape {
     /// a deadline and the peer's checks (`TransferEngine::submit_single_writes`;
     /// bundle.rs).
     Bundle(Box<BundleShape>),
-}
-
-/// The most members a bundle has (its tokens carry a member's index in a
-/// byte: token.rs); a larger batch is cut into bundles.
-pub const MAX_MEMBERS: usize = 1 << 8;
-/// Bundles are formed only while every slot of the request table is below
-/// this (`max_inflight` bounds the slots): their tokens carry 24 bits of it.
-pub const MEMBER_SLOTS: usize = 1 << 24;
-
-/// The writes of a `Shape::Bundle`: unit `k` is member `k`'s one work request.
-pub struct BundleShape {
-    pub members: Vec<Member>,
-    /// Members not yet reported.
-    pub open: usize,
-}
-
-/// One write of a bundle: a request of its own but for its slot.
-pub struct Member {
-    pub id: u64,
-    /// Source address (the source region's base + the write's offset).
-    pub src: usize,
-    pub len: u64,
-    pub dst: Dst,
-    pub dst_off: u64,
-    pub imm: Option<u32>,
-    pub done: OnDone,
-    /// It holds its descriptor's entry in the worker's table (held.rs); a
-    /// write that names the same entry as the write before it shares that
-    /// one's (`Worker::take_members`).
-    pub holds: bool,
-    /// Its work request was posted (set while the request is read for
-    /// its work request: `post_run`).
-    pub posted: std::cell::Cell<bool>,
-    /// Reported already (its work request came back, or it was canceled
-    /// before it was posted); `canceled`: report `Canceled` whatever its
-    /// work request says.
-    pub reported: bool,
-    pub canceled: bool,
 }
 
 pub struct Request {
@@ -366,15 +329,6 @@ pub(super) fn write_to(
         remote_addr: key.remote_base + dst_off,
         key: key.key,
         imm,
-    }
-}
-
-impl Member {
-    /// Its work request on domain `d` to `peer` (`desc`: its source
-    /// region's registration there).
-    #[inline(always)]
-    pub(super) fn wr(&self, d: usize, peer: PeerId, desc: *mut std::ffi::c_void, dsts: &Dsts) -> WriteWr {
-        write_to(dsts.get(&self.dst).keys[d], self.dst_off, self.src as u64, self.len, desc, peer, self.imm)
     }
 }
 

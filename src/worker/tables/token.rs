@@ -60,6 +60,15 @@ impl Token {
         }
     }
 
+    /// The request slot and epoch a unit's token names (a request's or a
+    /// bundle member's).
+    pub(in crate::worker) fn slot_epoch(self) -> Option<(u32, u32)> {
+        match self {
+            Token::Request { slot, epoch } | Token::Member { slot, epoch, .. } => Some((slot, epoch)),
+            _ => None,
+        }
+    }
+
     #[inline]
     pub(in crate::worker) fn decode(t: u64) -> Token {
         // The common case first: every unit of a request comes back with one.
