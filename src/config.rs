@@ -356,7 +356,10 @@ impl EngineConfig {
                         (None, None) => Choice::Spread(i),
                     },
                     peer_window: self.peer_window,
-                    wait: self.idle_policy != IdlePolicy::Spin,
+                    // Manual progress never sleeps on one, and with one the
+                    // provider signals it on every completion (tcp;ofi_rxm: a
+                    // lock, and a write when it was reset).
+                    wait: !self.manual_progress && self.idle_policy != IdlePolicy::Spin,
                 })
                 .collect();
             first += n;
@@ -434,7 +437,10 @@ impl EngineConfig {
 ///
 /// `Auto` is the default since 0.4: an engine waiting for data costs no
 /// core. `Spin` is for the dedicated-core deployment (the engine threads on
-/// CPUs of their own, latency first).
+/// CPUs of their own, latency first). With `manual_progress` the policy has
+/// no effect: there is no worker to sleep, and no wait object is opened
+/// (until 0.4.x one was, and cost tcp its signal on every completion:
+/// docs/benchmarks.md, "Stop 43").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum IdlePolicy {
     /// Keep spinning: the lowest latency, one core while armed. No wait
@@ -497,6 +503,22 @@ mod tests {
         assert_eq!(spread.plan().unwrap()[0].nics[1].nic, crate::domain::Choice::Spread(1));
         let wrong = EngineConfig { nic_count: 2, nics: vec!["a".into()], ..Default::default() };
         assert_eq!(wrong.plan().unwrap_err().status, crate::Status::InvalidArgument);
+    }
+
+    /// A wait object only where a worker may sleep on it: not under `spin`,
+    /// and not in manual progress, which never sleeps (tcp;ofi_rxm signals
+    /// one on every completion: + 2.6 µs per send/recv round trip measured).
+    #[test]
+    fn a_wait_object_only_for_a_worker_that_may_sleep() {
+        let wait = |manual_progress, idle_policy| {
+            let cfg = EngineConfig { manual_progress, idle_policy, nic_count: 2, ..Default::default() };
+            cfg.plan().unwrap()[0].nics.iter().map(|d| d.wait).collect::<Vec<_>>()
+        };
+        assert_eq!(wait(false, IdlePolicy::Auto), [true, true]);
+        assert_eq!(wait(false, IdlePolicy::Block), [true, true]);
+        assert_eq!(wait(false, IdlePolicy::Spin), [false, false]);
+        assert_eq!(wait(true, IdlePolicy::Auto), [false, false]);
+        assert_eq!(wait(true, IdlePolicy::Block), [false, false]);
     }
 
     #[test]

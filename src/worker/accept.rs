@@ -142,7 +142,8 @@ impl<D: Domain> Worker<D> {
         let (slot, epoch) = self.requests.slots.insert(req, units, peer, unit_peers, !ready);
         if let Some(t) = timeout {
             let in_order = timeout == self.cfg.request_timeout;
-            self.pass.timers.add(self.pass.now + t, Timer::Request { slot, epoch }, in_order);
+            let now = self.pass.now();
+            self.pass.timers.add(now + t, Timer::Request { slot, epoch }, in_order);
         }
         if ready {
             self.queue(slot);
@@ -156,7 +157,7 @@ impl<D: Domain> Worker<D> {
     /// found down), which `admit` then sees afresh.
     #[inline]
     fn peer_ready_now(&mut self, p: u32) -> bool {
-        matches!(self.peers.ready(&mut self.domains, p, self.pass.now), Ok(true)) && !self.peers.has_events()
+        matches!(self.peers.ready(&mut self.domains, p, self.pass.now()), Ok(true)) && !self.peers.has_events()
     }
 
     /// Queues a parked request's units once all its peers are up; fails it

@@ -48,7 +48,8 @@ impl<D: Domain> Worker<D> {
             Ctrl::Expect { imm, count, done, id, timeout, reply } => {
                 let r = self.imm.expect(imm, count, done, id, &self.notifier);
                 if let (Ok(()), Some(t)) = (&r, timeout) {
-                    self.pass.timers.add(self.pass.now + t, Timer::Expect { imm, id }, false);
+                    let now = self.pass.now();
+                    self.pass.timers.add(now + t, Timer::Expect { imm, id }, false);
                 }
                 let _ = reply.send(r);
             }

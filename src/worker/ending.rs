@@ -23,7 +23,8 @@ impl<D: Domain> Worker<D> {
             a.error = Some(err);
             if a.outstanding > 0 {
                 let t = Timer::Request { slot, epoch: a.epoch };
-                self.pass.timers.add(self.pass.now + self.cfg.drain_timeout, t, false);
+                let now = self.pass.now();
+                self.pass.timers.add(now + self.cfg.drain_timeout, t, false);
             }
         }
         self.maybe_finish(slot);

@@ -126,6 +126,8 @@ const POST_BURST: usize = 256;
 const YIELD_EVERY: u32 = 16;
 /// How often keepalives, peer timeouts and deadlines are looked at.
 const TIMER_TICK: Duration = Duration::from_millis(1);
+/// Passes without a clock read between two looks at the tick (pass.rs `tick_due`).
+const TICK_PASSES: u32 = 8;
 /// The longest a blocked worker sleeps (keepalives and peer timeouts are
 /// looked at when it wakes; deadlines wake it in time).
 const BLOCK_MAX: Duration = Duration::from_millis(10);

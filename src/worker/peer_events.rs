@@ -46,7 +46,7 @@ impl<D: Domain> Worker<D> {
                 self.domains[d].forget(id);
             }
         }
-        let p = self.peers.insert(&mut self.domains, addr, state, self.pass.now);
+        let p = self.peers.insert(&mut self.domains, addr, state, self.pass.now());
         self.peer_events();
         p
     }
@@ -57,7 +57,7 @@ impl<D: Domain> Worker<D> {
             Some(p) => {
                 // Its requests from before a BYE end first, not the new ones.
                 self.end_bye_now(p);
-                self.peers.greet(&mut self.domains, p, self.pass.now)
+                self.peers.greet(&mut self.domains, p, self.pass.now())
             }
             None => return self.peer_of(addr).map(drop),
         }
@@ -100,7 +100,7 @@ impl<D: Domain> Worker<D> {
 
     /// Whether requests to peer `p` may be posted now (`Peers::ready`).
     pub(super) fn peer_ready(&mut self, p: u32) -> Result<bool> {
-        let r = self.peers.ready(&mut self.domains, p, self.pass.now);
+        let r = self.peers.ready(&mut self.domains, p, self.pass.now());
         self.peer_events();
         r
     }
@@ -138,7 +138,7 @@ impl<D: Domain> Worker<D> {
         match kind {
             FENCE => self.owe_fence_ack(domain, &from, tag),
             FENCE_ACK => self.fence_acked(tag),
-            _ => self.peers.receive(&mut self.domains, kind, &from, self.pass.now),
+            _ => self.peers.receive(&mut self.domains, kind, &from, self.pass.now()),
         }
         self.peer_events();
     }
@@ -146,7 +146,7 @@ impl<D: Domain> Worker<D> {
     /// Ends the requests of the peers that said BYE a pass or more ago
     /// (every one if `all`: at shutdown), as `end_peer` does (`Peers::bye`).
     pub(super) fn end_byes(&mut self, all: bool) {
-        for p in self.peers.due_byes(self.pass.now, all) {
+        for p in self.peers.due_byes(self.pass.now(), all) {
             self.end_peer(p, bye_error());
         }
     }
@@ -160,7 +160,7 @@ impl<D: Domain> Worker<D> {
 
     /// Keepalives and peer timeouts. True if a message went out.
     pub(super) fn keepalive(&mut self) -> bool {
-        let busy = self.peers.keepalive(&mut self.domains, self.pass.now);
+        let busy = self.peers.keepalive(&mut self.domains, self.pass.now());
         self.peer_events();
         busy
     }

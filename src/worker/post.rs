@@ -231,7 +231,7 @@ impl<D: Domain> Worker<D> {
                 a.first_post_ns = self.pass.now_ns();
                 if a.req.submitted_ns != 0 {
                     let t = crate::metrics::at_epoch_ns(a.req.submitted_ns);
-                    self.shared.stats.hists[SUBMIT_TO_POST].record_time(self.pass.now.saturating_duration_since(t));
+                    self.shared.stats.hists[SUBMIT_TO_POST].record_time(self.pass.now().saturating_duration_since(t));
                 }
             }
             a.bytes += bytes as u64;
