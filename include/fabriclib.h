@@ -1158,8 +1158,8 @@ fabriclib_status fabriclib_engine_address(const struct fabriclib_engine *engine,
 fabriclib_status fabriclib_engine_provider(const struct fabriclib_engine *engine, const char **out);
 
 // Writes the largest message `fabriclib_submit_send` takes on this engine
-// to `*out`: 64 KiB, or 4088 bytes on `shm` (4 KiB less the 8-byte header
-// that names the sender), whose larger
+// to `*out`: 64 KiB, or 4096 bytes on `shm` (its inject size; 8 bytes less
+// on a provider whose messages name their sender in a header), whose larger
 // messages wait on the receiver's answer (a receiver that died would stall
 // every later one; libfabric 1.17). Any thread.
 //
@@ -1587,7 +1587,7 @@ fabriclib_status fabriclib_submit_barrier(const struct fabriclib_engine *engine,
                                           const struct fabriclib_submit_opts *opts,
                                           uint64_t *request_id);
 
-// Sends a copy of `len` bytes at `msg` (at most 65536; 4088 on `shm`: see
+// Sends a copy of `len` bytes at `msg` (at most 65536; 4096 on `shm`: see
 // `fabriclib_engine_max_send`) to the engine whose
 // address is `addr` (`addr_len` bytes); `msg` may be reused at once. The peer
 // must have a receive buffer posted (`fabriclib_recv_pool_add`) at least

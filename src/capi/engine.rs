@@ -236,8 +236,8 @@ pub extern "C" fn fabriclib_engine_provider(
 }
 
 /// Writes the largest message `fabriclib_submit_send` takes on this engine
-/// to `*out`: 64 KiB, or 4088 bytes on `shm` (4 KiB less the 8-byte header
-/// that names the sender), whose larger
+/// to `*out`: 64 KiB, or 4096 bytes on `shm` (its inject size; 8 bytes less
+/// on a provider whose messages name their sender in a header), whose larger
 /// messages wait on the receiver's answer (a receiver that died would stall
 /// every later one; libfabric 1.17). Any thread.
 ///

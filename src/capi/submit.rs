@@ -506,7 +506,7 @@ pub extern "C" fn fabriclib_submit_barrier(
     })
 }
 
-/// Sends a copy of `len` bytes at `msg` (at most 65536; 4088 on `shm`: see
+/// Sends a copy of `len` bytes at `msg` (at most 65536; 4096 on `shm`: see
 /// `fabriclib_engine_max_send`) to the engine whose
 /// address is `addr` (`addr_len` bytes); `msg` may be reused at once. The peer
 /// must have a receive buffer posted (`fabriclib_recv_pool_add`) at least

@@ -142,6 +142,10 @@ pub struct SendWr {
     /// on verbs they take a queue pair of their own, so that a keepalive
     /// never waits behind a long transfer.
     pub ordered: bool,
+    /// Eight bytes the receiver's completion carries (`Completion::Recv`'s
+    /// `data`): the sender's epoch, where the backend can
+    /// (`Domain::sender_in_data`), instead of a header before the message.
+    pub data: Option<u64>,
 }
 
 /// Which of the two message channels a send or receive uses: the
@@ -177,8 +181,9 @@ pub enum Completion {
     /// `error.status` (`PeerDown`, `RemoteAccess`, `LocalAccess`, `Truncated`,
     /// else `Provider`) and says what the backend reported in `error.message`.
     Failed { token: u64, peer: PeerId, error: Error },
-    /// A receive posted with `token` got `len` bytes (and the sender's immediate, if any).
-    Recv { token: u64, len: usize, imm: Option<u32> },
+    /// A receive posted with `token` got `len` bytes (and the eight bytes
+    /// of completion data the sender gave it, `SendWr::data`, if any).
+    Recv { token: u64, len: usize, data: Option<u64> },
     /// A remote write carrying `imm` landed in our memory.
     RemoteWrite { imm: u32 },
 }
@@ -295,6 +300,16 @@ pub trait Domain: Sized + Send + 'static {
     /// writes before it delivered (delivery fences, worker/fence.rs).
     /// Without it, `RequestOpts::delivered` is refused.
     fn orders_sends_after_writes(&self) -> bool {
+        false
+    }
+    /// Whether a send may carry eight bytes of completion data that the
+    /// receiver's completion reports (`SendWr::data`): the application's
+    /// messages then name their sender there instead of in a header before
+    /// the message, so that a message is as long on the wire as the
+    /// application's (tcp;ofi_rxm sends one of at most 64 bytes in one copy,
+    /// a longer one in three pieces). Both ends of a connection use one
+    /// backend and provider, so they agree. Default: false.
+    fn sender_in_data(&self) -> bool {
         false
     }
 }

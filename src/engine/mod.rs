@@ -241,9 +241,10 @@ impl TransferEngine {
     }
 
     /// The largest message `submit_send` takes: 64 KiB, or the provider's
-    /// inject size less the 8-byte header that names the sender, where
-    /// larger messages would wait on the receiver's answer (shm: 4088 bytes;
-    /// see `Domain::answer_free_limit`).
+    /// inject size where larger messages would wait on the receiver's answer
+    /// (shm: 4096 bytes; see `Domain::answer_free_limit`), less the 8-byte
+    /// header that names the sender on a provider whose completions cannot
+    /// carry it (`Domain::sender_in_data`).
     pub fn max_send_size(&self) -> usize {
         self.groups[0].info.max_send
     }

@@ -18,7 +18,7 @@ pub const MAX_RECV_BUFFERS: usize = 4096;
 pub struct RecvPoolId(pub u64);
 
 impl TransferEngine {
-    /// Sends a copy of `msg` (at most `max_send_size()` bytes: 64 KiB, 4088
+    /// Sends a copy of `msg` (at most `max_send_size()` bytes: 64 KiB, 4096
     /// bytes on shm) to domain 0 of the engine at `to`;
     /// `msg` may be reused as soon as this returns. The peer needs a posted
     /// receive buffer at least as large (see `add_recv_pool`).

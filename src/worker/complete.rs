@@ -26,11 +26,15 @@ impl<D: Domain> Worker<D> {
                 _ => {}
             }
         }
+        let mut recv_data = None;
         let (token, res, sent) = match c {
             Completion::RemoteWrite { imm } if self.pass.home.is_some() => return self.forward_imm(imm),
             Completion::RemoteWrite { imm } => return self.imm.arrived(imm, &self.notifier, 1),
             Completion::Done { token, peer, bytes } => (token, Ok(0), Some((peer, bytes))),
-            Completion::Recv { token, len, .. } => (token, Ok(len), None),
+            Completion::Recv { token, len, data } => {
+                recv_data = data;
+                (token, Ok(len), None)
+            }
             Completion::Failed { token, peer, error } => (token, Err((peer, error)), None),
         };
         let t = Token::decode(token);
@@ -43,7 +47,7 @@ impl<D: Domain> Worker<D> {
             (Token::EngineSend { peer, slot }, res) => self.engine_sent(peer, slot, res.err().map(|(_, e)| e)),
             (Token::Recv { pool, index }, res) => {
                 let res = res.map_err(|(_, e)| Error::new(e.status, format!("receive failed: {}", e.message)));
-                self.deliver(pool, index, res)
+                self.deliver(pool, index, res, recv_data)
             }
             (Token::Split(i), Ok(_)) => self.split_done(d, i),
             (Token::Request { slot, epoch }, Ok(_)) => self.unit_done(slot, epoch),

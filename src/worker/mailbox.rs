@@ -140,7 +140,7 @@ impl Mailbox {
             b
         };
         let token = Token::EngineSend { peer: p, slot: slot as u16 }.encode();
-        let wr = SendWr { chan: Chan::Engine, peer: id, buf, len, desc: self.send_mr[d].desc, ordered };
+        let wr = SendWr { chan: Chan::Engine, peer: id, buf, len, desc: self.send_mr[d].desc, ordered, data: None };
         match domain.post_send(&wr, token) {
             Ok(Post::Posted) => {
                 if p != NO_ENTRY {

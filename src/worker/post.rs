@@ -155,13 +155,18 @@ impl<D: Domain> Worker<D> {
                     None => return (0, Ok(Post::Again)),
                 },
             };
+            // The sender named in the completion's data, or in the header.
+            let (stage, in_data) = (&self.requests.stage, self.domains[d].sender_in_data());
+            let skip = if in_data { SEND_HEADER } else { 0 };
             let wr = SendWr {
                 chan: Chan::User,
                 peer,
-                buf: self.requests.stage.buf(s),
-                len: msg.len() + SEND_HEADER,
-                desc: self.requests.stage.desc(),
+                // SAFETY: inside slot s (its header's bytes skipped).
+                buf: unsafe { stage.buf(s).add(skip) },
+                len: msg.len() + SEND_HEADER - skip,
+                desc: stage.desc(),
                 ordered: false,
+                data: in_data.then(|| stage.sender()),
             };
             res = self.domains[d].post_send(&wr, tok.encode());
             if matches!(res, Ok(Post::Posted)) {

@@ -4,10 +4,14 @@
 //! pool added `on_worker` has its callback run by the worker itself, as the
 //! message is taken, and its buffer queued for reposting at once.
 //!
-//! Every application message starts with `SEND_HEADER` bytes: the sending
-//! group's epoch (stage.rs writes it), which names the sender in this
-//! worker's peer table (a sender is always greeted, so known, before its
-//! first message). The buffers are `SEND_SLOT` bytes whatever the pool's
+//! Every application message names its sending group's epoch, which names
+//! the sender in this worker's peer table (a sender is always greeted, so
+//! known, before its first message): in the completion's eight bytes of data
+//! where the backend carries them (`Domain::sender_in_data`: tcp;ofi_rxm,
+//! shm), else in `SEND_HEADER` bytes before the message (stage.rs writes
+//! them); a buffer is posted `SEND_HEADER` bytes in for the former, so the
+//! message lies at the same place either way (`message`). The buffers are
+//! `SEND_SLOT` bytes whatever the pool's
 //! `len`: no engine sends more, so the provider never truncates (on
 //! `tcp;ofi_rxm` a truncated receive tears the connection down); a message
 //! longer than the pool's `len` is reported as `Truncated` by the worker.
@@ -203,12 +207,15 @@ impl<D: Domain> Worker<D> {
     /// Posts the buffers waiting to be (re)posted. True if any was.
     pub(super) fn post_receives(&mut self) -> bool {
         let mut busy = false;
+        // Where the sender is named in the completion's data, a message
+        // lands where it would after the header (`message` reads it there).
+        let skip = if self.domains[0].sender_in_data() { SEND_HEADER } else { 0 };
         while let Some((p, i)) = self.recv.repost.pop_front() {
             let pool = self.recv.pool(p);
             // SAFETY: slot i lies inside the pool's allocation.
-            let buf = unsafe { pool.mem.ptr.add(i as usize * SEND_SLOT) };
+            let buf = unsafe { pool.mem.ptr.add(i as usize * SEND_SLOT + skip) };
             let token = Token::Recv { pool: p, index: i }.encode();
-            match self.domains[0].post_recv(Chan::User, buf, SEND_SLOT, pool.mr.desc, token) {
+            match self.domains[0].post_recv(Chan::User, buf, SEND_SLOT - skip, pool.mr.desc, token) {
                 Ok(Post::Posted) => {
                     self.recv.pool(p).posted += 1;
                     busy = true;
@@ -226,10 +233,10 @@ impl<D: Domain> Worker<D> {
         busy
     }
 
-    /// A receive of buffer `i` of pool `p` completed: the message (after its
-    /// header) goes to the pool's callback, or to the oldest live pool's if
-    /// `p` is retired.
-    pub(super) fn deliver(&mut self, p: u32, i: u32, res: Result<usize>) {
+    /// A receive of buffer `i` of pool `p` completed (with the completion's
+    /// `data`, if any): the message goes to the pool's callback, or to the
+    /// oldest live pool's if `p` is retired.
+    pub(super) fn deliver(&mut self, p: u32, i: u32, res: Result<usize>, data: Option<u64>) {
         let pool = self.recv.pool(p);
         pool.posted -= 1;
         let retired = pool.retired;
@@ -237,16 +244,22 @@ impl<D: Domain> Worker<D> {
             // Withdrawn (or flushed): nothing arrived.
             return self.free_if_back(p);
         }
+        // Its sender's epoch and its own length: from the completion's data
+        // (`Domain::sender_in_data`), else from the header before it.
+        let in_data = self.domains[0].sender_in_data();
         // SAFETY: the slot is ours until it is reposted; the header lies inside it.
-        let header = |len: usize| unsafe {
-            let at = pool.mem.ptr.add(i as usize * SEND_SLOT);
-            (len >= SEND_HEADER).then(|| u64::from_le_bytes(std::ptr::read_unaligned(at as *const [u8; 8])))
+        let sender = |len: usize| match in_data {
+            true => data.map(|epoch| (epoch, len)),
+            false => (len >= SEND_HEADER).then(|| unsafe {
+                let at = pool.mem.ptr.add(i as usize * SEND_SLOT);
+                (u64::from_le_bytes(std::ptr::read_unaligned(at as *const [u8; 8])), len - SEND_HEADER)
+            }),
         };
         let (res, from) = match res {
-            Ok(len) => match header(len) {
-                Some(epoch) => (Ok(len - SEND_HEADER), self.peers.origin(epoch)),
+            Ok(len) => match sender(len) {
+                Some((epoch, len)) => (Ok(len), self.peers.origin(epoch)),
                 None => (
-                    Err(Error::new(Status::Malformed, format!("a {len}-byte message without fabriclib's header"))),
+                    Err(Error::new(Status::Malformed, format!("a {len}-byte message that does not name its sender"))),
                     None,
                 ),
             },

@@ -2,8 +2,9 @@
 //! may reuse its buffer at once), and the worker copies it into one of
 //! `SEND_SLOTS` registered slots of `SEND_SLOT` bytes when it posts the send,
 //! behind the header that names the sender to the receiver (`SEND_HEADER`:
-//! this group's epoch; recv.rs reads it); the slot is free again when the
-//! request ends.
+//! this group's epoch; recv.rs reads it), which is posted with the message
+//! only where the backend cannot carry the epoch in the completion's data
+//! (`Domain::sender_in_data`); the slot is free again when the request ends.
 use super::recv::OwnedMem;
 use crate::domain::{Domain, LocalMr, Memory};
 use crate::error::Result;
@@ -54,6 +55,12 @@ impl Staging {
         assert!((s as usize) < SEND_SLOTS);
         // SAFETY: in bounds (asserted).
         unsafe { self.mem.ptr.add(s as usize * SEND_SLOT) }
+    }
+
+    /// The sender's epoch, as the header holds it (`SendWr::data` carries
+    /// it instead where the backend can: `Domain::sender_in_data`).
+    pub(super) fn sender(&self) -> u64 {
+        u64::from_le_bytes(self.header)
     }
 
     pub(super) fn desc(&self) -> *mut std::ffi::c_void {

@@ -29,6 +29,8 @@ pub struct FabricEndpoint {
     pub addr: Vec<u8>,
     pub mr_mode: u64,
     pub max_msg: usize,
+    /// Bytes of completion data an operation may carry (`cq_data_size`).
+    pub cq_data_size: usize,
     /// Requested keys stay within the provider's `mr_key_size`, below FI_KEY_NOTAVAIL.
     key_mask: u64,
     next_key: u64,
@@ -163,6 +165,7 @@ impl FabricEndpoint {
                 addr: Vec::new(),
                 mr_mode: (*(*info).domain_attr).mr_mode as u64,
                 max_msg: (*(*info).ep_attr).max_msg_size,
+                cq_data_size: (*(*info).domain_attr).cq_data_size,
                 key_mask: key_mask((*(*info).domain_attr).mr_key_size),
                 next_key: 0,
                 wait_fd: None,

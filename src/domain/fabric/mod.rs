@@ -233,6 +233,11 @@ impl Domain for FabricDomain {
         self.ordered
     }
 
+    fn sender_in_data(&self) -> bool {
+        // tcp;ofi_rxm and shm carry 8 bytes; efa 4 (the header then).
+        self.fe.cq_data_size >= 8
+    }
+
     fn keys_checked_by_target(&self) -> bool {
         // shm 1.17 writes without an immediate by process_vm_writev from the
         // sender (its "fast RMA"): no key is looked at anywhere.
@@ -319,7 +324,7 @@ impl Domain for FabricDomain {
 
     fn post_send(&mut self, wr: &SendWr, token: u64) -> Result<Post> {
         // `ordered` needs nothing here: the providers fenced on order all sends after writes.
-        let SendWr { chan, peer, buf, len, desc, .. } = *wr;
+        let SendWr { chan, peer, buf, len, desc, data, .. } = *wr;
         let ctx = match self.ctx.take(token, peer, len as u64) {
             Ok(c) => c,
             Err(p) => return Ok(p),
@@ -327,7 +332,10 @@ impl Domain for FabricDomain {
         // SAFETY: buf is a registered staging buffer owned by the worker until completion.
         let ret = unsafe {
             match chan {
-                Chan::User => fi_send(self.fe.ep, buf.cast(), len, desc, peer, ctx),
+                Chan::User => match data {
+                    Some(data) => fi_senddata(self.fe.ep, buf.cast(), len, desc, data, peer, ctx),
+                    None => fi_send(self.fe.ep, buf.cast(), len, desc, peer, ctx),
+                },
                 Chan::Engine => fi_tsend(self.fe.ep, buf.cast(), len, desc, peer, ENGINE_TAG, ctx),
             }
         };
@@ -358,8 +366,8 @@ impl Domain for FabricDomain {
                 let has_data = e.flags & FI_REMOTE_CQ_DATA as u64 != 0;
                 if e.flags & FI_RECV as u64 != 0 {
                     if let Some((token, ..)) = self.ctx.release(e.op_context) {
-                        let imm = has_data.then_some(e.data as u32);
-                        out.push(Completion::Recv { token, len: e.len, imm });
+                        let data = has_data.then_some(e.data);
+                        out.push(Completion::Recv { token, len: e.len, data });
                     }
                 } else if has_data {
                     out.push(Completion::RemoteWrite { imm: e.data as u32 });

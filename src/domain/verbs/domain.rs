@@ -482,7 +482,7 @@ impl Domain for VerbsDomain {
                     let n = m.len().min(len);
                     // SAFETY: the worker's buffer has len bytes and is ours until its completion.
                     unsafe { std::ptr::copy_nonoverlapping(m.as_ptr(), buf, n) };
-                    self.ready.push_back(Completion::Recv { token, len: n, imm: None });
+                    self.ready.push_back(Completion::Recv { token, len: n, data: None });
                 }
                 None => self.engine_bufs.push_back((token, buf, len)),
             }

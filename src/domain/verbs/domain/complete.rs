@@ -47,7 +47,7 @@ impl VerbsDomain {
                 let n = m.len().min(cap);
                 // SAFETY: the worker's buffer has cap bytes and is ours until its completion.
                 unsafe { std::ptr::copy_nonoverlapping(m.as_ptr(), buf, n) };
-                self.ready.push_back(Completion::Recv { token, len: n, imm: None });
+                self.ready.push_back(Completion::Recv { token, len: n, data: None });
             }
             None => self.engine_early.push_back(m.to_vec()),
         }
@@ -81,7 +81,7 @@ impl VerbsDomain {
             K_URECV => {
                 let Some((token, ..)) = self.release(i as u32) else { return };
                 match ok {
-                    true => out.push(Completion::Recv { token, len: w.byte_len as usize, imm: None }),
+                    true => out.push(Completion::Recv { token, len: w.byte_len as usize, data: None }),
                     false => out.push(Completion::Failed { token, peer: NO_PEER, error: failure(w.status, None) }),
                 }
             }
