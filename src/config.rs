@@ -431,7 +431,9 @@ impl EngineConfig {
 ///   nothing on a transfer;
 /// - tcp;ofi_rxm: the completion queue's `FI_WAIT_FD`, which the provider
 ///   signals (a write and a read syscall) for every completion: about +1 µs
-///   per 8-byte write-with-immediate half round trip, and +11–84 µs on the
+///   per 8-byte write-with-immediate half round trip and +2.6 µs per 64-byte
+///   send/recv round trip (raw + 4.0 µs under `Spin`, + 6.6 under `Auto`,
+///   one H200 run), and +11–84 µs on the
 ///   first write after a quiet spell (+60–84 µs for a thread blocked on a
 ///   plain loopback TCP socket against one spinning on it).
 ///
@@ -439,8 +441,8 @@ impl EngineConfig {
 /// core. `Spin` is for the dedicated-core deployment (the engine threads on
 /// CPUs of their own, latency first). With `manual_progress` the policy has
 /// no effect: there is no worker to sleep, and no wait object is opened
-/// (until 0.4.x one was, and cost tcp its signal on every completion:
-/// docs/benchmarks.md, "Stop 43").
+/// (during 0.4's development one was, and cost tcp its signal on every
+/// completion: docs/benchmarks.md, "Stop 43").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum IdlePolicy {
     /// Keep spinning: the lowest latency, one core while armed. No wait
