@@ -26,16 +26,12 @@ impl<D: Domain> Worker<D> {
                 _ => {}
             }
         }
-        let mut recv_data = None;
-        let (token, res, sent) = match c {
+        let (token, res, sent, data) = match c {
             Completion::RemoteWrite { imm } if self.pass.home.is_some() => return self.forward_imm(imm),
             Completion::RemoteWrite { imm } => return self.imm.arrived(imm, &self.notifier, 1),
-            Completion::Done { token, peer, bytes } => (token, Ok(0), Some((peer, bytes))),
-            Completion::Recv { token, len, data } => {
-                recv_data = data;
-                (token, Ok(len), None)
-            }
-            Completion::Failed { token, peer, error } => (token, Err((peer, error)), None),
+            Completion::Done { token, peer, bytes } => (token, Ok(0), Some((peer, bytes)), None),
+            Completion::Recv { token, len, data } => (token, Ok(len), None, data),
+            Completion::Failed { token, peer, error } => (token, Err((peer, error)), None, None),
         };
         let t = Token::decode(token);
         // The application's work requests count; the engine's messages do not.
@@ -47,7 +43,7 @@ impl<D: Domain> Worker<D> {
             (Token::EngineSend { peer, slot }, res) => self.engine_sent(peer, slot, res.err().map(|(_, e)| e)),
             (Token::Recv { pool, index }, res) => {
                 let res = res.map_err(|(_, e)| Error::new(e.status, format!("receive failed: {}", e.message)));
-                self.deliver(pool, index, res, recv_data)
+                self.deliver(pool, index, res, data)
             }
             (Token::Split(i), Ok(_)) => self.split_done(d, i),
             (Token::Request { slot, epoch }, Ok(_)) => self.unit_done(slot, epoch),

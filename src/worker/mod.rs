@@ -246,12 +246,8 @@ impl<D: Domain> Worker<D> {
                 .unwrap_or(usize::MAX),
             // Sends go through domain 0; one larger than its answer-free limit
             // cannot be split (a header before the message counts).
-            max_send: MAX_SEND.min(self.domains[0].answer_free_limit().saturating_sub(
-                match self.domains[0].sender_in_data() {
-                    true => 0,
-                    false => stage::SEND_HEADER,
-                },
-            )),
+            max_send: MAX_SEND
+                .min(self.domains[0].answer_free_limit().saturating_sub(stage::wire_header(&self.domains[0]))),
             device_memory: self.domains.iter().all(|d| d.device_memory()),
             delivery_fences: self.domains.iter().all(|d| d.orders_sends_after_writes()),
             nics: self.domains.iter().map(|d| d.nic()).collect(),

@@ -11,7 +11,7 @@
 use super::peers::State;
 use super::request::Shape;
 use super::split::Splits;
-use super::stage::SEND_HEADER;
+use super::stage::{SEND_HEADER, wire_header};
 use super::token::Token;
 use super::{POST_BURST, Worker};
 use crate::domain::{Chan, Domain, Post, SendWr, WriteWr};
@@ -155,18 +155,17 @@ impl<D: Domain> Worker<D> {
                     None => return (0, Ok(Post::Again)),
                 },
             };
-            // The sender named in the completion's data, or in the header.
-            let (stage, in_data) = (&self.requests.stage, self.domains[d].sender_in_data());
-            let skip = if in_data { SEND_HEADER } else { 0 };
+            // The sender named in the header, or in the completion's data.
+            let (stage, header) = (&self.requests.stage, wire_header(&self.domains[d]));
             let wr = SendWr {
                 chan: Chan::User,
                 peer,
-                // SAFETY: inside slot s (its header's bytes skipped).
-                buf: unsafe { stage.buf(s).add(skip) },
-                len: msg.len() + SEND_HEADER - skip,
+                // SAFETY: SEND_HEADER - header <= SEND_HEADER bytes into slot s, inside it.
+                buf: unsafe { stage.buf(s).add(SEND_HEADER - header) },
+                len: msg.len() + header,
                 desc: stage.desc(),
                 ordered: false,
-                data: in_data.then(|| stage.sender()),
+                data: (header == 0).then(|| stage.sender()),
             };
             res = self.domains[d].post_send(&wr, tok.encode());
             if matches!(res, Ok(Post::Posted)) {

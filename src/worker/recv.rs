@@ -24,7 +24,7 @@
 //! it could have landed in that pool's buffer, or waits for the next pool
 //! when none is live. Its memory is freed once every buffer is back.
 use super::request::{Ctrl, RecvCallback};
-use super::stage::{SEND_HEADER, SEND_SLOT};
+use super::stage::{SEND_HEADER, SEND_SLOT, wire_header};
 use super::token::Token;
 use super::{Shared, Worker};
 use crate::completion::notify;
@@ -207,9 +207,9 @@ impl<D: Domain> Worker<D> {
     /// Posts the buffers waiting to be (re)posted. True if any was.
     pub(super) fn post_receives(&mut self) -> bool {
         let mut busy = false;
-        // Where the sender is named in the completion's data, a message
-        // lands where it would after the header (`message` reads it there).
-        let skip = if self.domains[0].sender_in_data() { SEND_HEADER } else { 0 };
+        // Without the header on the wire a message lands where it would after
+        // it (`message` reads it there).
+        let skip = SEND_HEADER - wire_header(&self.domains[0]);
         while let Some((p, i)) = self.recv.repost.pop_front() {
             let pool = self.recv.pool(p);
             // SAFETY: slot i lies inside the pool's allocation.
@@ -246,13 +246,17 @@ impl<D: Domain> Worker<D> {
         }
         // Its sender's epoch and its own length: from the completion's data
         // (`Domain::sender_in_data`), else from the header before it.
-        let in_data = self.domains[0].sender_in_data();
-        // SAFETY: the slot is ours until it is reposted; the header lies inside it.
-        let sender = |len: usize| match in_data {
-            true => data.map(|epoch| (epoch, len)),
-            false => (len >= SEND_HEADER).then(|| unsafe {
-                let at = pool.mem.ptr.add(i as usize * SEND_SLOT);
-                (u64::from_le_bytes(std::ptr::read_unaligned(at as *const [u8; 8])), len - SEND_HEADER)
+        let header = wire_header(&self.domains[0]);
+        let sender = |len: usize| match header {
+            0 => data.map(|epoch| (epoch, len)),
+            _ => (len >= SEND_HEADER).then(|| {
+                // SAFETY: the slot is ours until it is reposted; its first
+                // SEND_HEADER bytes (the header) lie inside the pool's allocation.
+                let epoch = unsafe {
+                    let at = pool.mem.ptr.add(i as usize * SEND_SLOT);
+                    u64::from_le_bytes(std::ptr::read_unaligned(at as *const [u8; 8]))
+                };
+                (epoch, len - SEND_HEADER)
             }),
         };
         let (res, from) = match res {

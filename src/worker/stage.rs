@@ -14,6 +14,15 @@ use std::sync::Arc;
 pub const MAX_SEND: usize = 64 * 1024;
 /// Bytes before every application message on the wire: the sender's epoch.
 pub const SEND_HEADER: usize = 8;
+/// The header's bytes on the wire of `domain`: none where its completions
+/// carry the sender's epoch instead (`Domain::sender_in_data`). A send
+/// posts a slot from that many bytes before its message; a receive buffer
+/// starts that many before where the message is read (`recv::message`).
+#[inline]
+pub(super) fn wire_header<D: Domain>(domain: &D) -> usize {
+    if domain.sender_in_data() { 0 } else { SEND_HEADER }
+}
+
 /// A send slot and a receive buffer: the header and the largest message.
 pub const SEND_SLOT: usize = SEND_HEADER + MAX_SEND;
 const SEND_SLOTS: usize = 64;
