@@ -3,6 +3,9 @@
 # (Debian 12 / Ubuntu 24.04; run as root or with sudo available).
 set -euo pipefail
 pkgs=(libfabric-dev libfabric-bin libibverbs-dev libclang-dev libhwloc15 cmake pkg-config gcc g++ clang make binutils valgrind iproute2 python3 python3-venv)
+# `deps.sh test`: also gdb, with which the loopback suite's watchdog shows
+# where a hung test's threads are.
+[ "${1:-}" = test ] && pkgs+=(gdb)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

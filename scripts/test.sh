@@ -10,7 +10,7 @@
 # scripts/test-verbs.sh). Installs the apt packages it needs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/deps.sh
+scripts/deps.sh test
 # shm endpoints of processes killed earlier leave files behind.
 cleanup() { find /dev/shm -maxdepth 1 -user "$(id -u)" -regex '.*/[0-9]+:[0-9]+:[0-9]+' -delete 2>/dev/null || true; }
 trap cleanup EXIT

@@ -105,10 +105,9 @@ pub fn a_bundle_to_a_killed_peer_ends_each_write_once(prov: &str, domains: usize
     let mut other = Peer::spawn(prov, domains, 1 << 20)?;
     let dv = desc(&victim);
     still_serves(&l, &mut victim, 0x91, 0, 4096)?;
-    // As in kill9_mid_transfer: an shm victim is stopped while idle first.
+    // As in kill9_mid_transfer: an shm victim is stopped first.
     if prov == "shm" {
-        std::thread::sleep(Duration::from_millis(20));
-        victim.signal("STOP");
+        victim.stop()?;
     }
     let ends = Ends::new(BATCHES * N);
     for b in 0..BATCHES {
@@ -142,11 +141,7 @@ pub fn a_bundle_past_its_deadline(prov: &str, domains: usize) -> TestResult {
     let l = local(prov, domains, 1 << 20, 54)?;
     let mut fresh = Peer::spawn(prov, domains, 1 << 20)?;
     let d = desc(&fresh);
-    // Stopped while idle, as in deadline_with_stopped_peer: an shm peer
-    // stopped inside its progress holds its region's spinlock, and a post
-    // to it then spins in libfabric (docs/failure-semantics.md).
-    std::thread::sleep(Duration::from_millis(20));
-    fresh.signal("STOP");
+    fresh.stop()?;
     let deadline = Duration::from_millis(200);
     let ends = Ends::new(N);
     let t = Instant::now();

@@ -248,11 +248,8 @@ pub fn deadline_with_stopped_peer(prov: &str, domains: usize) -> TestResult {
     let mut p = Peer::spawn(prov, domains, R)?;
     let mut fresh = Peer::spawn(prov, domains, 4096)?;
     still_serves(&l, &mut p, 0x61, 0, 4096)?; // up and connected
-    // Stopped while idle (napping), so that an shm peer does not hold its
-    // region's spinlock while stopped (see kill9_mid_transfer).
-    std::thread::sleep(Duration::from_millis(20));
-    p.signal("STOP");
-    fresh.signal("STOP");
+    p.stop()?;
+    fresh.stop()?;
     let ends = Ends::new(2);
     let deadline = Duration::from_millis(200);
     let t = Instant::now();
@@ -302,12 +299,11 @@ pub fn kill9_mid_transfer(prov: &str, domains: usize) -> TestResult {
     // libfabric 1.17's shm: a process killed while its progress holds the
     // spinlock of its shared-memory region leaves it held, and the next post
     // to it spins inside libfabric forever (seen in 1 of 7 runs; see
-    // docs/failure-semantics.md). So on shm the victim is first stopped while
-    // idle (its worker napping, the lock free), then the writes are
-    // submitted (they queue in its region), then it is killed.
+    // docs/failure-semantics.md). So on shm the victim is first stopped
+    // outside its progress (`Peer::stop`), then the writes are submitted
+    // (they queue in its region), then it is killed.
     if prov == "shm" {
-        std::thread::sleep(Duration::from_millis(20));
-        victim.signal("STOP");
+        victim.stop()?;
     }
     let mut rng = Rng(25);
     let (src, dst) = (rng.perm(PAGES), rng.perm(PAGES));
@@ -546,10 +542,9 @@ pub fn dead_peer_with_large_imm_writes(prov: &str, domains: usize) -> TestResult
     still_serves(&l, &mut victim, 0xa1, 0, 64 * 1024)?;
     still_serves(&l, &mut other, 0xa2, 0, 64 * 1024)?;
     if prov == "shm" {
-        // Stopped while idle first (the shm spinlock, see kill9_mid_transfer):
-        // the writes then wait in its queue for an answer that never comes.
-        std::thread::sleep(Duration::from_millis(20));
-        victim.signal("STOP");
+        // Stopped first (the shm spinlock, see kill9_mid_transfer): the
+        // writes then wait in its queue for an answer that never comes.
+        victim.stop()?;
     }
     let idx: Vec<u32> = (0..PAGES as u32).collect();
     let pages = Pages { indices: &idx, stride: PAGE, offset: 0 };
@@ -791,8 +786,7 @@ pub fn connect_reports_readiness(prov: &str, domains: usize) -> TestResult {
     let (dead_addr, mute_addr) = (addr(&dead), addr(&mute));
     let mut dead = dead;
     dead.kill9();
-    std::thread::sleep(Duration::from_millis(20)); // idle (napping) before it stops: see destroy_with_10000_pending
-    mute.signal("STOP");
+    mute.stop()?;
     let ends = Ends::new(5);
     let t = Instant::now();
     let live_id = l.engine.connect(&addr(&live), ends.on(0)).map_err(e2s)?;

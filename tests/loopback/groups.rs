@@ -318,7 +318,7 @@ pub fn groups_cancel_and_state_per_engine(prov: &str, domains: usize) -> TestRes
     let (mut s0, mut s1) = (vec![7u8; R], vec![9u8; R]);
     let (r0, r1) = (register_in(&a, 0, &mut s0)?, register_in(&a, 1, &mut s1)?);
     let mut p = Peer::spawn_groups(prov, domains, R, 2)?;
-    p.signal("STOP");
+    p.stop()?;
     let main = addr(&p);
     let groups = fabriclib::EngineAddress::parse(&p.groups).map_err(e2s)?;
     let (d0, d1) = (desc(&p), Arc::new(MrDesc::parse(&p.desc1).map_err(e2s)?));

@@ -8,7 +8,9 @@
 //! `cargo test --test loopback -- paged`. Providers: `FABRICLIB_TEST_PROVIDERS`
 //! (comma-separated; default `tcp;ofi_rxm,shm`; `verbs` is the verbs backend,
 //! run in a Soft-RoCE VM by scripts/test-verbs.sh); NIC counts:
-//! `FABRICLIB_TEST_NICS` (default `1,2`).
+//! `FABRICLIB_TEST_NICS` (default `1,2`). A test still running after
+//! `FABRICLIB_TEST_TIMEOUT_S` (default 300) fails the run with every
+//! thread's state and backtrace (watchdog.rs).
 mod batch;
 mod bundles;
 mod faults;
@@ -23,6 +25,7 @@ mod recv;
 mod removal;
 mod soak;
 mod util;
+mod watchdog;
 
 use fabriclib::{
     EngineConfig, FLAG_DONE, MrDesc, MrHandle, NetAddr, OnDone, Pages, ScatterDst, Status, TransferEngine,
@@ -414,10 +417,7 @@ fn destroy_with_10000_pending(prov: &str, domains: usize) -> TestResult {
     let others = faults::Ends::new(2);
     l.engine.expect_imm_count(0xdead, 1, others.on(0)).map_err(e2s)?;
     let mut mute = Peer::spawn(prov, domains, 4096)?;
-    // Stopped while idle (napping): an shm peer stopped inside its poll would
-    // hold its region's spinlock (see faults.rs) and stall our posts to it.
-    std::thread::sleep(Duration::from_millis(20));
-    mute.signal("STOP");
+    mute.stop()?;
     l.engine.submit_single_write(64, None, &l.mr, 0, &desc(&mute), 0, others.on(1)).map_err(e2s)?;
     let pool_ends = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let pe = pool_ends.clone();
@@ -537,6 +537,7 @@ fn main() {
         .filter_map(|n| n.trim().parse().ok())
         .collect();
     let (mut passed, mut failed) = (0, 0);
+    watchdog::start();
     for prov in providers.split(',') {
         for &domains in &counts {
             for (name, test) in TESTS {
@@ -545,7 +546,7 @@ fn main() {
                     continue;
                 }
                 let t = Instant::now();
-                match test(prov, domains) {
+                match watchdog::run(&full, watchdog::limit(), || test(prov, domains)) {
                     Ok(()) => {
                         passed += 1;
                         println!("test {full} ... ok ({:.2}s)", t.elapsed().as_secs_f64());
@@ -566,7 +567,7 @@ fn main() {
             continue;
         }
         let ops = std::env::var("FABRICLIB_SOAK_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
-        match soak::run(prov, 2, ops) {
+        match watchdog::run(&full, 3 * watchdog::limit(), || soak::run(prov, 2, ops)) {
             Ok(report) => {
                 passed += 1;
                 println!("test {full} ... ok: {report}");

@@ -24,8 +24,7 @@ pub fn peers_removed_end_their_requests(prov: &str, domains: usize) -> TestResul
     still_serves(&l, &mut live, 0x71, 0, 4096)?;
     wait_peer_event(&ev, &live_addr, PeerState::Up, WAIT)?;
     // `mute` is stopped: a write to it waits for the handshake.
-    std::thread::sleep(Duration::from_millis(20)); // idle before it stops: see destroy_with_10000_pending
-    mute.signal("STOP");
+    mute.stop()?;
     let ends = Ends::new(1);
     l.engine.submit_single_write(64, None, &l.mr, 0, &desc(&mute), 0, ends.on(0)).map_err(e2s)?;
     // A peer that a peer set lists is not removed until the set is.

@@ -205,6 +205,26 @@ impl Peer {
         assert!(ok, "kill -{signal} {}", self.pid());
     }
 
+    /// Stops the peer (SIGSTOP) at a moment when none of its threads is in
+    /// user space: each is blocked in a system call (its workers napping).
+    /// libfabric 1.17's shm guards a process's region with a spinlock its
+    /// owner takes on every poll; a peer stopped while holding it stalls
+    /// every post to it inside libfabric, our worker with it
+    /// (docs/failure-semantics.md), and a test that stops a peer tests
+    /// fabriclib, not that. A thread caught in user space (it may hold the
+    /// lock) lets the peer go on, and it is stopped again a little later.
+    pub fn stop(&self) -> Result<(), String> {
+        for attempt in 1..=200 {
+            std::thread::sleep(Duration::from_millis(if attempt == 1 { 20 } else { 2 }));
+            self.signal("STOP");
+            if threads_stopped_in_syscalls(self.pid())? {
+                return Ok(());
+            }
+            self.signal("CONT");
+        }
+        Err(format!("peer {}: a thread was in user space at each of 200 stops", self.pid()))
+    }
+
     /// `kill -9`: the peer dies without closing anything.
     pub fn kill9(&mut self) {
         self.killed = true;
@@ -248,13 +268,43 @@ impl Drop for Peer {
     }
 }
 
+/// Once every thread of stopped process `pid` has stopped: whether each
+/// was inside a system call (/proc/PID/task/TID/syscall names one; `-1`
+/// is user space).
+fn threads_stopped_in_syscalls(pid: u32) -> Result<bool, String> {
+    let t = std::time::Instant::now();
+    loop {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).map_err(|e| format!("peer {pid}: {e}"))?;
+        let (mut stopped, mut in_syscall) = (true, true);
+        for task in tasks.flatten() {
+            let dir = task.path();
+            let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
+            // The state follows the command name's closing parenthesis.
+            let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next());
+            if state != Some('T') {
+                stopped = false;
+                break;
+            }
+            let call = std::fs::read_to_string(dir.join("syscall")).map_err(|e| format!("peer {pid}: {e}"))?;
+            in_syscall &= !call.starts_with("-1") && !call.starts_with("running");
+        }
+        if stopped {
+            return Ok(in_syscall);
+        }
+        if t.elapsed() > Duration::from_secs(5) {
+            return Err(format!("peer {pid}: its threads did not all stop within 5 s of SIGSTOP"));
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
 /// Whether the tests run as root (network namespaces, the kernel's last pid).
 pub fn is_root() -> bool {
     fabriclib::os::is_root()
 }
 
 /// A killed shm endpoint leaves its file behind: remove it.
-fn remove_shm_files(pid: u32) {
+pub fn remove_shm_files(pid: u32) {
     if let Ok(dir) = std::fs::read_dir("/dev/shm") {
         for e in dir.flatten() {
             if e.file_name().to_string_lossy().starts_with(&format!("{pid}:")) {
