@@ -184,6 +184,17 @@ pub(crate) fn bytes<'a>(p: *const u8, len: usize, what: &str) -> Result<&'a [u8]
     Ok(unsafe { std::slice::from_raw_parts(p, len) })
 }
 
+/// Borrows the `count` items at `p`, a list that may not be empty (`call`
+/// names the function, `what` the list, in errors).
+pub(crate) fn list<'a, T>(p: *const T, count: usize, call: &str, what: &str) -> Result<&'a [T]> {
+    if count == 0 {
+        return Err(Error::new(Status::InvalidArgument, format!("{call}: count is 0")));
+    }
+    non_null(p, what)?;
+    // SAFETY: the caller guarantees p points to count readable items (API contract).
+    Ok(unsafe { std::slice::from_raw_parts(p, count) })
+}
+
 /// Parses an engine address blob of `len` bytes at `p` (`what` names it in errors).
 pub(crate) fn address(p: *const u8, len: usize, what: &str) -> Result<crate::wire::NetAddr> {
     non_null(p, what)?;

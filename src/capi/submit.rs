@@ -1,7 +1,7 @@
 //! The data path: sends, receives, immediate expectations, writes, peer
 //! sets, scatter and barrier.
 use super::{
-    address, bytes, fabriclib_engine, fabriclib_mr, fabriclib_remote_mr, fabriclib_status, ffi, handle, non_null,
+    address, bytes, fabriclib_engine, fabriclib_mr, fabriclib_remote_mr, fabriclib_status, ffi, handle, list, non_null,
     put_opt,
 };
 use crate::completion::notify::{Deadline, OnDone, RawFlag, RequestId, RequestOpts};
@@ -238,12 +238,7 @@ fn pages<'a>(p: *const fabriclib_pages, what: &str) -> Result<Pages<'a>> {
     non_null(p, what)?;
     // SAFETY: non-null; read during the call only.
     let p = unsafe { &*p };
-    if p.count == 0 {
-        return Err(Error::new(Status::InvalidArgument, format!("{what}: count is 0")));
-    }
-    non_null(p.indices, what)?;
-    // SAFETY: indices points to count u32s (API contract).
-    let indices = unsafe { std::slice::from_raw_parts(p.indices, p.count) };
+    let indices = list(p.indices, p.count, what, what)?;
     Ok(Pages { indices, stride: p.stride, offset: p.offset })
 }
 
@@ -357,12 +352,7 @@ pub extern "C" fn fabriclib_submit_single_writes(
     ffi(|| {
         let e = handle(engine)?;
         let src = mr_of(e, src)?;
-        if count == 0 {
-            return Err(Error::new(Status::InvalidArgument, "submit_single_writes: count is 0"));
-        }
-        non_null(writes, "writes")?;
-        // SAFETY: writes points to count structs (API contract), read during the call only.
-        let writes = unsafe { std::slice::from_raw_parts(writes, count) };
+        let writes = list(writes, count, "submit_single_writes", "writes")?;
         let batch = writes
             .iter()
             .enumerate()
@@ -451,13 +441,7 @@ pub extern "C" fn fabriclib_submit_scatter(
     ffi(|| {
         let e = handle(engine)?;
         let src = mr_of(e, src)?;
-        if count == 0 {
-            return Err(Error::new(Status::InvalidArgument, "submit_scatter: count is 0"));
-        }
-        non_null(dsts, "dsts")?;
-        // SAFETY: dsts has count entries (API contract).
-        let raw = unsafe { std::slice::from_raw_parts(dsts, count) };
-        let dsts = raw
+        let dsts = list(dsts, count, "submit_scatter", "dsts")?
             .iter()
             .map(|d| {
                 let dst = handle(d.dst)?.desc.clone();
@@ -495,13 +479,10 @@ pub extern "C" fn fabriclib_submit_barrier(
 ) -> fabriclib_status {
     ffi(|| {
         let e = handle(engine)?;
-        if count == 0 {
-            return Err(Error::new(Status::InvalidArgument, "submit_barrier: count is 0"));
-        }
-        non_null(dsts, "dsts")?;
-        // SAFETY: dsts has count entries (API contract).
-        let raw = unsafe { std::slice::from_raw_parts(dsts, count) };
-        let descs = raw.iter().map(|d| Ok(handle(*d)?.desc.clone())).collect::<Result<Vec<_>>>()?;
+        let descs = list(dsts, count, "submit_barrier", "dsts")?
+            .iter()
+            .map(|d| Ok(handle(*d)?.desc.clone()))
+            .collect::<Result<Vec<_>>>()?;
         id_out(request_id, e.engine.submit_barrier(peer_set_of(peer_set), imm, &descs, on_done(opts)?))
     })
 }
