@@ -213,6 +213,8 @@ impl Peer {
     /// (docs/failure-semantics.md), and a test that stops a peer tests
     /// fabriclib, not that. A thread caught in user space (it may hold the
     /// lock) lets the peer go on, and it is stopped again a little later.
+    /// (A thread could hold it inside a system call only mid-transfer, in
+    /// shm's CMA copies; the tests stop peers between transfers.)
     pub fn stop(&self) -> Result<(), String> {
         for attempt in 1..=200 {
             std::thread::sleep(Duration::from_millis(if attempt == 1 { 20 } else { 2 }));
