@@ -78,6 +78,8 @@ fn hung(name: &str, took: Duration) -> ! {
         unsafe { libc::kill(pid as i32, libc::SIGKILL) };
         super::util::remove_shm_files(pid);
     }
+    // This process's own shm endpoints, which nothing closes now.
+    super::util::remove_shm_files(me);
     println!("\nloopback: FAILED, {name} hung");
     let _ = std::io::Write::flush(&mut std::io::stdout());
     // Not exit(3): its handlers (libfabric's among them) may wait on the hung thread.
