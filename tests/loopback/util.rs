@@ -207,7 +207,7 @@ impl Peer {
 
     /// Stops the peer (SIGSTOP) at a moment when none of its threads is in
     /// user space: each is blocked in a system call (its workers napping).
-    /// libfabric 1.17's shm guards a process's region with a spinlock its
+    /// libfabric's shm (1.17, 1.20) guards a process's region with a spinlock its
     /// owner takes on every poll; a peer stopped while holding it stalls
     /// every post to it inside libfabric, our worker with it
     /// (docs/failure-semantics.md), and a test that stops a peer tests
@@ -271,24 +271,20 @@ impl Drop for Peer {
 }
 
 /// Once every thread of stopped process `pid` has stopped: whether each
-/// was inside a system call (/proc/PID/task/TID/syscall names one; `-1`
-/// is user space).
+/// was inside a system call.
 fn threads_stopped_in_syscalls(pid: u32) -> Result<bool, String> {
     let t = std::time::Instant::now();
     loop {
         let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).map_err(|e| format!("peer {pid}: {e}"))?;
         let (mut stopped, mut in_syscall) = (true, true);
         for task in tasks.flatten() {
-            let dir = task.path();
-            let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
-            // The state follows the command name's closing parenthesis.
-            let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next());
-            if state != Some('T') {
+            let st = TaskStatus::read(&task.path());
+            if st.state != Some('T') {
                 stopped = false;
                 break;
             }
-            let call = std::fs::read_to_string(dir.join("syscall")).map_err(|e| format!("peer {pid}: {e}"))?;
-            in_syscall &= !call.starts_with("-1") && !call.starts_with("running");
+            let call = st.syscall.ok_or_else(|| format!("peer {pid}: cannot read its threads' syscall files"))?;
+            in_syscall &= call != "-1" && call != "running";
         }
         if stopped {
             return Ok(in_syscall);
@@ -297,6 +293,31 @@ fn threads_stopped_in_syscalls(pid: u32) -> Result<bool, String> {
             return Err(format!("peer {pid}: its threads did not all stop within 5 s of SIGSTOP"));
         }
         std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// What /proc says of a process or thread (`/proc/PID`, `/proc/PID/task/TID`).
+pub struct TaskStatus {
+    /// Its state letter (`R`, `S`, `T`…).
+    pub state: Option<char>,
+    /// Its parent's pid.
+    pub ppid: Option<u32>,
+    /// The first field of its `syscall` file: a system call's number, `-1`
+    /// in user space, `running`; `None` if unreadable.
+    pub syscall: Option<String>,
+}
+
+impl TaskStatus {
+    pub fn read(dir: &std::path::Path) -> TaskStatus {
+        let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
+        // The fields after the command name (which may hold spaces): state, parent's pid, …
+        let mut rest = stat.rsplit_once(") ").map_or("", |(_, r)| r).split_whitespace();
+        let state = rest.next().and_then(|s| s.chars().next());
+        let ppid = rest.next().and_then(|p| p.parse().ok());
+        let syscall = std::fs::read_to_string(dir.join("syscall"))
+            .ok()
+            .map(|c| c.split_whitespace().next().unwrap_or_default().to_string());
+        TaskStatus { state, ppid, syscall }
     }
 }
 

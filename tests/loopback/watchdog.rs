@@ -3,6 +3,7 @@
 //! peers was doing, instead of holding the run until CI's own limit cuts it
 //! off with nothing to show. Limit: `FABRICLIB_TEST_TIMEOUT_S` (default 300 s
 //! a test; the soak gets three times as long).
+use super::util::TaskStatus;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -53,10 +54,9 @@ fn hung(name: &str, took: Duration) -> ! {
         println!("--- process {pid} ({}): its threads", comm(format!("/proc/{pid}")));
         for task in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
             let dir = task.path();
-            let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
-            let state = stat.rsplit_once(") ").map_or("?", |(_, r)| &r[..1]);
-            let call = std::fs::read_to_string(dir.join("syscall")).unwrap_or_default();
-            let call = call.split_whitespace().next().unwrap_or("?").replace("-1", "user space");
+            let st = TaskStatus::read(&dir);
+            let state = st.state.unwrap_or('?');
+            let call = st.syscall.map_or("?".into(), |c| if c == "-1" { "user space".into() } else { c });
             println!("  {} {:<16} state {state}, syscall {call}", task.file_name().to_string_lossy(), comm(&dir));
         }
         // Where each thread is, when gdb is there (scripts/deps.sh test installs it).
@@ -97,10 +97,7 @@ fn children_of(pid: u32) -> Vec<u32> {
     let mut kids = Vec::new();
     for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Ok(child) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-        // Fields after the command name: state, then the parent's pid.
-        let ppid = stat.rsplit_once(") ").and_then(|(_, r)| r.split_whitespace().nth(1)?.parse::<u32>().ok());
-        if ppid == Some(pid) {
+        if TaskStatus::read(&e.path()).ppid == Some(pid) {
             kids.push(child);
         }
     }
