@@ -56,11 +56,12 @@ usage: fabriclib-bench [options]                 run the client; spawns its serv
                                                   the raw baseline is checked against (bench/src/bare.rs);
                                                   --endpoint fabriclib: on fabriclib's endpoints instead;
                                                   --idle-engine: beside an idle engine in both processes
-       fabriclib-bench pingcost [--provider P] [--iters N] [--reps N] [--only engine|raw]
+       fabriclib-bench pingcost [--provider P] [--iters N] [--reps N] [--only engine|raw] [--evict-kb N]
                                                   a 64 B send/recv round trip with both ends (two
                                                   manual-progress engines, then two raw endpoints)
                                                   driven by this one thread: the host work per round
-                                                  trip, without wake-ups; under callgrind, by function
+                                                  trip, without wake-ups; under callgrind, by function;
+                                                  --evict-kb: caches made cold before each round trip
        fabriclib-bench server [--listen ADDR:PORT] [--bind ADDR] [--cpu N] [--engine-cpu N]
                                                   one server process (prints its control address;
                                                   --bind: its address for socket providers)

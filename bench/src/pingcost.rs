@@ -7,6 +7,14 @@
 //! both ends' CPU work per round trip without the wake-ups between CPUs,
 //! and it adds up under `valgrind --tool=callgrind` (where each function's
 //! share of the engine's excess can be read).
+//!
+//! `--evict-kb N` writes through N KiB before every round trip (the time
+//! it takes is not counted): each round trip then starts with cold caches,
+//! as one does after the kernel's network stack has run between messages
+//! (tcp). Under callgrind's cache simulation with a last-level cache
+//! smaller than N KiB (`--cache-sim=yes --LL=4194304,16,64`, N = 8192),
+//! its misses per round trip count the lines of code and data a round
+//! trip touches (`evict_caches` itself left out: docs/benchmarks.md).
 use crate::raw::{FabricRaw, R};
 use fabriclib::domain::fabric::sys::{FI_EAGAIN, fi_cq_data_entry, fi_cq_read};
 use fabriclib::{EngineConfig, IdlePolicy, OnDone, TransferEngine};
@@ -19,6 +27,7 @@ const DEADLINE: Duration = Duration::from_secs(10);
 
 pub fn run(args: &[String]) -> R<bool> {
     let (mut provider, mut iters, mut reps, mut only) = ("shm".to_string(), 20_000usize, 5usize, None::<String>);
+    let mut cold = Cold::default();
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match (a.as_str(), it.next()) {
@@ -26,6 +35,7 @@ pub fn run(args: &[String]) -> R<bool> {
             ("--iters", Some(v)) => iters = crate::num(v)?,
             ("--reps", Some(v)) => reps = crate::num(v)?,
             ("--only", Some(v)) if v == "engine" || v == "raw" => only = Some(v.clone()),
+            ("--evict-kb", Some(v)) => cold.buf = vec![0u8; crate::num(v)? << 10],
             _ => return Err(format!("pingcost: bad argument {a:?} (see --help)")),
         }
     }
@@ -33,19 +43,55 @@ pub fn run(args: &[String]) -> R<bool> {
     let engines = Engines::new(&provider, bind)?;
     let mut raw = Raws::new(&provider, bind)?;
     // Warm up both (greetings, first-touch of buffers).
-    engines.round_trips(100)?;
-    raw.round_trips(100)?;
+    engines.round_trips(100, &mut cold)?;
+    raw.round_trips(100, &mut cold)?;
     println!("pingcost {provider}: ns per {MSG} B round trip, both ends on this thread ({iters} per rep);");
+    if !cold.buf.is_empty() {
+        println!("caches evicted before every round trip: {} KiB written (not timed)", cold.buf.len() >> 10);
+    }
     println!("an empty pass: ns per progress() of an engine with nothing to do, and per raw poll of an idle CQ");
     println!("{:>5} {:>10} {:>10} {:>10} {:>12} {:>10}", "rep", "engine", "raw", "excess", "empty pass", "raw poll");
     for rep in 0..reps {
-        let e = if only.as_deref() != Some("raw") { engines.round_trips(iters)? } else { 0.0 };
-        let r = if only.as_deref() != Some("engine") { raw.round_trips(iters)? } else { 0.0 };
+        let e = if only.as_deref() != Some("raw") { engines.round_trips(iters, &mut cold)? } else { 0.0 };
+        let r = if only.as_deref() != Some("engine") { raw.round_trips(iters, &mut cold)? } else { 0.0 };
         let ep = if only.as_deref() != Some("raw") { engines.empty_passes(iters) } else { 0.0 };
         let rp = if only.as_deref() != Some("engine") { raw.empty_polls(iters)? } else { 0.0 };
         println!("{:>5} {:>10.0} {:>10.0} {:>10.0} {:>12.0} {:>10.0}", rep + 1, e, r, e - r, ep, rp);
     }
     Ok(true)
+}
+
+/// `--evict-kb`: a buffer written through before each round trip, and the
+/// time that took (taken out of the round trips' time).
+#[derive(Default)]
+struct Cold {
+    buf: Vec<u8>,
+    spent: Duration,
+}
+
+impl Cold {
+    /// Writes a byte of every cache line of the buffer (nothing if empty).
+    fn evict(&mut self) {
+        if !self.buf.is_empty() {
+            let t = Instant::now();
+            evict_caches(&mut self.buf);
+            self.spent += t.elapsed();
+        }
+    }
+    /// Nanoseconds per round trip of `n` that took `total`, eviction left out.
+    fn per_trip(&mut self, total: Duration, n: usize) -> f64 {
+        let spent = std::mem::take(&mut self.spent);
+        total.saturating_sub(spent).as_nanos() as f64 / n as f64
+    }
+}
+
+/// Not inlined: callgrind's figures leave this function out by its name.
+#[inline(never)]
+fn evict_caches(buf: &mut [u8]) {
+    for b in buf.iter_mut().step_by(64) {
+        *b = b.wrapping_add(1);
+    }
+    std::hint::black_box(buf);
 }
 
 /// A pings B; B's receive callback answers from B's own thread (the one
@@ -98,11 +144,12 @@ impl Engines {
     }
 
     /// Mean nanoseconds per round trip over `n`.
-    fn round_trips(&self, n: usize) -> R<f64> {
+    fn round_trips(&self, n: usize, cold: &mut Cold) -> R<f64> {
         let msg = [7u8; MSG];
         let deadline = Instant::now() + DEADLINE;
         let t0 = Instant::now();
         for _ in 0..n {
+            cold.evict();
             let before = self.got.load(Ordering::Acquire);
             self.a.submit_send(self.b.address(), &msg, OnDone::Nothing).map_err(|e| e.to_string())?;
             while self.got.load(Ordering::Acquire) == before {
@@ -113,7 +160,7 @@ impl Engines {
                 }
             }
         }
-        Ok(t0.elapsed().as_nanos() as f64 / n as f64)
+        Ok(cold.per_trip(t0.elapsed(), n))
     }
 }
 
@@ -157,12 +204,13 @@ impl Raws {
         Ok(t0.elapsed().as_nanos() as f64 / n as f64)
     }
 
-    fn round_trips(&mut self, n: usize) -> R<f64> {
+    fn round_trips(&mut self, n: usize, cold: &mut Cold) -> R<f64> {
         let deadline = Instant::now() + DEADLINE;
         let t0 = Instant::now();
         let ((pa, da), (pb, db)) = (self.bufs[0], self.bufs[1]);
         let (a, b) = (&mut self.a, &mut self.b);
         for _ in 0..n {
+            cold.evict();
             // Each step drives both ends: a first send waits for the
             // provider's connection, which the other end's progress makes.
             while !a.try_send(self.a_to_b, pa, MSG, da)? {
@@ -187,7 +235,7 @@ impl Raws {
                 timed_out(deadline)?;
             }
         }
-        let ns = t0.elapsed().as_nanos() as f64 / n as f64;
+        let ns = cold.per_trip(t0.elapsed(), n);
         // Reap the sends' local completions.
         for r in [&mut self.a, &mut self.b] {
             while r.outstanding > 0 {

@@ -194,6 +194,29 @@ fn the_bare_loop_reports_its_bandwidth() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("bare target: 192 completions"));
 }
 
+#[test]
+fn pingcost_times_round_trips_with_warm_and_cold_caches() {
+    for evict in [None, Some("256")] {
+        let mut cmd = bench();
+        cmd.args(["pingcost", "--provider", "shm", "--iters", "300", "--reps", "2"]);
+        if let Some(kb) = evict {
+            cmd.args(["--evict-kb", kb]);
+        }
+        let out = cmd.output().unwrap();
+        let so = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{so}{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(so.contains("caches evicted before every round trip: 256 KiB"), evict.is_some(), "{so}");
+        // Two repetitions, each with the engine's and raw's round trip timed.
+        let reps: Vec<Vec<f64>> = so
+            .lines()
+            .filter_map(|l| l.split_whitespace().map(str::parse::<f64>).collect::<Result<Vec<_>, _>>().ok())
+            .filter(|v| v.len() == 6)
+            .collect();
+        assert_eq!(reps.len(), 2, "{so}");
+        assert!(reps.iter().all(|v| v[1] > 0.0 && v[2] > 0.0), "{so}");
+    }
+}
+
 fn info() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_fabriclib-info"))
 }
