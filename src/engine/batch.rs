@@ -51,7 +51,9 @@ impl TransferEngine {
         let writes = writes.into_iter();
         // Each write as a bundle's member (bundle.rs); and, once the batch
         // cannot go as bundles, what each write's own request holds besides.
-        let mut members: Vec<Member> = Vec::with_capacity(writes.size_hint().0);
+        // A list the worker gave back (empty), else a new one.
+        let mut members: Vec<Member> = self.groups[g].shared.spare_members.pop().unwrap_or_default();
+        members.reserve(writes.size_hint().0);
         let mut own: Vec<Own> = Vec::new();
         // Bundles: one work request each, to one peer, with one deadline and
         // route, none delivered (and no more slots than their tokens carry);

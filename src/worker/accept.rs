@@ -128,7 +128,7 @@ impl<D: Domain> Worker<D> {
     pub(super) fn accept(&mut self, mut req: Request) {
         self.shared.stats.started[req.kind()].add(req.reports() as u64);
         if let Shape::Bundle(b) = &mut req.shape {
-            bundle::own(&mut self.requests.member_lists, b);
+            bundle::own(&mut self.requests.member_lists, &self.shared.spare_members, b);
         }
         let (peer, unit_peers) = match self.take_refs(&mut req) {
             Ok(p) => p,

@@ -18,6 +18,7 @@ use crate::domain::Domain;
 use crate::domain::{PeerId, WriteWr};
 use crate::error::{Error, Result, Status};
 use crate::metrics::{GroupStats, POST_TO_DONE, REQUEST_BYTES, REQUEST_WRS};
+use crossbeam_queue::ArrayQueue;
 use std::sync::Arc;
 
 /// The most members a bundle has (its tokens carry a member's index in a
@@ -74,10 +75,13 @@ impl Member {
 /// the two threads' CPUs with every write (on the H200, a batch of 16 cost
 /// 1.18× the requests of their own in worker mode before this copy).
 /// (The box too: a new one, not the submitter's written over.)
+/// The submitter's list, emptied, goes back to `spares` for its next batch.
 #[allow(clippy::replace_box)]
-pub(super) fn own(lists: &mut Vec<Vec<Member>>, b: &mut Box<BundleShape>) {
+pub(super) fn own(lists: &mut Vec<Vec<Member>>, spares: &ArrayQueue<Vec<Member>>, b: &mut Box<BundleShape>) {
     let mut mine = lists.pop().unwrap_or_default();
     mine.append(&mut b.members);
+    // Full: dropped (a burst of batches keeps no more than the queue holds).
+    let _ = spares.push(std::mem::take(&mut b.members));
     *b = Box::new(BundleShape { members: mine, open: b.open });
 }
 
@@ -240,5 +244,52 @@ impl<D: Domain> Worker<D> {
                 self.notifier.fire_request(req.id, req.done, Err(e));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(id: u64) -> Member {
+        let (posted, done) = (false.into(), OnDone::Nothing);
+        Member {
+            id,
+            src: 0,
+            len: 8,
+            dst: Dst::Held(0),
+            dst_off: 0,
+            imm: None,
+            done,
+            holds: false,
+            posted,
+            reported: false,
+            canceled: false,
+        }
+    }
+
+    /// The worker moves a bundle's writes into a list of its own and gives
+    /// the submitter's back, emptied, for its next batch; a full queue of
+    /// spares drops it.
+    #[test]
+    fn own_moves_the_writes_and_gives_the_list_back() {
+        let spares = ArrayQueue::new(1);
+        let mut lists = vec![Vec::with_capacity(4)];
+        let submitted: Vec<Member> = (0..3).map(member).collect();
+        let at = submitted.as_ptr();
+        let mut b = Box::new(BundleShape { members: submitted, open: 3 });
+        own(&mut lists, &spares, &mut b);
+        assert_eq!(b.members.iter().map(|m| m.id).collect::<Vec<_>>(), [0, 1, 2]);
+        assert_ne!(b.members.as_ptr(), at, "the writes moved");
+        assert_eq!(b.open, 3);
+        assert!(lists.is_empty(), "the worker's kept list was used");
+        let back = spares.pop().expect("the submitter's list came back");
+        assert!(back.is_empty() && back.capacity() >= 3 && back.as_ptr() == at);
+        // Nothing to reuse, and no room for a spare: a new list, the old dropped.
+        assert!(spares.push(Vec::new()).is_ok());
+        let mut b = Box::new(BundleShape { members: vec![member(7)], open: 1 });
+        own(&mut lists, &spares, &mut b);
+        assert_eq!(b.members[0].id, 7);
+        assert!(spares.pop().is_some_and(|v| v.capacity() == 0) && spares.pop().is_none());
     }
 }

@@ -11,6 +11,9 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::thread::JoinHandle;
 
+/// Emptied lists of a batch's writes kept for the next batches (`Shared::spare_members`).
+const SPARE_MEMBER_LISTS: usize = 16;
+
 /// The state shared with the API, for a worker as `plan` says.
 fn new_shared(plan: &GroupPlan, notifier: &Notifier) -> Result<Arc<Shared>> {
     Ok(Arc::new(Shared {
@@ -26,6 +29,7 @@ fn new_shared(plan: &GroupPlan, notifier: &Notifier) -> Result<Arc<Shared>> {
         awaited: AtomicBool::new(false),
         stats: Default::default(),
         tally: Default::default(),
+        spare_members: ArrayQueue::new(SPARE_MEMBER_LISTS),
     }))
 }
 
