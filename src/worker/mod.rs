@@ -70,7 +70,9 @@ pub struct Shared {
     /// it has moved their writes into lists of its own (`bundle::own`), and
     /// `submit_single_writes` fills again: no allocation of a batch's list
     /// per batch (over a kilobyte for 16 writes, past the allocator's
-    /// per-thread cache) nor its free on the worker's thread.
+    /// per-thread cache) nor its free on the worker's thread. Only a
+    /// bundle's list comes back (at most `MAX_MEMBERS` writes: a larger
+    /// batch is cut into new lists), so the queue pins at most 16 of those.
     pub spare_members: ArrayQueue<Vec<request::Member>>,
 }
 
