@@ -299,9 +299,10 @@ pub fn kill9_mid_transfer(prov: &str, domains: usize) -> TestResult {
     // libfabric's shm (1.17 and 1.20): a process killed while its progress
     // holds the spinlock of its shared-memory region leaves it held, and a
     // post to it spins inside libfabric forever (4 of 12 runs on 1.17, 9 of
-    // 11 on 1.20 with the victim left busy; docs/failure-semantics.md). So on shm the victim is first stopped
-    // outside its progress (`Peer::stop`), then the writes are submitted
-    // (they queue in its region), then it is killed.
+    // 11 on 1.20 with the victim left busy; docs/failure-semantics.md). So
+    // on shm the victim is first stopped outside its progress (`Peer::stop`),
+    // then the writes are submitted (they queue in its region), then it is
+    // killed.
     if prov == "shm" {
         victim.stop()?;
     }

@@ -207,8 +207,8 @@ impl Peer {
 
     /// Stops the peer (SIGSTOP) at a moment when none of its threads is in
     /// user space: each is blocked in a system call (its workers napping).
-    /// libfabric's shm (1.17, 1.20) guards a process's region with a spinlock its
-    /// owner takes on every poll; a peer stopped while holding it stalls
+    /// libfabric's shm (1.17, 1.20) guards a process's region with a spinlock
+    /// its owner takes on every poll; a peer stopped while holding it stalls
     /// every post to it inside libfabric, our worker with it
     /// (docs/failure-semantics.md), and a test that stops a peer tests
     /// fabriclib, not that. A thread caught in user space (it may hold the
