@@ -37,7 +37,23 @@ impl TransferEngine {
             };
             bail!(InvalidArgument, "submit_send: {} bytes is over the {max}-byte message limit{why}", msg.len());
         }
-        self.submit(0, Shape::Send { to: to.clone(), msg: msg.into() }, None, None, done.into())
+        let slots = &self.groups[0].shared.send_slots;
+        let msg = slots.stage(msg);
+        let slot = msg.slot();
+        // Refused (nothing queued: `max_inflight`, a full queue, bad options): the slot back.
+        self.submit(0, Shape::Send { to: to.clone(), msg }, None, None, done.into()).inspect_err(|_| {
+            if let Some(s) = slot {
+                slots.release(s)
+            }
+        })
+    }
+
+    /// Send slots not in use that `submit_send` may copy a message into
+    /// (64 when no send is in flight; `src/worker/stage.rs`). For tests
+    /// that check that every send gives its slot back.
+    #[doc(hidden)]
+    pub fn send_slots_free(&self) -> usize {
+        self.groups[0].shared.send_slots.free_now()
     }
 
     /// Posts `count` receive buffers for messages of up to `len` bytes on

@@ -240,6 +240,9 @@ impl<D: Domain> Worker<D> {
                 }
             }
             _ => {
+                if let Shape::Send { msg, .. } = &req.shape {
+                    self.shared.send_slots.unstage(msg);
+                }
                 stats.ended(req.kind(), e.status as usize);
                 self.notifier.fire_request(req.id, req.done, Err(e));
             }

@@ -131,8 +131,8 @@ impl<D: Domain> Worker<D> {
                 stats.hists[REQUEST_BYTES].record(a.bytes);
                 stats.hists[REQUEST_WRS].record(a.posted as u64);
             }
-            if let Some(s) = a.stage {
-                stage.release(s);
+            if let Shape::Send { msg, .. } = &a.req.shape {
+                stage.release(a.stage, msg);
             }
             accept::put_refs(regions, dsts, domains, &a.req, a.req.dst_count());
             let done = std::mem::replace(&mut a.req.done, OnDone::Nothing);

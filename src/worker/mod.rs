@@ -74,6 +74,10 @@ pub struct Shared {
     /// bundle's list comes back (at most `MAX_MEMBERS` writes: a larger
     /// batch is cut into new lists), so the queue pins at most 16 of those.
     pub spare_members: ArrayQueue<Vec<request::Member>>,
+    /// The send slots' memory and the slots `submit_send` may take
+    /// (stage.rs): a message is copied into registered memory on the
+    /// caller's thread.
+    pub send_slots: Arc<stage::SendSlots>,
 }
 
 impl Shared {
@@ -126,7 +130,7 @@ pub struct GroupInfo {
     pub nics: Vec<crate::domain::Nic>,
 }
 
-pub use stage::MAX_SEND;
+pub use stage::{MAX_SEND, SendMsg};
 pub use start::{Progress, manual, new_epoch_base, spawn};
 /// Work requests posted per domain before the worker polls again.
 const POST_BURST: usize = 256;
@@ -196,7 +200,7 @@ impl<D: Domain> Worker<D> {
         for spec in &plan.nics {
             domains.push(D::open(spec)?);
         }
-        let requests = Requests::new(&mut domains, shared.tag, place.epoch)?;
+        let requests = Requests::new(&mut domains, shared.tag, shared.send_slots.clone(), place.epoch)?;
         let tally = counters::Tally::new(&domains.iter().map(|d| d.nic().name).collect::<Vec<_>>());
         let _ = shared.tally.set(tally.clone());
         let address = NetAddr { epoch: place.epoch, domains: domains.iter().map(|d| d.address().into()).collect() };

@@ -152,7 +152,12 @@ impl<D: Domain> Worker<D> {
                 Some(s) => s,
                 None => match self.requests.stage.stage(msg) {
                     Some(s) => *a.stage.insert(s),
-                    None => return (0, Ok(Post::Again)),
+                    // No slot free: the requests behind it go first, as for
+                    // a full peer window. (Stopping the domain's queue here,
+                    // as for a full provider queue, could wait for ever on
+                    // sends behind it that hold the slots and wait for
+                    // their peer's window.)
+                    None => return (0, Ok(Post::Busy)),
                 },
             };
             // The sender named in the header, or in the completion's data.

@@ -87,7 +87,7 @@ pub enum Shape {
     /// One message to domain 0 of a peer.
     Send {
         to: NetAddr,
-        msg: Box<[u8]>,
+        msg: super::stage::SendMsg,
     },
     /// Nothing to post: ends once the peer is up (greeted afresh if down).
     Connect {

@@ -8,7 +8,7 @@ use super::held::{Dsts, Regions};
 use super::recv::OwnedMem;
 use super::slots::Slots;
 use super::split::Splits;
-use super::stage::Staging;
+use super::stage::{SendSlots, Staging};
 use crate::domain::{Domain, LocalMr, Memory};
 use crate::error::Result;
 use std::collections::VecDeque;
@@ -42,15 +42,16 @@ pub(super) struct Requests {
 
 impl Requests {
     /// Empty tables for `domains`, with the scratch bytes registered in
-    /// each and the send staging in domain 0; `tag` marks the descriptors
-    /// this engine holds (held.rs); sends name their sender by `epoch`.
-    pub(super) fn new<D: Domain>(domains: &mut [D], tag: u32, epoch: u64) -> Result<Requests> {
+    /// each and the send slots (`slots`) in domain 0; `tag` marks the
+    /// descriptors this engine holds (held.rs); sends name their sender by
+    /// `epoch`.
+    pub(super) fn new<D: Domain>(domains: &mut [D], tag: u32, slots: Arc<SendSlots>, epoch: u64) -> Result<Requests> {
         let scratch = OwnedMem::new(64);
         let mut scratch_mr = Vec::new();
         for d in domains.iter_mut() {
             scratch_mr.push(d.register(scratch.ptr, scratch.len, Memory::Host)?);
         }
-        let stage = Staging::new(&mut domains[0], epoch)?;
+        let stage = Staging::new(&mut domains[0], slots, epoch)?;
         Ok(Requests {
             slots: Slots::default(),
             pending: (0..domains.len()).map(|_| VecDeque::new()).collect(),

@@ -30,6 +30,7 @@ fn new_shared(plan: &GroupPlan, notifier: &Notifier) -> Result<Arc<Shared>> {
         stats: Default::default(),
         tally: Default::default(),
         spare_members: ArrayQueue::new(SPARE_MEMBER_LISTS),
+        send_slots: Arc::new(super::stage::SendSlots::new()),
     }))
 }
 

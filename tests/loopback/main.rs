@@ -471,6 +471,7 @@ const TESTS: &[(&str, Test)] = &[
     ("paged_writes_10000_random_pages", paged_writes),
     ("scatter_and_barrier_to_3_peers", scatter_and_barrier),
     ("send_recv_round_trips", recv::send_recv),
+    ("sends_beyond_the_slots_arrive_and_give_their_slots_back", recv::sends_beyond_the_slots),
     ("receive_pool_on_worker", recv::pool_on_worker),
     ("receive_pool_on_worker_in_manual_progress", recv::receive_pool_on_worker_in_manual_progress),
     ("an_answer_leaves_in_the_pass_that_took_the_message", recv::an_answer_leaves_in_the_pass_that_took_the_message),

@@ -568,3 +568,121 @@ fn two_manual_engines(
     };
     Ok((TransferEngine::new(&cfg).map_err(e2s)?, Arc::new(TransferEngine::new(&cfg).map_err(e2s)?)))
 }
+
+/// More sends at once than there are send slots: those that found none wait
+/// for the worker's own slots, and every message arrives once, bytes
+/// intact. Each gives its slot back: those posted, those that ended before
+/// they were posted (to a peer that never answers, past their deadline), and
+/// those the submission queue refused.
+pub fn sends_beyond_the_slots(prov: &str, domains: usize) -> TestResult {
+    const N: usize = 150;
+    let cfg = |submit_queue, max_inflight| EngineConfig {
+        provider: Some(prov.into()),
+        bind_addr: Some("127.0.0.1".into()),
+        nic_count: domains,
+        manual_progress: true,
+        submit_queue,
+        max_inflight,
+        drain_timeout: Duration::from_millis(300),
+        ..Default::default()
+    };
+    let (a, b) =
+        (TransferEngine::new(&cfg(2 * N, 2 * N)).map_err(e2s)?, TransferEngine::new(&cfg(2 * N, 2 * N)).map_err(e2s)?);
+    let slots = a.send_slots_free();
+    let (tx, got) = channel::<Vec<u8>>();
+    let tx = std::sync::Mutex::new(tx);
+    b.add_recv_pool(4096, 64, move |m| {
+        if let Ok(d) = m.data {
+            let _ = tx.lock().unwrap().send(d.to_vec());
+        }
+    })
+    .map_err(e2s)?;
+    let to = b.address().clone();
+    let warm = faults::Ends::new(1);
+    a.submit_send(&to, b"warm", warm.on(0)).map_err(e2s)?;
+    progress_until(&[&a, &b], "the first send", || warm.done() == 1)?;
+    got.recv_timeout(WAIT).map_err(|e| format!("the first message: {e}"))?;
+    if a.send_slots_free() != slots || slots == 0 {
+        return Err(format!("{} of {slots} send slots free after one send ended", a.send_slots_free()));
+    }
+    let (ends, mut rng) = (faults::Ends::new(N), Rng(5));
+    let mut sent: Vec<Vec<u8>> = (0..N)
+        .map(|i| {
+            let mut m = vec![0u8; 2 + rng.below(a.max_send_size().min(4096) as u64 - 2) as usize];
+            rng.fill(&mut m);
+            m[..2].copy_from_slice(&(i as u16).to_le_bytes());
+            m
+        })
+        .collect();
+    for (i, m) in sent.iter().enumerate() {
+        a.submit_send(&to, m, ends.on(i)).map_err(e2s)?;
+    }
+    if a.send_slots_free() != 0 {
+        return Err(format!("{N} sends queued, yet {} send slots free", a.send_slots_free()));
+    }
+    let mut arrived = Vec::new();
+    progress_until(&[&a, &b], "every message", || {
+        arrived.extend(got.try_iter());
+        arrived.len() >= N
+    })?;
+    progress_until(&[&a, &b], "every send's report", || ends.done() == N)?;
+    ends.once()?;
+    ends.only(&[Status::Ok])?;
+    arrived.extend(got.try_iter());
+    arrived.sort();
+    sent.sort();
+    if arrived != sent {
+        return Err(format!("{} messages arrived for {N} sent, or their bytes differ", arrived.len()));
+    }
+    if a.send_slots_free() != slots {
+        return Err(format!("{} of {slots} send slots free after every send ended", a.send_slots_free()));
+    }
+    // Parked on a peer that never answers the handshake, then past their deadline.
+    let mut mute = Peer::spawn(prov, domains, 4096)?;
+    mute.stop()?;
+    let late = faults::Ends::new(10);
+    for i in 0..10 {
+        let opts = late.on(i).deadline(fabriclib::Deadline::After(Duration::from_millis(200)));
+        a.submit_send(&addr(&mute), &[i as u8; 100], opts).map_err(e2s)?;
+    }
+    progress_until(&[&a], "the sends to a mute peer", || late.done() == 10)?;
+    mute.kill9();
+    late.once()?;
+    late.only(&[Status::TimedOut])?;
+    if a.send_slots_free() != slots {
+        return Err(format!("{} of {slots} send slots free after sends ended unposted", a.send_slots_free()));
+    }
+    // Refused at submit, by a full submission queue or by `max_inflight`,
+    // again and again (as a caller that retries on `Again` does): each
+    // message's slot is given back.
+    for (queue, inflight) in [(4, 100), (100, 4)] {
+        let c = TransferEngine::new(&cfg(queue, inflight)).map_err(e2s)?;
+        let mut queued = 0;
+        for _ in 0..2 * slots {
+            match c.submit_send(&to, b"queued", OnDone::Nothing) {
+                Ok(_) => queued += 1,
+                Err(e) if e.status == Status::Again => {}
+                Err(e) => return Err(format!("a send refused with {e}")),
+            }
+        }
+        if queued != 4 || c.send_slots_free() != slots - queued {
+            return Err(format!(
+                "submit queue {queue}, max_inflight {inflight}: {queued} sends queued, {} of {slots} send slots free",
+                c.send_slots_free()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Progresses `engines` (in turn, on this thread) until `done()`, for up to `WAIT`.
+fn progress_until(engines: &[&TransferEngine], what: &str, mut done: impl FnMut() -> bool) -> TestResult {
+    let t = Instant::now();
+    while !done() {
+        engines.iter().for_each(|e| _ = e.progress());
+        if t.elapsed() > WAIT {
+            return Err(format!("{what}: not within {WAIT:?}"));
+        }
+    }
+    Ok(())
+}
