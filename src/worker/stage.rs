@@ -8,7 +8,8 @@
 //! `submit_send` copies the message itself, on the caller's thread, into a
 //! slot it takes from the shared ones (`SendSlots`, in the group's
 //! `Shared`): no heap copy of the message, and none freed on the worker's
-//! thread. When all `SHARED_SLOTS` are taken the message is copied to the
+//! thread. The slot freed last is taken first (`SendSlots::hot`), so a
+//! send after a send writes where the last one did, still in cache. When all `SHARED_SLOTS` are taken the message is copied to the
 //! heap instead (`SendMsg::Owned`), and the worker stages it when it posts
 //! it, into one of `WORKER_SLOTS` slots of its own (`Staging`): a send
 //! waiting for one of those waits only for sends that hold one, never for a
@@ -20,6 +21,7 @@ use crate::domain::{Domain, LocalMr, Memory};
 use crate::error::Result;
 use crossbeam_queue::ArrayQueue;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// The largest message `submit_send` takes.
 pub const MAX_SEND: usize = 64 * 1024;
@@ -41,6 +43,14 @@ const SHARED_SLOTS: usize = 64;
 /// Slots only the worker takes, for messages that found no shared one.
 const WORKER_SLOTS: usize = 16;
 const SEND_SLOTS: usize = SHARED_SLOTS + WORKER_SLOTS;
+/// From one slot to the next: at least `SEND_SLOT`, in an odd number of
+/// 64-byte lines, so that successive slots' first lines fall in different
+/// sets of a CPU's caches (64 KiB apart, they all fall in one set, and
+/// 64 slots contend for its 8 or 16 ways).
+const SLOT_STRIDE: usize = ((SEND_SLOT / 64 + 1) | 1) * 64;
+const _: () = assert!(SLOT_STRIDE >= SEND_SLOT && (SLOT_STRIDE / 64) % 2 == 1);
+/// `SendSlots::hot` when it holds no slot.
+const NO_SLOT: u32 = u32::MAX;
 
 /// A send's message: in a slot (`SendSlots::stage`), or on the heap until
 /// the worker stages it.
@@ -70,6 +80,10 @@ impl SendMsg {
 /// submitting threads and its worker both see.
 pub struct SendSlots {
     mem: Arc<OwnedMem>,
+    /// The slot freed last (`NO_SLOT`: none), taken first: a send after
+    /// a send reuses its slot, still in cache, rather than the one the
+    /// queue has held longest.
+    hot: AtomicU32,
     free: ArrayQueue<u32>,
 }
 
@@ -79,14 +93,15 @@ impl SendSlots {
         for s in 0..SHARED_SLOTS as u32 {
             free.push(s).expect("room for every shared slot");
         }
-        SendSlots { mem: OwnedMem::new(SEND_SLOT * SEND_SLOTS), free }
+        SendSlots { mem: OwnedMem::new(SLOT_STRIDE * SEND_SLOTS), hot: AtomicU32::new(NO_SLOT), free }
     }
 
     /// Copies `msg` into a free shared slot, behind its header; the heap
     /// copy (`Owned`) if none is free. The caller has checked `msg`
     /// against `MAX_SEND`.
     pub(crate) fn stage(&self, msg: &[u8]) -> SendMsg {
-        match self.free.pop() {
+        let hot = self.hot.swap(NO_SLOT, Ordering::AcqRel);
+        match (hot != NO_SLOT).then_some(hot).or_else(|| self.free.pop()) {
             Some(slot) => {
                 // SAFETY: the slot is ours until it is released.
                 unsafe { self.fill(slot, msg) };
@@ -98,7 +113,7 @@ impl SendSlots {
 
     /// Shared slots not in use.
     pub(crate) fn free_now(&self) -> usize {
-        self.free.len()
+        self.free.len() + (self.hot.load(Ordering::Relaxed) != NO_SLOT) as usize
     }
 
     /// Gives back the slot of a send that ends without its request having
@@ -111,14 +126,17 @@ impl SendSlots {
 
     /// Gives back shared slot `s`: its send has ended, or was refused at submit.
     pub(crate) fn release(&self, s: u32) {
-        self.free.push(s).expect("a shared slot is released once");
+        let before = self.hot.swap(s, Ordering::AcqRel);
+        if before != NO_SLOT {
+            self.free.push(before).expect("a shared slot is released once");
+        }
     }
 
     /// Slot `s`'s first byte (its header's).
     fn buf(&self, s: u32) -> *mut u8 {
         assert!((s as usize) < SEND_SLOTS);
         // SAFETY: in bounds (asserted).
-        unsafe { self.mem.ptr.add(s as usize * SEND_SLOT) }
+        unsafe { self.mem.ptr.add(s as usize * SLOT_STRIDE) }
     }
 
     /// Copies `msg` behind slot `s`'s header.
