@@ -433,7 +433,7 @@ pub fn an_engine_outlives_its_peer_in_one_process(prov: &str, domains: usize) ->
 /// (added plainly) gets every answer, bytes intact.
 pub fn receive_pool_on_worker_in_manual_progress(prov: &str, domains: usize) -> TestResult {
     let (a, b) = two_manual_engines(prov, domains, Duration::from_millis(300))?;
-    let answers = messages_into_channel(&a)?;
+    let answers = messages_into_channel(&a, 8)?;
     // What b's callback saw: its thread, a waiting call's status, a nested progress.
     let (stx, seen) = channel::<(std::thread::ThreadId, Status, bool)>();
     let (weak, stx) = (Arc::downgrade(&b), std::sync::Mutex::new(stx));
@@ -468,7 +468,7 @@ pub fn receive_pool_on_worker_in_manual_progress(prov: &str, domains: usize) -> 
 /// `b` is never progressed again in the round, yet `a` gets the answer.
 pub fn an_answer_leaves_in_the_pass_that_took_the_message(prov: &str, domains: usize) -> TestResult {
     let (a, b) = two_manual_engines(prov, domains, Duration::from_millis(300))?;
-    let answers = messages_into_channel(&a)?;
+    let answers = messages_into_channel(&a, 8)?;
     let taken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let (weak, t2) = (Arc::downgrade(&b), taken.clone());
     b.add_recv_pool_on_worker(4096, 8, move |m| {
@@ -536,11 +536,12 @@ fn is_echo_of(e: &[u8], msg: &[u8]) -> bool {
     e.first() == Some(&0xEC) && e[1..] == *msg
 }
 
-/// A receive pool on `e` whose callback forwards every message's bytes.
-fn messages_into_channel(e: &TransferEngine) -> Result<std::sync::mpsc::Receiver<Vec<u8>>, String> {
+/// A receive pool on `e` of `count` buffers whose callback forwards every
+/// message's bytes.
+fn messages_into_channel(e: &TransferEngine, count: usize) -> Result<std::sync::mpsc::Receiver<Vec<u8>>, String> {
     let (tx, rx) = channel::<Vec<u8>>();
     let tx = std::sync::Mutex::new(tx);
-    e.add_recv_pool(4096, 8, move |m| {
+    e.add_recv_pool(4096, count, move |m| {
         if let Ok(d) = m.data {
             let _ = tx.lock().unwrap().send(d.to_vec());
         }
@@ -589,14 +590,7 @@ pub fn sends_beyond_the_slots(prov: &str, domains: usize) -> TestResult {
     let (a, b) =
         (TransferEngine::new(&cfg(2 * N, 2 * N)).map_err(e2s)?, TransferEngine::new(&cfg(2 * N, 2 * N)).map_err(e2s)?);
     let slots = a.send_slots_free();
-    let (tx, got) = channel::<Vec<u8>>();
-    let tx = std::sync::Mutex::new(tx);
-    b.add_recv_pool(4096, 64, move |m| {
-        if let Ok(d) = m.data {
-            let _ = tx.lock().unwrap().send(d.to_vec());
-        }
-    })
-    .map_err(e2s)?;
+    let got = messages_into_channel(&b, 64)?;
     let to = b.address().clone();
     let warm = faults::Ends::new(1);
     a.submit_send(&to, b"warm", warm.on(0)).map_err(e2s)?;
