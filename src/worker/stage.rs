@@ -45,8 +45,8 @@ const WORKER_SLOTS: usize = 16;
 const SEND_SLOTS: usize = SHARED_SLOTS + WORKER_SLOTS;
 /// From one slot to the next: at least `SEND_SLOT`, in an odd number of
 /// 64-byte lines, so that successive slots' first lines fall in different
-/// sets of a CPU's caches (64 KiB apart, they all fall in one set, and
-/// 64 slots contend for its 8 or 16 ways).
+/// sets of a CPU's caches (`SEND_SLOT` apart, 64 KiB and 8 bytes, eight
+/// successive slots share a set of a 32 KiB level-1 cache, of 8 ways).
 const SLOT_STRIDE: usize = ((SEND_SLOT / 64 + 1) | 1) * 64;
 const _: () = assert!(SLOT_STRIDE >= SEND_SLOT && (SLOT_STRIDE / 64) % 2 == 1);
 /// `SendSlots::hot` when it holds no slot.
