@@ -203,15 +203,16 @@ impl Staging {
     }
 
     /// Frees the slot of a send that ended: the one it was posted from
-    /// (`stage` gave it), else the one it was submitted in, if any.
+    /// (`stage` gave it), else the one it was submitted in, if any (a heap
+    /// message never staged has none).
     pub(super) fn release(&mut self, posted_from: Option<u32>, msg: &SendMsg) {
-        match posted_from {
+        match posted_from.or(msg.slot()) {
             Some(s) if (s as usize) < SHARED_SLOTS => self.slots.release(s),
             Some(s) => {
                 debug_assert!(!self.free.contains(&s));
                 self.free.push(s);
             }
-            None => self.slots.unstage(msg),
+            None => {}
         }
     }
 
