@@ -12,7 +12,10 @@ use crate::metrics::{POST_TO_DONE, REQUEST_BYTES, REQUEST_WRS};
 
 impl<D: Domain> Worker<D> {
     pub(super) fn complete(&mut self, d: usize, c: Completion) {
-        // The common case first: a unit of a request done.
+        // The common case first: a unit of a request done. A bundle's
+        // member is reported with the others of its poll (`report_members`),
+        // or before anything that may end requests: a failed work request
+        // or an engine message (a peer's goodbye).
         if let Completion::Done { token, peer, bytes } = c {
             match Token::decode(token) {
                 Token::Request { slot, epoch } => {
@@ -21,7 +24,7 @@ impl<D: Domain> Worker<D> {
                 }
                 Token::Member { slot, epoch, unit } => {
                     self.pass.done.add(&self.tally, d, peer, bytes);
-                    return self.member_done(slot, epoch, unit, None);
+                    return self.pass.members.push((slot, epoch, unit));
                 }
                 _ => {}
             }
@@ -39,8 +42,14 @@ impl<D: Domain> Worker<D> {
             self.pass.done.add(&self.tally, d, peer, bytes);
         }
         match (t, res) {
-            (Token::EngineRecv(i), res) => self.engine_recv(i, res.ok()),
-            (Token::EngineSend { peer, slot }, res) => self.engine_sent(peer, slot, res.err().map(|(_, e)| e)),
+            (Token::EngineRecv(i), res) => {
+                self.report_members();
+                self.engine_recv(i, res.ok())
+            }
+            (Token::EngineSend { peer, slot }, res) => {
+                self.report_members();
+                self.engine_sent(peer, slot, res.err().map(|(_, e)| e))
+            }
             (Token::Recv { pool, index }, res) => {
                 let res = res.map_err(|(_, e)| Error::new(e.status, format!("receive failed: {}", e.message)));
                 self.deliver(pool, index, res, data)
@@ -49,6 +58,7 @@ impl<D: Domain> Worker<D> {
             (Token::Request { slot, epoch }, Ok(_)) => self.unit_done(slot, epoch),
             (Token::Member { slot, epoch, unit }, Ok(_)) => self.member_done(slot, epoch, unit, None),
             (t, Err((peer, e))) => {
+                self.report_members();
                 self.tally.failed(d, peer, e.status);
                 let err = Error::new(e.status, format!("work request failed: {}", e.message));
                 self.wr_done(t, Some(err.clone()));
@@ -60,6 +70,26 @@ impl<D: Domain> Worker<D> {
                 }
             }
         }
+    }
+
+    /// Reports the bundle members `complete` held back, after one flush of
+    /// the counters for all of them (a member's work request is in the
+    /// counters before it is reported, as any request's).
+    #[inline(always)]
+    pub(super) fn report_members(&mut self) {
+        if !self.pass.members.is_empty() {
+            self.report_held_members();
+        }
+    }
+
+    #[inline(never)]
+    fn report_held_members(&mut self) {
+        self.pass.done.flush(&self.tally);
+        let mut members = std::mem::take(&mut self.pass.members);
+        for (slot, epoch, unit) in members.drain(..) {
+            self.member_done(slot, epoch, unit, None);
+        }
+        self.pass.members = members;
     }
 
     /// A unit of the request in `slot` came back done: counted down, and

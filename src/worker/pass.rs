@@ -55,6 +55,9 @@ pub(super) struct Pass {
     pub(super) forward: Vec<(u32, u64)>,
     /// Work requests completed and not yet in the counters (counters.rs).
     pub(super) done: DoneRun,
+    /// Bundle members whose work requests just completed, reported after
+    /// one flush of `done` for the lot (`Worker::report_members`).
+    pub(super) members: Vec<(u32, u32, u8)>,
     /// The last `post_all` left receive buffers unposted: the next posts
     /// them before any work request.
     pub(super) receives_left: bool,
@@ -75,6 +78,7 @@ impl Pass {
             unticked: 0,
             timers: Timers::default(),
             comps: Vec::with_capacity(64),
+            members: Vec::with_capacity(64),
             abandoned: Vec::new(),
             waiter,
             bell,
@@ -304,6 +308,7 @@ impl<D: Domain> Worker<D> {
                 for c in comps.drain(..) {
                     self.complete(d, c);
                 }
+                self.report_members();
                 self.pass.done.flush(&self.tally);
             }
             self.pass.comps = comps;

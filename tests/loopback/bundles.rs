@@ -6,8 +6,9 @@
 use super::faults::{Ends, still_serves};
 use super::{TestResult, desc, e2s, local, local_with, wait_hash};
 use crate::util::Peer;
-use fabriclib::{Deadline, EngineConfig, OnDone, SingleWrite, Status};
+use fabriclib::{Deadline, EngineConfig, FLAG_DONE, OnDone, SingleWrite, Status};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 const STEP: u64 = 4096;
@@ -90,6 +91,52 @@ pub fn bundled_writes_end_one_by_one(prov: &str, domains: usize) -> TestResult {
         want[s..s + 512].copy_from_slice(&l.mem[s..s + 512]);
     }
     wait_hash(&mut p, &want)
+}
+
+/// A bundled write's work request is in the engine's counters before the
+/// write reports (the worker counts a run of completed members once, then
+/// reports them: `report_members`): while 4,000 writes of sixteen batches
+/// complete, this thread reads how many have stored their flags, then the
+/// counters, again and again; the counters never hold fewer completed work
+/// requests than writes have reported (a flag's store publishes what the
+/// worker counted before it).
+pub fn a_bundled_write_is_counted_before_it_reports(prov: &str, domains: usize) -> TestResult {
+    const N: usize = 250;
+    const BATCHES: usize = 16;
+    const R: usize = N * STEP as usize;
+    let l = local(prov, domains, R, 54)?;
+    let mut p = Peer::spawn(prov, domains, R)?;
+    let d = desc(&p);
+    let completed = || -> Result<u64, String> {
+        Ok(l.engine.counters().map_err(e2s)?.nics.iter().map(|n| n.total.wrs_completed).sum())
+    };
+    // The peer greeted first, so that the writes complete while this thread looks.
+    still_serves(&l, &mut p, 0x93, 0, 64)?;
+    let base = completed()?;
+    let flags: Vec<Arc<AtomicU32>> = (0..N * BATCHES).map(|_| Arc::new(AtomicU32::new(0))).collect();
+    for b in 0..BATCHES {
+        let batch = (0..N).map(|k| write(k, 64, None, &d, OnDone::Flag(flags[b * N + k].clone())));
+        l.engine.submit_single_writes(&l.mr, batch).map_err(e2s)?;
+    }
+    // `reported`: the writes before the first whose flag is not stored yet
+    // (a lower bound of those reported, so a look is a few loads).
+    let (t, mut reported) = (Instant::now(), 0);
+    while reported < flags.len() {
+        while reported < flags.len() && flags[reported].load(Ordering::Acquire) & FLAG_DONE != 0 {
+            reported += 1;
+        }
+        let counted = completed()? - base;
+        if counted < reported as u64 {
+            return Err(format!("{reported} writes reported, {counted} work requests counted"));
+        }
+        if t.elapsed() > Duration::from_secs(10) {
+            return Err(format!("{reported} of {} writes reported in 10 s", flags.len()));
+        }
+    }
+    match flags.iter().position(|f| f.load(Ordering::Acquire) != FLAG_DONE) {
+        Some(k) => Err(format!("write {k} ended {:#x}, not OK", flags[k].load(Ordering::Acquire))),
+        None => Ok(()),
+    }
 }
 
 /// `kill -9` of a peer while bundles of writes to it are in flight: every

@@ -464,6 +464,7 @@ const TESTS: &[(&str, Test)] = &[
     ("batch_of_single_writes", batch::batch_of_single_writes),
     ("batch_in_manual_progress_and_max_inflight", batch::batch_in_manual_progress_and_max_inflight),
     ("bundled_writes_end_one_by_one", bundles::bundled_writes_end_one_by_one),
+    ("a_bundled_write_is_counted_before_it_reports", bundles::a_bundled_write_is_counted_before_it_reports),
     ("a_bundle_to_a_killed_peer_ends_each_write_once", bundles::a_bundle_to_a_killed_peer_ends_each_write_once),
     ("a_bundle_past_its_deadline", bundles::a_bundle_past_its_deadline),
     ("split_at_max_msg_size", split_at_max_msg_size),
