@@ -9,9 +9,10 @@
 //! slot it takes from the shared ones (`SendSlots`, in the group's
 //! `Shared`): no heap copy of the message, and none freed on the worker's
 //! thread. The slot freed last is taken first (`SendSlots::hot`), so a
-//! send after a send writes where the last one did, still in cache. When all `SHARED_SLOTS` are taken the message is copied to the
-//! heap instead (`SendMsg::Owned`), and the worker stages it when it posts
-//! it, into one of `WORKER_SLOTS` slots of its own (`Staging`): a send
+//! send after a send writes where the last one did, still in cache. When
+//! all `SHARED_SLOTS` are taken the message is copied to the heap instead
+//! (`SendMsg::Owned`), and the worker stages it when it posts it, into
+//! one of `WORKER_SLOTS` slots of its own (`Staging`): a send
 //! waiting for one of those waits only for sends that hold one, never for a
 //! shared slot that a send queued behind it holds, and it lets the requests
 //! behind it be posted meanwhile (post.rs `post_run`), so that those holding
