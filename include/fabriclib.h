@@ -263,6 +263,29 @@ typedef uint32_t fabriclib_idle;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
+// Whether an engine asks its providers for device memory
+// (`fabriclib_config_set_device_memory`).
+enum fabriclib_device_memory_mode
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // Where device memory can move at all: the machine has an NVIDIA driver
+  // and the libfabric in use was built with CUDA. The default.
+  FABRICLIB_DEVICE_MEMORY_MODE_AUTO = 0,
+  // Always ask (`FI_HMEM`), falling back per NIC where the provider has none.
+  FABRICLIB_DEVICE_MEMORY_MODE_ON = 1,
+  // Never ask: the providers' host-memory configuration.
+  FABRICLIB_DEVICE_MEMORY_MODE_OFF = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum fabriclib_device_memory_mode fabriclib_device_memory_mode;
+#else
+typedef uint32_t fabriclib_device_memory_mode;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
 // A peer engine's state: connecting, up or down (`fabriclib_peer_state`,
 // the peer-state callback).
 enum fabriclib_peer_liveness
@@ -344,6 +367,33 @@ enum fabriclib_memory
 typedef enum fabriclib_memory fabriclib_memory;
 #else
 typedef uint32_t fabriclib_memory;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+// Whether and how a NIC takes CUDA device memory
+// (`fabriclib_engine_nic_device_memory`).
+enum fabriclib_device_path
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  // It does not: `fabriclib_mr_register_device` returns `UNSUPPORTED`.
+  FABRICLIB_DEVICE_PATH_NONE = 0,
+  // The provider copies between processes of one host through CUDA IPC
+  // (libfabric's shm): regions registered by device pointer.
+  FABRICLIB_DEVICE_PATH_IPC = 1,
+  // The NIC reaches GPU memory (GPUDirect RDMA), registered as a dma-buf,
+  // or by device pointer where the dma-buf is refused.
+  FABRICLIB_DEVICE_PATH_DMABUF = 2,
+  // The NIC reaches GPU memory, registered by device pointer (a
+  // peer-memory driver; libfabric before 1.20).
+  FABRICLIB_DEVICE_PATH_POINTER = 3,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum fabriclib_device_path fabriclib_device_path;
+#else
+typedef uint32_t fabriclib_device_path;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
@@ -934,6 +984,25 @@ fabriclib_status fabriclib_config_set_manual_progress(struct fabriclib_config *c
 // Blocks: no.
 fabriclib_status fabriclib_config_set_idle_policy(struct fabriclib_config *config,
                                                   fabriclib_idle policy);
+
+// Sets whether the engine asks its providers for device memory (`FI_HMEM`,
+// with `FI_MR_HMEM`), which `fabriclib_mr_register_device` needs:
+// `FABRICLIB_DEVICE_MEMORY_MODE_AUTO` (the default: where the machine has an
+// NVIDIA driver and the libfabric in use was built with CUDA), `_ON`
+// (always) or `_OFF` (never: the providers' host-memory configuration). A
+// provider or NIC without `FI_HMEM` opens as it would without asking. On
+// shm, `FI_HMEM` turns the single-copy path (CMA) off for host memory too:
+// host writes over 4 KiB then go through the target, as with
+// `FI_SHM_DISABLE_CMA=1`; an engine that moves only host memory on a GPU
+// machine can set `_OFF`. The environment variable
+// `FABRICLIB_DEVICE_MEMORY` (`auto`, `on`, `off`) overrides it.
+// `fabriclib_engine_nic_device_memory` says what each NIC got.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+// Blocks: no.
+fabriclib_status fabriclib_config_set_device_memory(struct fabriclib_config *config,
+                                                    fabriclib_device_memory_mode mode);
 
 // Sets how the watcher thread polls (`fabriclib_watcher_create`): it spins
 // while watched words change and for `spin_us` microseconds after the last
@@ -1973,6 +2042,22 @@ fabriclib_status fabriclib_engine_nic(const struct fabriclib_engine *engine,
                                       uint32_t nic,
                                       const char **out,
                                       int32_t *numa);
+
+// Writes whether and how NIC `nic` (numbered as `fabriclib_engine_nic`)
+// takes CUDA device memory to `*out`: `FABRICLIB_DEVICE_PATH_NONE` (it does
+// not: `fabriclib_mr_register_device` returns `UNSUPPORTED`), `_IPC` (the
+// provider copies through CUDA IPC between processes of one host: shm),
+// `_DMABUF` (the NIC reaches GPU memory, registered as a dma-buf first) or
+// `_POINTER` (registered by device pointer). With `_DMABUF` a registration
+// the provider refuses as a dma-buf is made by device pointer. Any thread.
+//
+// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
+// destroyed or foreign engine); `INVALID_ARGUMENT` also for a NIC the engine
+// does not have.
+// Blocks: no.
+fabriclib_status fabriclib_engine_nic_device_memory(const struct fabriclib_engine *engine,
+                                                    uint32_t nic,
+                                                    fabriclib_device_path *out);
 
 // Writes how many DomainGroups the engine has to `*out` (1 unless
 // `fabriclib_config_add_group` added them). Any thread.

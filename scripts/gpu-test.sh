@@ -9,6 +9,11 @@
 #                                       machine without Rust: build on a
 #                                       compatible-glibc machine, carry DIR)
 #
+# The bundle carries a libfabric built with CUDA (scripts/libfabric-cuda.sh,
+# libfabric-cuda/): the suite runs over the machine's libfabric and over it
+# (shm then moves device memory through CUDA IPC), the examples and the
+# benchmark over it.
+#
 # Output: the suite's lines (ok / skipped / FAILED), the C watcher test, and
 # the benchmark table; with OUT set, gpu.json and gpu-test.log go there.
 set -euo pipefail
@@ -35,6 +40,8 @@ for l in sys.stdin:
     local soname
     soname=$(readelf -d build-gpu/lib/libfabriclib.so | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
     cp -L build-gpu/lib/libfabriclib.so "$dir/$soname"
+    mkdir -p "$dir/libfabric-cuda"
+    cp -L "$(scripts/libfabric-cuda.sh)" "$dir/libfabric-cuda/libfabric.so.1"
     # hwloc (topology) is a run-time dependency; the GPU machine may lack it.
     cp -L "$(ldconfig -p | sed -n 's/.*libhwloc.so.15 .*=> //p' | head -1)" "$dir/"
     # Without debug info the bundle stays well under what a device run carries.
@@ -47,9 +54,15 @@ run() {
     mkdir -p "$out"
     export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     rm -f /dev/shm/fi_* 2>/dev/null || true
+    local cuda_lf=$dir/libfabric-cuda/libfabric.so.1
     {
-        echo "== GPU suite"
-        "$dir/gpu-suite"
+        echo "== GPU suite, the machine's libfabric"
+        FABRICLIB_LIBFABRIC= "$dir/gpu-suite"
+        if [ -e "$cuda_lf" ]; then
+            echo "== GPU suite, libfabric 2.1 built with CUDA"
+            FABRICLIB_LIBFABRIC=$cuda_lf "$dir/gpu-suite"
+            export FABRICLIB_LIBFABRIC=$cuda_lf
+        fi
         echo "== C watchers"
         "$dir/capi_watchers"
         echo "== cuda_kv_proxy and moe_proxy_gpu (c_examples/*.cu)"

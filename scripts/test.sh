@@ -2,7 +2,8 @@
 # Runs every test: formatting and clippy lints, Rust unit tests and parser fuzzing, the multi-process
 # loopback tests over tcp;ofi_rxm and shm (1 and 2 domains; shm's large
 # writes also without CMA and split), a short
-# fabriclib-bench run (JSON, plot, byte verification), the C API tests
+# fabriclib-bench run (JSON, plot, byte verification), a loopback subset
+# over libfabric 2.1 built with CUDA (scripts/libfabric-cuda.sh), the C API tests
 # (also under valgrind memcheck),
 # the install-and-consume test (find_package + pkg-config), the Python
 # package (wheels, auditwheel, pytest: scripts/test-python.sh), the header
@@ -32,6 +33,20 @@ echo "== shm's large writes: a dead peer stalls no other without CMA too, and wi
 large="dead_peer_with_large_imm_writes kill9_mid_paged"
 FABRICLIB_TEST_PROVIDERS=shm FI_SHM_DISABLE_CMA=1 cargo test --locked --test loopback -- $large
 FABRICLIB_TEST_PROVIDERS=shm FABRICLIB_SHM_SPLIT=always cargo test --locked --test loopback -- $large
+
+echo "== libfabric 2.1 built with CUDA (scripts/libfabric-cuda.sh, cached): a loopback subset, one test per request kind and failure path, asking for device memory and not"
+# On this GPU-less machine shm then opens on its FI_HMEM entry (CMA off,
+# API 1.20) with device memory asked for: the host paths of that
+# configuration are the ones a GPU machine runs.
+lf21=$(scripts/libfabric-cuda.sh)
+subset="single_writes bundled_writes_end_one_by_one paged_writes_10000 scatter_and_barrier send_recv_round_trips
+  receive_pool_on_worker delivered_means_counted deadline_with_stopped_peer kill9_mid_paged
+  dead_peer_with_large_imm_writes cancel_storm destroy_with_10000_pending bad_input manual_progress"
+for mode in off on; do
+  echo "-- FABRICLIB_DEVICE_MEMORY=$mode"
+  FABRICLIB_LIBFABRIC=$lf21 FABRICLIB_DEVICE_MEMORY=$mode FABRICLIB_TEST_NICS=1 cargo test --locked --test loopback -- $subset
+done
+FABRICLIB_LIBFABRIC=$lf21 cargo test --locked --lib -- fabric::tests
 
 echo "== C API tests and install test (ctest)"
 # The library and tools as `cargo test` built them (dev profile): no second,

@@ -159,6 +159,10 @@ pub struct EngineConfig {
     /// Requests submitted and not yet reported (callbacks not yet returned)
     /// at most; beyond it submits return `Again`.
     pub max_inflight: usize,
+    /// Whether the engine asks its providers for device memory (`FI_HMEM`):
+    /// see `DeviceMemoryMode`. `FABRICLIB_DEVICE_MEMORY` (`auto`, `on`,
+    /// `off`) overrides it.
+    pub device_memory: DeviceMemoryMode,
     /// Told when a peer *engine* comes up or goes down, once each time
     /// whatever its groups and ours (completion/peer_state.rs), with its
     /// main address (or, until one of its groups has said it, the address of
@@ -193,6 +197,7 @@ impl Default for EngineConfig {
             drain_timeout: Duration::from_secs(1),
             peer_window: 256,
             max_inflight: 65536,
+            device_memory: DeviceMemoryMode::Auto,
             on_peer_state: None,
         }
     }
@@ -310,6 +315,7 @@ impl EngineConfig {
         let groups = if self.groups.is_empty() { &one[..] } else { &self.groups[..] };
         let (providers, bind) = (self.providers(), self.bind_addr.as_deref().map(Bind::parse));
         let backend = Backend::of(&providers);
+        let hmem = self.device_memory_mode()?.asks();
         let worker = WorkerSettings {
             submit_queue: self.submit_queue,
             max_msg_size: self.max_msg_size,
@@ -360,6 +366,7 @@ impl EngineConfig {
                     // provider signals it on every completion (tcp;ofi_rxm: a
                     // lock, and a write when it was reset).
                     wait: !self.manual_progress && self.idle_policy != IdlePolicy::Spin,
+                    hmem,
                 })
                 .collect();
             first += n;
@@ -381,6 +388,17 @@ impl EngineConfig {
     pub fn on_peer_state(mut self, f: impl Fn(&NetAddr, PeerState, Option<&Error>) + Send + Sync + 'static) -> Self {
         self.on_peer_state = Some(PeerCallback(Arc::new(f)));
         self
+    }
+
+    /// `device_memory`, or `FABRICLIB_DEVICE_MEMORY` where set.
+    pub fn device_memory_mode(&self) -> crate::error::Result<DeviceMemoryMode> {
+        match std::env::var("FABRICLIB_DEVICE_MEMORY").ok().filter(|s| !s.is_empty()).as_deref() {
+            None => Ok(self.device_memory),
+            Some("auto") => Ok(DeviceMemoryMode::Auto),
+            Some("on") => Ok(DeviceMemoryMode::On),
+            Some("off") => Ok(DeviceMemoryMode::Off),
+            Some(v) => crate::bail!(InvalidArgument, "FABRICLIB_DEVICE_MEMORY={v}: auto, on or off"),
+        }
     }
 
     /// Providers to try, in order, after applying `FABRICLIB_PROVIDER`.
@@ -407,6 +425,48 @@ impl EngineConfig {
     pub fn with_env(&self) -> EngineConfig {
         let provider = std::env::var("FABRICLIB_PROVIDER").ok().filter(|s| !s.is_empty()).or(self.provider.clone());
         EngineConfig { bind_addr: self.bind_addr(), provider, ..self.clone() }
+    }
+}
+
+/// Whether an engine asks its providers for device memory (`FI_HMEM`, with
+/// `FI_MR_HMEM`), which `register_memory` of CUDA memory needs. A provider
+/// or NIC without it opens as it would without asking (device memory is
+/// then refused at registration). Asking is not free everywhere: shm with
+/// `FI_HMEM` turns off its single-copy path for host memory too (CMA:
+/// writes of more than 4 KiB of host memory then go through the target, as
+/// with `FI_SHM_DISABLE_CMA=1`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum DeviceMemoryMode {
+    /// Ask where device memory can be moved at all: the machine has a CUDA
+    /// driver (`/dev/nvidiactl`; not with `FABRICLIB_NO_CUDA`) and the
+    /// libfabric in use was built with CUDA. The default.
+    #[default]
+    Auto,
+    /// Always ask.
+    On,
+    /// Never ask: the providers' host-memory configuration, as before 0.5.
+    Off,
+}
+
+impl DeviceMemoryMode {
+    pub fn from_code(code: u32) -> crate::Result<DeviceMemoryMode> {
+        match code {
+            0 => Ok(DeviceMemoryMode::Auto),
+            1 => Ok(DeviceMemoryMode::On),
+            2 => Ok(DeviceMemoryMode::Off),
+            _ => crate::bail!(InvalidArgument, "unknown device-memory mode {code} (0 auto, 1 on, 2 off)"),
+        }
+    }
+
+    /// Whether an engine of this mode asks for `FI_HMEM` on this machine.
+    pub fn asks(self) -> bool {
+        match self {
+            DeviceMemoryMode::On => true,
+            DeviceMemoryMode::Off => false,
+            DeviceMemoryMode::Auto => {
+                crate::gpu::cuda::driver_installed() && crate::domain::fabric::sys::cuda_support()
+            }
+        }
     }
 }
 

@@ -29,8 +29,8 @@ pub mod worker;
 
 pub use completion::flag::wait as wait_flag;
 pub use completion::notify::{Deadline, FLAG_DONE, OnDone, RequestId, RequestOpts, Route};
-pub use config::{EngineConfig, GroupConfig, IdlePolicy, MAX_GROUPS, PeerState};
-pub use domain::Nic;
+pub use config::{DeviceMemoryMode, EngineConfig, GroupConfig, IdlePolicy, MAX_GROUPS, PeerState};
+pub use domain::{DeviceMemory, Nic};
 pub use engine::{MrHandle, Pages, PeerSet, RecvPoolId, ScatterDst, SingleWrite, TransferEngine};
 pub use error::{Error, Result, Status};
 pub use wire::{EngineAddress, MrDesc, MrMemory, NetAddr};

@@ -229,7 +229,7 @@ fn fabriclib_words(text: &str) -> Vec<String> {
 
 /// The environment variables the header's comments name (not C names):
 /// each must be one the library reads.
-const ENVIRONMENT: [&str; 2] = ["FABRICLIB_BIND_ADDR", "FABRICLIB_PROVIDER"];
+const ENVIRONMENT: [&str; 3] = ["FABRICLIB_BIND_ADDR", "FABRICLIB_DEVICE_MEMORY", "FABRICLIB_PROVIDER"];
 
 /// (object-like macros, function-like macros, enumerators) of the header.
 fn defined() -> (Vec<String>, Vec<String>, Vec<String>) {

@@ -79,8 +79,8 @@ impl Variant {
 
 fn open(provider: &str, v: Variant) -> R<Ep> {
     if v.fabriclib_ep {
-        let fe =
-            fabriclib::domain::fabric::FabricEndpoint::open(provider, None, 16384, false).map_err(|e| e.message)?;
+        let fe = fabriclib::domain::fabric::FabricEndpoint::open(provider, None, 16384, false, false)
+            .map_err(|e| e.message)?;
         return Ok(Ep {
             fabric: fe.fabric,
             domain: fe.domain,

@@ -60,6 +60,46 @@ fn one_to_eight(v: Option<&String>, what: &str) -> Result<usize, String> {
     v.and_then(|v| v.parse().ok()).filter(|n| (1..=8).contains(n)).ok_or_else(|| format!("{what} takes 1..=8"))
 }
 
+/// Whether and how `provider` takes CUDA device memory: its first NIC
+/// opened asking for `FI_HMEM`, and, where a CUDA driver and a device are
+/// here, a real registration of 2 MiB of device memory (by the path the
+/// provider says: a dma-buf refused falls back to the pointer).
+fn device_memory(provider: &str) -> Value {
+    use fabriclib::domain::fabric::FabricEndpoint;
+    let bind = (provider != "shm").then_some("127.0.0.1");
+    let mut ep = match FabricEndpoint::open(provider, bind, 64, false, true) {
+        Ok(ep) => ep,
+        Err(e) => return json!({ "path": "none", "probe": format!("not opened: {}", e.message) }),
+    };
+    let path = ep.device_path();
+    let probe = match fabriclib::gpu::cuda::cuda() {
+        _ if path == fabriclib::DeviceMemory::None => "not probed: the provider has no FI_HMEM here".to_string(),
+        Err(e) => format!("not probed: {}", e.message),
+        Ok(c) if c.device_count().unwrap_or(0) == 0 => "not probed: no CUDA device".into(),
+        Ok(c) => match c.mem_alloc(0, 2 << 20) {
+            Err(e) => format!("not probed: {}", e.message),
+            Ok(d) => {
+                let dmabuf = c.export_dmabuf(0, d as *const u8, 2 << 20).ok();
+                let mem = fabriclib::domain::Memory::Cuda { device: 0, dmabuf };
+                let r = match ep.register(d as *mut u8, 2 << 20, mem) {
+                    Ok(mr) => {
+                        ep.deregister(&mr);
+                        format!("registered 2 MiB of CUDA device 0 ({})", ep.device_path().name())
+                    }
+                    Err(e) => format!("refused: {}", e.message),
+                };
+                if let Some((fd, _)) = dmabuf {
+                    fabriclib::os::close(fd);
+                }
+                // SAFETY: allocated above, no longer registered.
+                let _ = unsafe { c.mem_free(0, d) };
+                r
+            }
+        },
+    };
+    json!({ "path": path.name(), "probe": probe })
+}
+
 fn nic_json(n: &Nic) -> Value {
     json!({ "name": n.name, "pci": n.pci, "numa": n.numa })
 }
@@ -173,6 +213,7 @@ fn main() {
                     "nics": nics.iter().map(nic_json).collect::<Vec<_>>(),
                     "default_placement": placement,
                     "groups_per_gpu": groups(&nics),
+                    "device_memory": device_memory(p),
                 })
             }
             Err(e) => json!({ "provider": p, "available": false, "why": e.message }),
@@ -221,6 +262,8 @@ fn print_text(doc: &Value) {
             let numa = n["numa"].as_u64().map_or("-".to_string(), |x| x.to_string());
             println!("    NIC {:<20} PCI {:<14} NUMA {numa}", s(&n["name"]), s(&n["pci"]));
         }
+        let dm = &p["device_memory"];
+        println!("    device memory: {} ({})", s(&dm["path"]), s(&dm["probe"]));
         let place: Vec<String> = p["default_placement"].as_array().into_iter().flatten().map(&s).collect();
         println!("    {} domains without a bind address: {}", place.len(), place.join(", "));
         match p["groups_per_gpu"].as_array() {

@@ -60,7 +60,11 @@ pub struct FabricRaw {
 
 impl FabricRaw {
     pub fn open(provider: &str, bind: Option<&str>) -> R<FabricRaw> {
-        let fe = FabricEndpoint::open(provider, bind, 16384, false).map_err(|e| e.message)?;
+        // Device memory asked for where an engine of the default configuration
+        // asks (same provider entry, so the same protocols: shm turns CMA
+        // off with FI_HMEM).
+        let hmem = fabriclib::EngineConfig::default().device_memory_mode().is_ok_and(|m| m.asks());
+        let fe = FabricEndpoint::open(provider, bind, 16384, false, hmem).map_err(|e| e.message)?;
         let n = fe.depth() + 1024;
         Ok(FabricRaw {
             fe,

@@ -81,6 +81,36 @@ pub enum fabriclib_region_memory {
     Device = 2,
 }
 
+/// Whether an engine asks its providers for device memory
+/// (`fabriclib_config_set_device_memory`).
+#[repr(u32)]
+pub enum fabriclib_device_memory_mode {
+    /// Where device memory can move at all: the machine has an NVIDIA driver
+    /// and the libfabric in use was built with CUDA. The default.
+    Auto = 0,
+    /// Always ask (`FI_HMEM`), falling back per NIC where the provider has none.
+    On = 1,
+    /// Never ask: the providers' host-memory configuration.
+    Off = 2,
+}
+
+/// Whether and how a NIC takes CUDA device memory
+/// (`fabriclib_engine_nic_device_memory`).
+#[repr(u32)]
+pub enum fabriclib_device_path {
+    /// It does not: `fabriclib_mr_register_device` returns `UNSUPPORTED`.
+    None = 0,
+    /// The provider copies between processes of one host through CUDA IPC
+    /// (libfabric's shm): regions registered by device pointer.
+    Ipc = 1,
+    /// The NIC reaches GPU memory (GPUDirect RDMA), registered as a dma-buf,
+    /// or by device pointer where the dma-buf is refused.
+    Dmabuf = 2,
+    /// The NIC reaches GPU memory, registered by device pointer (a
+    /// peer-memory driver; libfabric before 1.20).
+    Pointer = 3,
+}
+
 /// Which NICs carry a request (`fabriclib_submit_opts.route`).
 #[repr(u32)]
 pub enum fabriclib_route {
@@ -121,5 +151,16 @@ mod tests {
             assert_eq!(MemoryKind::from_code(c as u32).unwrap(), r);
         }
         assert!(MemoryKind::from_code(fabriclib_memory::CudaMapped as u32 + 1).is_err());
+        use crate::config::DeviceMemoryMode as M;
+        use fabriclib_device_memory_mode as C;
+        for (c, r) in [(C::Auto, M::Auto), (C::On, M::On), (C::Off, M::Off)] {
+            assert_eq!(M::from_code(c as u32).unwrap(), r);
+        }
+        assert!(M::from_code(C::Off as u32 + 1).is_err());
+        use crate::domain::DeviceMemory as D;
+        use fabriclib_device_path as P;
+        for (c, r) in [(P::None, D::None), (P::Ipc, D::Ipc), (P::Dmabuf, D::DmaBuf), (P::Pointer, D::Pointer)] {
+            assert_eq!(c as u32, r as u32);
+        }
     }
 }

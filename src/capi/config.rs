@@ -9,6 +9,7 @@ use std::sync::atomic::AtomicU64;
 type fabriclib_thread = u32; // C: enum fabriclib_thread (codes.rs)
 #[allow(non_camel_case_types)]
 type fabriclib_idle = u32; // C: enum fabriclib_idle (codes.rs)
+type fabriclib_device_memory_mode = u32; // C: enum fabriclib_device_memory_mode (codes.rs)
 
 /// Engine settings. Create with `fabriclib_config_new`, free with
 /// `fabriclib_config_free`. Not thread-safe: one thread at a time.
@@ -427,6 +428,34 @@ pub extern "C" fn fabriclib_config_set_idle_policy(
     ffi(|| {
         let c = config_mut(config)?;
         c.cfg.idle_policy = crate::config::IdlePolicy::from_code(policy)?;
+        Ok(())
+    })
+}
+
+/// Sets whether the engine asks its providers for device memory (`FI_HMEM`,
+/// with `FI_MR_HMEM`), which `fabriclib_mr_register_device` needs:
+/// `FABRICLIB_DEVICE_MEMORY_MODE_AUTO` (the default: where the machine has an
+/// NVIDIA driver and the libfabric in use was built with CUDA), `_ON`
+/// (always) or `_OFF` (never: the providers' host-memory configuration). A
+/// provider or NIC without `FI_HMEM` opens as it would without asking. On
+/// shm, `FI_HMEM` turns the single-copy path (CMA) off for host memory too:
+/// host writes over 4 KiB then go through the target, as with
+/// `FI_SHM_DISABLE_CMA=1`; an engine that moves only host memory on a GPU
+/// machine can set `_OFF`. The environment variable
+/// `FABRICLIB_DEVICE_MEMORY` (`auto`, `on`, `off`) overrides it.
+/// `fabriclib_engine_nic_device_memory` says what each NIC got.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (`config` NULL, or a value outside what
+/// this comment allows); `BAD_HANDLE` (a freed or foreign config).
+/// Blocks: no.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_config_set_device_memory(
+    config: *mut fabriclib_config,
+    mode: fabriclib_device_memory_mode,
+) -> fabriclib_status {
+    ffi(|| {
+        let c = config_mut(config)?;
+        c.cfg.device_memory = crate::config::DeviceMemoryMode::from_code(mode)?;
         Ok(())
     })
 }

@@ -1,5 +1,6 @@
 //! NICs and groups: the NICs an engine opened, its DomainGroups and their
 //! addresses.
+type fabriclib_device_path = u32; // C: enum fabriclib_device_path (codes.rs)
 use super::*;
 
 /// === NICs and groups ===
@@ -36,6 +37,33 @@ pub extern "C" fn fabriclib_engine_nic(
             unsafe { numa.write(n) };
         }
         put(out, name.as_ptr())
+    })
+}
+
+/// Writes whether and how NIC `nic` (numbered as `fabriclib_engine_nic`)
+/// takes CUDA device memory to `*out`: `FABRICLIB_DEVICE_PATH_NONE` (it does
+/// not: `fabriclib_mr_register_device` returns `UNSUPPORTED`), `_IPC` (the
+/// provider copies through CUDA IPC between processes of one host: shm),
+/// `_DMABUF` (the NIC reaches GPU memory, registered as a dma-buf first) or
+/// `_POINTER` (registered by device pointer). With `_DMABUF` a registration
+/// the provider refuses as a dma-buf is made by device pointer. Any thread.
+///
+/// Returns: `OK`; `INVALID_ARGUMENT` (a NULL pointer argument); `BAD_HANDLE` (a
+/// destroyed or foreign engine); `INVALID_ARGUMENT` also for a NIC the engine
+/// does not have.
+/// Blocks: no.
+#[unsafe(no_mangle)]
+pub extern "C" fn fabriclib_engine_nic_device_memory(
+    engine: *const fabriclib_engine,
+    nic: u32,
+    out: *mut fabriclib_device_path,
+) -> fabriclib_status {
+    ffi(|| {
+        let e = handle(engine)?;
+        let Some(n) = e.engine.nics().get(nic as usize) else {
+            crate::bail!(InvalidArgument, "NIC {nic}: the engine has {}", e.engine.nics().len());
+        };
+        put(out, n.device_memory as fabriclib_device_path)
     })
 }
 

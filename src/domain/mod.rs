@@ -1,9 +1,9 @@
 //! One NIC. The trait is the whole contract between the worker and a
 //! backend: open, register memory, resolve peers, post work requests, poll
 //! completions. The worker is generic over it (static dispatch on the hot
-//! path). Implementations: libfabric (`fabric/`), `null` (`null.rs`: completes
-//! every work request at once; for measuring the engine's host cost); verbs
-//! comes later (`verbs/`). "Domain" is the code's word for one open NIC;
+//! path). Implementations: libfabric (`fabric/`), verbs (`verbs/`: RC queue
+//! pairs on libibverbs), `null` (`null.rs`: completes every work request at
+//! once; for measuring the engine's host cost). "Domain" is the code's word for one open NIC;
 //! the API says NIC.
 pub mod fabric;
 pub mod null;
@@ -23,6 +23,42 @@ pub struct Nic {
     pub pci: Option<String>,
     /// NUMA node of its PCI device; `None` where sysfs says -1 (VMs) or nothing.
     pub numa: Option<u32>,
+    /// Whether and how it takes CUDA device memory.
+    pub device_memory: DeviceMemory,
+}
+
+/// Whether and how a NIC takes CUDA device memory (`Domain::device_memory`,
+/// C `fabriclib_device_path`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DeviceMemory {
+    /// It does not: `register` refuses `Memory::Cuda` with `Unsupported`
+    /// (a provider without `FI_HMEM`, a libfabric without CUDA).
+    #[default]
+    None = 0,
+    /// The provider copies between the processes of one host through CUDA
+    /// IPC (libfabric's shm with `FI_HMEM`): regions are registered by their
+    /// device pointer with `FI_HMEM_DEVICE_ONLY`.
+    Ipc = 1,
+    /// The NIC reads and writes the GPU's memory (GPUDirect RDMA), the
+    /// region registered as a dma-buf (libfabric `FI_MR_DMABUF`, verbs
+    /// `ibv_reg_dmabuf_mr`); where that is refused, by its device pointer.
+    DmaBuf = 2,
+    /// The NIC reaches the GPU's memory, registered by its device pointer (a
+    /// peer-memory driver such as nvidia-peermem; a libfabric before 1.20,
+    /// which has no dma-buf registration).
+    Pointer = 3,
+}
+
+impl DeviceMemory {
+    /// Its name in `fabriclib-info` and the docs.
+    pub fn name(self) -> &'static str {
+        match self {
+            DeviceMemory::None => "none",
+            DeviceMemory::Ipc => "cuda-ipc",
+            DeviceMemory::DmaBuf => "dma-buf",
+            DeviceMemory::Pointer => "pointer",
+        }
+    }
 }
 
 /// Which NIC a domain opens on; each backend matches it against its own
@@ -55,6 +91,10 @@ pub struct DomainSpec {
     pub peer_window: usize,
     /// Whether it opens a wait object (the idle policy may sleep on it).
     pub wait: bool,
+    /// Whether it asks the provider for device memory (libfabric: `FI_HMEM`
+    /// in the hints, falling back to hints without it where the provider or
+    /// NIC has none): `EngineConfig::device_memory` resolved.
+    pub hmem: bool,
 }
 
 /// Which `Domain` implementation an engine's groups open.
@@ -194,9 +234,9 @@ pub trait Domain: Sized + Send + 'static {
     fn open(spec: &DomainSpec) -> Result<Self>;
     /// The provider actually in use (e.g. `tcp;ofi_rxm`).
     fn provider(&self) -> &str;
-    /// The NIC it is open on (nic.rs).
+    /// The NIC it is open on (nic.rs), with `device_memory`.
     fn nic(&self) -> Nic {
-        Nic { name: self.provider().to_string(), ..Default::default() }
+        Nic { name: self.provider().to_string(), device_memory: self.device_memory(), ..Default::default() }
     }
     /// This domain's address, as peers pass it to `resolve`.
     fn address(&self) -> &[u8];
@@ -217,9 +257,10 @@ pub trait Domain: Sized + Send + 'static {
     fn try_wait(&mut self) -> bool {
         false
     }
-    /// Whether `register` takes `Memory::Cuda` (libfabric: the provider has `FI_HMEM`).
-    fn device_memory(&self) -> bool {
-        false
+    /// Whether and how `register` takes `Memory::Cuda` (libfabric: the
+    /// provider has `FI_HMEM`).
+    fn device_memory(&self) -> DeviceMemory {
+        DeviceMemory::None
     }
     fn deregister(&mut self, mr: &LocalMr);
     /// Turns a peer's domain address into a `PeerId` (idempotent).

@@ -117,6 +117,19 @@ impl TransferEngine {
             bail!(InvalidArgument, "register: region wraps the address space");
         }
         let mem = match device {
+            // Device memory said to be host memory would reach the provider
+            // as host memory: refused where the process uses CUDA (never
+            // loaded to ask).
+            None if crate::gpu::cuda::loaded_by_process() => {
+                match crate::gpu::cuda::cuda().ok().and_then(|c| c.device_of(ptr)) {
+                    Some(d) => bail!(
+                        InvalidArgument,
+                        "register: {ptr:p} is device memory of CUDA device {d}, registered as host memory \
+                         (register it as device memory, or let fabriclib_mr_register detect it)"
+                    ),
+                    None => Memory::Host,
+                }
+            }
             None => Memory::Host,
             Some(d) => {
                 let cuda = crate::gpu::cuda::cuda()?;

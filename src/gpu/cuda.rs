@@ -103,6 +103,12 @@ pub fn loaded_by_process() -> bool {
     lib.is_ok()
 }
 
+/// Whether this machine has an NVIDIA driver (its control device), read
+/// without loading CUDA; false with `FABRICLIB_NO_CUDA`.
+pub fn driver_installed() -> bool {
+    std::env::var_os("FABRICLIB_NO_CUDA").is_none_or(|v| v == "0") && std::path::Path::new("/dev/nvidiactl").exists()
+}
+
 /// `RTLD_NOLOAD` (glibc, every Linux architecture fabriclib builds for).
 const fn libc_rtld_noload() -> c_int {
     4

@@ -224,7 +224,12 @@ fn this_machine_has_a_topology() {
 fn the_nics_near_a_gpu_are_matched_to_the_providers_by_pci_address() {
     let t = Topo::from_xml(&p5()).unwrap();
     // The provider lists GPU 2's NICs (EFA: `-rdm` domains) in another order, and others.
-    let nic = |name: &str, pci: &str| crate::Nic { name: name.into(), pci: Some(pci.into()), numa: None };
+    let nic = |name: &str, pci: &str| crate::Nic {
+        name: name.into(),
+        pci: Some(pci.into()),
+        numa: None,
+        ..Default::default()
+    };
     let mut provider: Vec<crate::Nic> = t.nics.iter().map(|d| nic(&format!("{}-rdm", d.name), &d.pci)).collect();
     provider.reverse();
     let got = provider_nics_near(&t, 2, 4, &provider).unwrap();
@@ -240,7 +245,12 @@ fn one_group_per_gpu_after_the_host_groups() {
     let provider: Vec<crate::Nic> = t
         .nics
         .iter()
-        .map(|d| crate::Nic { name: format!("{}-rdm", d.name), pci: Some(d.pci.clone()), numa: d.numa })
+        .map(|d| crate::Nic {
+            name: format!("{}-rdm", d.name),
+            pci: Some(d.pci.clone()),
+            numa: d.numa,
+            ..Default::default()
+        })
         .collect();
     let groups = groups_per_gpu(&t, 4, &provider).unwrap();
     assert_eq!(groups.len(), 2 + 8, "a host group per NUMA node, then one per GPU");
@@ -261,7 +271,12 @@ fn one_group_per_gpu_after_the_host_groups() {
     // A VM: one GPU, eth0 (and the provider's loopback, which has no PCI address).
     let io = [Switch { bus: 0x00, devs: vec![gpu(0), ((0x0200, 0x1af4), Some((OSDEV_NETWORK, "eth0".into())))] }];
     let vm = Topo::from_xml(&xml(&[Pkg { node: 0, cpus: 0..2, switches: vec![] }], &io)).unwrap();
-    let nic = |name: &str, pci: Option<&str>| crate::Nic { name: name.into(), pci: pci.map(String::from), numa: None };
+    let nic = |name: &str, pci: Option<&str>| crate::Nic {
+        name: name.into(),
+        pci: pci.map(String::from),
+        numa: None,
+        ..Default::default()
+    };
     let provider = [nic("lo", None), nic("eth0", Some("0000:01:01.0"))];
     let groups = groups_per_gpu(&vm, 1, &provider).unwrap();
     assert_eq!(groups.len(), 2);

@@ -260,7 +260,7 @@ impl<D: Domain> Worker<D> {
             // cannot be split (a header before the message counts).
             max_send: MAX_SEND
                 .min(self.domains[0].answer_free_limit().saturating_sub(stage::wire_header(&self.domains[0]))),
-            device_memory: self.domains.iter().all(|d| d.device_memory()),
+            device_memory: self.domains.iter().all(|d| d.device_memory() != crate::domain::DeviceMemory::None),
             delivery_fences: self.domains.iter().all(|d| d.orders_sends_after_writes()),
             nics: self.domains.iter().map(|d| d.nic()).collect(),
         }

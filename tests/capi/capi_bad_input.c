@@ -205,6 +205,11 @@ int main(int argc, char **argv) {
     EXPECT(fabriclib_config_set_thread_cpus(cfg, FABRICLIB_THREAD_CALLBACK, "1000"), FABRICLIB_STATUS_OK);
     EXPECT(fabriclib_engine_create(cfg, &bad), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_config_set_thread_cpus(cfg, FABRICLIB_THREAD_CALLBACK, NULL), FABRICLIB_STATUS_OK);
+    /* Device memory: three modes, nothing else. */
+    EXPECT(fabriclib_config_set_device_memory(cfg, 3), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_config_set_device_memory(NULL, FABRICLIB_DEVICE_MEMORY_MODE_ON), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_config_set_device_memory(cfg, FABRICLIB_DEVICE_MEMORY_MODE_ON), FABRICLIB_STATUS_OK);
+    EXPECT(fabriclib_config_set_device_memory(cfg, FABRICLIB_DEVICE_MEMORY_MODE_AUTO), FABRICLIB_STATUS_OK);
     EXPECT(fabriclib_config_set_provider(cfg, "no-such-provider"), FABRICLIB_STATUS_OK);
     EXPECT(fabriclib_engine_create(cfg, &bad), FABRICLIB_STATUS_UNSUPPORTED);
     EXPECT(fabriclib_engine_create(cfg, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
@@ -228,6 +233,14 @@ int main(int argc, char **argv) {
     EXPECT(fabriclib_engine_nic(e, 0, &s, NULL), FABRICLIB_STATUS_OK);
     EXPECT(fabriclib_engine_nic(e, 1, &s, &numa), FABRICLIB_STATUS_INVALID_ARGUMENT);
     EXPECT(fabriclib_engine_nic(e, 0, NULL, &numa), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    /* tcp has no FI_HMEM: its NIC takes no device memory, whatever was asked. */
+    fabriclib_device_path path = FABRICLIB_DEVICE_PATH_IPC;
+    EXPECT(fabriclib_engine_nic_device_memory(e, 0, &path), FABRICLIB_STATUS_OK);
+    checks++;
+    if (path != FABRICLIB_DEVICE_PATH_NONE) failures++, fprintf(stderr, "FAIL: tcp's NIC takes device memory (%d)\n", (int)path);
+    EXPECT(fabriclib_engine_nic_device_memory(e, 1, &path), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_engine_nic_device_memory(e, 0, NULL), FABRICLIB_STATUS_INVALID_ARGUMENT);
+    EXPECT(fabriclib_engine_nic_device_memory(NULL, 0, &path), FABRICLIB_STATUS_INVALID_ARGUMENT);
     fabriclib_counters ctr = {.struct_size = sizeof ctr};
     EXPECT(fabriclib_engine_counters(e, 0, NULL, 0, &ctr), FABRICLIB_STATUS_OK);
     checks++;

@@ -179,7 +179,8 @@ fn domains_without_fi_hmem_refuse_device_memory() -> TestResult {
     let buf = vec![0u8; 4096];
     let mut said = Vec::new();
     for prov in ["tcp;ofi_rxm", "shm"] {
-        let mut ep = FabricEndpoint::open(prov, Some("127.0.0.1").filter(|_| prov != "shm"), 64, false).map_err(e2s)?;
+        let mut ep =
+            FabricEndpoint::open(prov, Some("127.0.0.1").filter(|_| prov != "shm"), 64, false, true).map_err(e2s)?;
         if ep.hmem() {
             return Ok(Skipped(format!("{prov} has FI_HMEM here: nothing to refuse")));
         }
@@ -318,6 +319,308 @@ fn kernel_waits_for_landed_pages() -> TestResult {
     )))
 }
 
+/// A region of the device-to-device tests: `len` bytes of device 0's
+/// memory, or of host memory; zeroed, freed on drop.
+enum Region {
+    Device(u64, usize),
+    Host(Vec<u8>),
+}
+
+impl Region {
+    fn new(c: &Cuda, on_gpu: bool, len: usize) -> Result<Region, String> {
+        if !on_gpu {
+            return Ok(Region::Host(vec![0u8; len]));
+        }
+        let d = c.mem_alloc(0, len).map_err(e2s)?;
+        c.copy_to_device(0, d, &vec![0u8; len]).map_err(e2s)?;
+        Ok(Region::Device(d, len))
+    }
+    fn ptr(&mut self) -> *mut u8 {
+        match self {
+            Region::Device(d, _) => *d as *mut u8,
+            Region::Host(v) => v.as_mut_ptr(),
+        }
+    }
+    fn device(&self) -> Option<i32> {
+        matches!(self, Region::Device(..)).then_some(0)
+    }
+    fn fill(&mut self, c: &Cuda, bytes: &[u8]) -> Result<(), String> {
+        match self {
+            Region::Device(d, _) => c.copy_to_device(0, *d, bytes).map_err(e2s),
+            Region::Host(v) => {
+                v.copy_from_slice(bytes);
+                Ok(())
+            }
+        }
+    }
+    fn read(&self, c: &Cuda) -> Result<Vec<u8>, String> {
+        match self {
+            Region::Device(d, len) => {
+                let mut v = vec![0u8; *len];
+                c.copy_from_device(0, &mut v, *d).map_err(e2s)?;
+                Ok(v)
+            }
+            Region::Host(v) => Ok(v.clone()),
+        }
+    }
+    fn name(&self) -> &'static str {
+        if self.device().is_some() { "device" } else { "host" }
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        if let (Region::Device(d, _), Ok(c)) = (&*self, cuda()) {
+            // SAFETY: allocated in `new`, freed once; registrations are gone first (declared after).
+            let _ = unsafe { c.mem_free(0, *d) };
+        }
+    }
+}
+
+/// The device-to-device layout: 16 pages of 64 KiB. A single write takes
+/// page 0 to page 0; a paged write pages 1..=8 to 8..=1 (reversed); a
+/// scatter pages 9..16 in one piece. Every write carries immediate `IMM`:
+/// 1 + 8 + 1 arrivals.
+const D2D_PAGE: usize = 64 << 10;
+const D2D_PAGES: usize = 16;
+const D2D_IMM: u32 = 7;
+const D2D_ARRIVALS: u64 = 10;
+
+fn d2d_source() -> Vec<u8> {
+    (0..D2D_PAGE * D2D_PAGES).map(|i| (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15).to_le_bytes()[7]).collect()
+}
+
+fn d2d_expected() -> Vec<u8> {
+    let src = d2d_source();
+    let mut out = src.clone();
+    for i in 0..8 {
+        let (s, d) = (1 + i, 8 - i);
+        out[d * D2D_PAGE..(d + 1) * D2D_PAGE].copy_from_slice(&src[s * D2D_PAGE..(s + 1) * D2D_PAGE]);
+    }
+    out
+}
+
+/// The three writes of the layout from `src` into `dst`, each waited for.
+fn d2d_writes(e: &TransferEngine, src: &fabriclib::MrHandle, dst: &Arc<fabriclib::MrDesc>) -> Result<(), String> {
+    let flags = [flag(), flag(), flag()];
+    let page = D2D_PAGE as u64;
+    e.submit_single_write(page, Some(D2D_IMM), src, 0, dst, 0, OnDone::Flag(flags[0].clone())).map_err(e2s)?;
+    let (si, di): (Vec<u32>, Vec<u32>) = (1..=8u32).map(|i| (i, 9 - i)).unzip();
+    let (sp, dp) = (Pages { indices: &si, stride: page, offset: 0 }, Pages { indices: &di, stride: page, offset: 0 });
+    e.submit_paged_writes(page, Some(D2D_IMM), src, sp, dst, dp, OnDone::Flag(flags[1].clone())).map_err(e2s)?;
+    let rest = fabriclib::ScatterDst { len: 7 * page, src_offset: 9 * page, dst: dst.clone(), dst_offset: 9 * page };
+    e.submit_scatter(None, Some(D2D_IMM), src, &[rest], OnDone::Flag(flags[2].clone())).map_err(e2s)?;
+    for (what, f) in ["single", "paged", "scatter"].iter().zip(&flags) {
+        let t = Instant::now();
+        while f.load(Ordering::Acquire) == 0 {
+            if t.elapsed() > Duration::from_secs(20) {
+                return Err(format!("the {what} write never ended"));
+            }
+            std::thread::yield_now();
+        }
+        let v = f.load(Ordering::Acquire);
+        if v != FLAG_DONE {
+            return Err(format!("the {what} write ended with {:?}", Status::from_code((v & 0xffff) as i32)));
+        }
+    }
+    Ok(())
+}
+
+fn flag() -> Arc<AtomicU32> {
+    Arc::new(AtomicU32::new(0))
+}
+
+/// Checks the layout's bytes in `dst` on the GPU: a kernel waits until the
+/// mirrored count of `D2D_IMM` (in `word`, CUDA-mapped) reaches every
+/// arrival, then sums the region's words; the sum and then every byte
+/// (copied back) are compared with what was written.
+fn d2d_check(c: &Cuda, dst: &Region, word: &Mapped) -> Result<String, String> {
+    let want = d2d_expected();
+    if let Region::Device(d, len) = dst {
+        let out = c.mem_alloc(0, 16).map_err(e2s)?;
+        let f = kernel(c, "wait_sum")?;
+        let mut args = Args::new(&[word.device().unwrap(), D2D_ARRIVALS, *d, (*len / 8) as u64, out]);
+        let mut p = args.ptrs();
+        // SAFETY: wait_sum(u64*, u64, u64*, u64, u64*) with matching arguments.
+        unsafe { c.launch(0, f, 1, &mut p) }.map_err(e2s)?;
+        c.synchronize(0).map_err(e2s)?;
+        let mut res = [0u8; 16];
+        c.copy_from_device(0, &mut res, out).map_err(e2s)?;
+        // SAFETY: allocated above.
+        unsafe { c.mem_free(0, out) }.map_err(e2s)?;
+        let (sum, state) =
+            (u64::from_le_bytes(res[..8].try_into().unwrap()), u64::from_le_bytes(res[8..].try_into().unwrap()));
+        let want_sum = want.chunks(8).fold(0u64, |a, w| a.wrapping_add(u64::from_le_bytes(w.try_into().unwrap())));
+        if state != 1 {
+            return Err("the kernel timed out waiting for the mirrored count".into());
+        }
+        if sum != want_sum {
+            return Err(format!("the kernel's checksum {sum:#x} != {want_sum:#x}"));
+        }
+    }
+    let got = dst.read(c)?;
+    if let Some(i) = got.iter().zip(&want).position(|(a, b)| a != b) {
+        return Err(format!("byte {i} of {} differs (page {})", got.len(), i / D2D_PAGE));
+    }
+    Ok(format!("{} bytes checked{}", got.len(), if dst.device().is_some() { " on the GPU" } else { "" }))
+}
+
+/// Skipped unless shm takes device memory here (a libfabric built with CUDA).
+fn need_device_shm(e: &TransferEngine) -> Result<(), Outcome> {
+    if e.device_memory() {
+        return Ok(());
+    }
+    Err(Skipped(format!(
+        "shm takes no device memory with this libfabric ({}): build one with scripts/libfabric-cuda.sh",
+        std::env::var("FABRICLIB_LIBFABRIC").unwrap_or_else(|_| "libfabric.so.1".into())
+    )))
+}
+
+/// One process, two engines over shm with FI_HMEM: single, paged and scatter
+/// writes with immediates device -> device, host -> device and device -> host.
+fn device_writes_in_one_process() -> TestResult {
+    let c = gpu!();
+    let (w, r) = (engine("shm")?, engine("shm")?);
+    if let Err(skip) = need_device_shm(&w) {
+        return Ok(skip);
+    }
+    let len = D2D_PAGE * D2D_PAGES;
+    let mut said = Vec::new();
+    for (src_gpu, dst_gpu) in [(true, true), (false, true), (true, false)] {
+        let (mut src, mut dst) = (Region::new(c, src_gpu, len)?, Region::new(c, dst_gpu, len)?);
+        src.fill(c, &d2d_source())?;
+        let word = Mapped::new(MemoryKind::CudaMapped, 0, 64).map_err(e2s)?;
+        // SAFETY: the regions outlive their registrations (dropped at the end of the
+        // iteration, after the handles); the word outlives the mirror.
+        let (smr, dmr) = unsafe {
+            (
+                w.register_memory(src.ptr(), len, src.device()).map_err(e2s)?,
+                r.register_memory(dst.ptr(), len, dst.device()).map_err(e2s)?,
+            )
+        };
+        let _ = r.imm_count(D2D_IMM, true).map_err(e2s)?;
+        // SAFETY: as above.
+        unsafe { r.mirror_imm_count(D2D_IMM, word.host() as *const AtomicU64) }.map_err(e2s)?;
+        d2d_writes(&w, &smr, dmr.descriptor())?;
+        let checked = d2d_check(c, &dst, &word)?;
+        // SAFETY: the mirror stops before its word goes.
+        unsafe { r.mirror_imm_count(D2D_IMM, std::ptr::null()) }.map_err(e2s)?;
+        let n = r.imm_count(D2D_IMM, true).map_err(e2s)?;
+        if n != D2D_ARRIVALS {
+            return Err(format!("{} -> {}: {n} immediates counted, want {D2D_ARRIVALS}", src.name(), dst.name()));
+        }
+        said.push(format!("{} -> {}: {checked}", src.name(), dst.name()));
+        drop((smr, dmr));
+    }
+    Ok(Passed(said.join("; ")))
+}
+
+/// Two processes on one GPU over shm with FI_HMEM (CUDA IPC): this process
+/// writes the layout from device memory into a child's device memory; the
+/// child checks it on its GPU (a kernel waiting on the mirrored count).
+fn device_writes_between_processes() -> TestResult {
+    let c = gpu!();
+    let w = engine("shm")?;
+    if let Err(skip) = need_device_shm(&w) {
+        return Ok(skip);
+    }
+    use std::io::{BufRead, BufReader, Write};
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut child = std::process::Command::new(exe)
+        .arg("--d2d-child")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut next = || lines.next().and_then(|l| l.ok()).ok_or("the child said nothing".to_string());
+    let info = next()?;
+    let desc = info.strip_prefix("DESC ").ok_or(format!("the child said {info:?}"))?;
+    let desc = Arc::new(fabriclib::MrDesc::parse(&from_hex(desc)).map_err(e2s)?);
+    let len = D2D_PAGE * D2D_PAGES;
+    let mut src = Region::new(c, true, len)?;
+    src.fill(c, &d2d_source())?;
+    // SAFETY: src outlives the registration (dropped after it).
+    let smr = unsafe { w.register_memory(src.ptr(), len, Some(0)) }.map_err(e2s)?;
+    let sent = d2d_writes(&w, &smr, &desc);
+    let _ = writeln!(child.stdin.take().unwrap(), "DONE");
+    let verdict = next();
+    let _ = child.wait();
+    sent?;
+    let verdict = verdict?;
+    match verdict.strip_prefix("OK ") {
+        Some(what) => Ok(Passed(format!("device -> device across processes: {what}"))),
+        None => Err(format!("the child: {verdict}")),
+    }
+}
+
+fn from_hex(s: &str) -> Vec<u8> {
+    (0..s.len() / 2).map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap_or(0)).collect()
+}
+
+/// The receiving child of `device_writes_between_processes`.
+fn d2d_child() -> Result<String, String> {
+    let c = cuda().map_err(e2s)?;
+    let r = engine("shm")?;
+    let len = D2D_PAGE * D2D_PAGES;
+    let mut dst = Region::new(c, true, len)?;
+    let word = Mapped::new(MemoryKind::CudaMapped, 0, 64).map_err(e2s)?;
+    // SAFETY: dst and word outlive the registration and the mirror (stopped below).
+    let dmr = unsafe { r.register_memory(dst.ptr(), len, Some(0)) }.map_err(e2s)?;
+    // SAFETY: as above.
+    unsafe { r.mirror_imm_count(D2D_IMM, word.host() as *const AtomicU64) }.map_err(e2s)?;
+    let hex: String = dmr.descriptor().to_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    println!("DESC {hex}");
+    let checked = d2d_check(c, &dst, &word);
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+    // SAFETY: the mirror stops before its word goes.
+    unsafe { r.mirror_imm_count(D2D_IMM, std::ptr::null()) }.map_err(e2s)?;
+    let n = r.imm_count(D2D_IMM, false).map_err(e2s)?;
+    let checked = checked?;
+    if n != D2D_ARRIVALS {
+        return Err(format!("{n} immediates counted, want {D2D_ARRIVALS}"));
+    }
+    drop(dmr);
+    Ok(format!("{checked}, {n} immediates"))
+}
+
+/// Wrong uses of device memory get clear errors: a device pointer
+/// registered as host memory, a freed allocation, a device that does not
+/// exist or does not own the pointer; and the NIC says how it takes device memory.
+fn device_memory_misuse_is_refused() -> TestResult {
+    let c = gpu!();
+    let e = engine("shm")?;
+    let path = e.nics()[0].device_memory;
+    let d = c.mem_alloc(0, 1 << 20).map_err(e2s)?;
+    let mut said = vec![format!("shm takes device memory by {}", path.name())];
+    let n = c.device_count().map_err(e2s)?;
+    // SAFETY: device memory that outlives the calls (each is refused).
+    let cases = unsafe {
+        [
+            ("a device pointer as host memory", e.register_memory(d as *mut u8, 1 << 20, None)),
+            ("a device that does not exist", e.register_memory(d as *mut u8, 1 << 20, Some(n))),
+        ]
+    };
+    for (what, r) in cases {
+        match r {
+            Err(err) if err.status == Status::InvalidArgument => said.push(format!("{what}: {}", err.message)),
+            Err(err) => return Err(format!("{what}: the wrong error: {err}")),
+            Ok(_) => return Err(format!("{what}: registered")),
+        }
+    }
+    // SAFETY: allocated above; the pointer is only looked at below.
+    unsafe { c.mem_free(0, d) }.map_err(e2s)?;
+    // SAFETY: a freed allocation: the engine must look before it registers anything.
+    match unsafe { e.register_memory(d as *mut u8, 1 << 20, Some(0)) } {
+        Err(err) if err.status == Status::InvalidArgument => said.push(format!("freed: {}", err.message)),
+        Err(err) if e.device_memory() => return Err(format!("a freed allocation: the wrong error: {err}")),
+        Err(_) => {}
+        Ok(_) => return Err("a freed allocation was registered".into()),
+    }
+    Ok(Passed(said.join("; ")))
+}
+
 /// With `FABRICLIB_NO_CUDA=1` (here: a child process), GPU calls say
 /// Unsupported and everything else works on host memory.
 fn no_driver_means_unsupported() -> TestResult {
@@ -370,17 +673,26 @@ const TESTS: &[(&str, Test)] = &[
     ("device_memory_refused_without_fi_hmem", device_memory_refused_without_fi_hmem),
     ("kernel_bumps_a_watcher", kernel_bumps_a_watcher),
     ("kernel_waits_for_landed_pages", kernel_waits_for_landed_pages),
+    ("device_memory_misuse_is_refused", device_memory_misuse_is_refused),
+    ("device_writes_in_one_process", device_writes_in_one_process),
+    ("device_writes_between_processes", device_writes_between_processes),
 ];
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("--no-cuda-child") {
-        match no_cuda_child() {
+    let child = match args.get(1).map(String::as_str) {
+        Some("--no-cuda-child") => Some(no_cuda_child as fn() -> Result<String, String>),
+        Some("--d2d-child") => Some(d2d_child as fn() -> Result<String, String>),
+        _ => None,
+    };
+    if let Some(child) = child {
+        match child() {
             Ok(s) => {
-                println!("{s}");
+                println!("OK {s}");
                 std::process::exit(0)
             }
             Err(e) => {
+                println!("FAILED {e}");
                 eprintln!("{e}");
                 std::process::exit(1)
             }

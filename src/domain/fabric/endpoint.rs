@@ -1,6 +1,6 @@
 //! `FabricEndpoint`: the libfabric objects of one endpoint, the `fi_info`
 //! fabriclib asks for, NIC choice, and memory registration.
-use super::super::{LocalMr, Memory};
+use super::super::{DeviceMemory, LocalMr, Memory};
 use super::sys::*;
 use super::{IP_FORMATS, check, fi_err};
 use crate::config::Bind;
@@ -29,6 +29,13 @@ pub struct FabricEndpoint {
     pub addr: Vec<u8>,
     pub mr_mode: u64,
     pub max_msg: usize,
+    /// The inject size of host memory: what the provider sends without the
+    /// target's answer (shm: 4 KiB, also on its `FI_HMEM` entry, whose
+    /// `inject_size` says 0 for device buffers' sake).
+    pub host_inject: usize,
+    /// A dma-buf registration was refused once: device memory is registered
+    /// by its pointer from then on.
+    dmabuf_refused: bool,
     /// Bytes of completion data an operation may carry (`cq_data_size`).
     pub cq_data_size: usize,
     /// Requested keys stay within the provider's `mr_key_size`, below FI_KEY_NOTAVAIL.
@@ -48,12 +55,18 @@ unsafe impl Send for FabricEndpoint {}
 impl FabricEndpoint {
     /// The `fi_info` every fabriclib endpoint is opened from (`FI_EP_RDM`,
     /// `FI_MSG|FI_RMA`, the mr_mode bits we handle, `FI_THREAD_DOMAIN`),
-    /// bound to `bind` (`host` or `host:port`) for IP-addressed providers.
-    fn getinfo(provider: &str, bind: Option<&Bind>) -> Result<*mut fi_info> {
+    /// bound to `bind` (`host` or `host:port`) for IP-addressed providers;
+    /// with `hmem`, also `FI_HMEM` (and `FI_MR_HMEM` in `mr_mode`, which EFA
+    /// wants before it offers `FI_HMEM`) at API 1.20 where this libfabric
+    /// has it (dma-buf registration is read only at 1.20 and later).
+    fn getinfo(provider: &str, bind: Option<&Bind>, hmem: bool) -> Result<*mut fi_info> {
         let (node, port) = (bind.map(|b| b.host.as_str()), bind.and_then(|b| b.port));
         if let Some(why) = load_error() {
             return Err(Error::new(Status::Unsupported, format!("provider \"{provider}\": {why}")));
         }
+        // SAFETY: fi_version only reads a constant.
+        let version =
+            if hmem { FI_API_VERSION.max(unsafe { fi_version() }.min(FI_VERSION_DMABUF)) } else { FI_API_VERSION };
         // SAFETY: hints is a fresh fi_info from fi_allocinfo with all attr
         // structs allocated; strings we put in it are malloc'ed (fi_freeinfo frees them).
         unsafe {
@@ -69,12 +82,16 @@ impl FabricEndpoint {
             (*(*hints).ep_attr).type_ = fi_ep_type_FI_EP_RDM;
             let d = &mut *(*hints).domain_attr;
             d.mr_mode = (FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT) as i32;
+            if hmem {
+                (*hints).caps |= FI_HMEM;
+                d.mr_mode |= FI_MR_HMEM as i32;
+            }
             d.threading = fi_threading_FI_THREAD_DOMAIN;
             let name = CString::new(provider)
                 .map_err(|_| Error::new(Status::InvalidArgument, "provider name contains NUL"))?;
             (*(*hints).fabric_attr).prov_name = crate::os::strdup(&name);
             let mut info = null_mut();
-            let mut ret = fi_getinfo(FI_API_VERSION, std::ptr::null(), std::ptr::null(), 0, hints, &mut info) as i64;
+            let mut ret = fi_getinfo(version, std::ptr::null(), std::ptr::null(), 0, hints, &mut info) as i64;
             // Bind socket providers to the configured address; providers that do
             // not use IP addresses (shm, efa) would derive a clashing name from it.
             if let (Some(n), true) = (node, ret == 0 && IP_FORMATS.contains(&(*info).addr_format)) {
@@ -84,12 +101,12 @@ impl FabricEndpoint {
                     CString::new(n).map_err(|_| Error::new(Status::InvalidArgument, "bind address contains NUL"))?;
                 let service = port.map(|p| CString::new(p.to_string()).unwrap());
                 let sp = service.as_ref().map_or(std::ptr::null(), |s| s.as_ptr());
-                ret = fi_getinfo(FI_API_VERSION, n.as_ptr(), sp, FI_SOURCE, hints, &mut info) as i64;
+                ret = fi_getinfo(version, n.as_ptr(), sp, FI_SOURCE, hints, &mut info) as i64;
             }
             fi_freeinfo(hints);
             if ret < 0 || info.is_null() {
-                let mut e =
-                    fi_err(&format!("fi_getinfo(provider \"{provider}\", FI_EP_RDM, FI_MSG|FI_RMA)"), ret.min(-1));
+                let what = if hmem { "FI_MSG|FI_RMA|FI_HMEM" } else { "FI_MSG|FI_RMA" };
+                let mut e = fi_err(&format!("fi_getinfo(provider \"{provider}\", FI_EP_RDM, {what})"), ret.min(-1));
                 e.status = Status::Unsupported;
                 return Err(e);
             }
@@ -97,10 +114,45 @@ impl FabricEndpoint {
         }
     }
 
+    /// The entry of `provider`'s list that `nic` chooses, duplicated (the
+    /// caller frees it): with `hmem`, the `FI_HMEM` entry of that NIC where
+    /// the provider lists one, else the entry of today's hints. The NIC is
+    /// chosen from the list without `FI_HMEM`, so that an engine opens on the
+    /// same NICs whether it asks for device memory or not. Also returns the
+    /// inject size of the host-memory entry (shm's `FI_HMEM` entry says 0, so
+    /// that no device buffer is injected; host buffers still are).
+    fn choose_info(provider: &str, bind: Option<&Bind>, nic: &Choice, hmem: bool) -> Result<(*mut fi_info, usize)> {
+        let list = Self::getinfo(provider, bind, false)?;
+        // SAFETY: list (and hlist) are valid fi_info lists from fi_getinfo; the
+        // chosen entry is duplicated before they are freed.
+        unsafe {
+            let chosen = match crate::domain::fabric::nic::choose(list, nic) {
+                Ok(e) => e,
+                Err(m) => {
+                    fi_freeinfo(list);
+                    return Err(Error::new(Status::InvalidArgument, format!("{provider}: {m}")));
+                }
+            };
+            let inject = (*(*chosen).tx_attr).inject_size;
+            let hlist = if hmem { Self::getinfo(provider, bind, true).unwrap_or(null_mut()) } else { null_mut() };
+            let with_hmem = crate::domain::fabric::nic::pick(hlist, &crate::domain::fabric::nic::name(chosen))
+                .filter(|&e| (*e).caps & FI_HMEM != 0);
+            let info = fi_dupinfo(with_hmem.unwrap_or(chosen));
+            fi_freeinfo(list);
+            if !hlist.is_null() {
+                fi_freeinfo(hlist);
+            }
+            if info.is_null() {
+                return Err(Error::new(Status::Provider, "fi_dupinfo failed"));
+            }
+            Ok((info, inject))
+        }
+    }
+
     /// The NICs `provider` offers here (`fi_getinfo` with fabriclib's hints,
     /// no address), each once, in its order; `Unsupported` if it offers none.
     pub fn list_nics(provider: &str) -> Result<Vec<Nic>> {
-        let list = Self::getinfo(provider, None)?;
+        let list = Self::getinfo(provider, None, false)?;
         // SAFETY: list is a valid fi_info list until freed below; `pick`
         // returns entries of it.
         unsafe {
@@ -125,8 +177,10 @@ impl FabricEndpoint {
     /// a completion queue of at least `cq_min` entries; with `wait`, the
     /// queue gets an `FI_WAIT_FD` wait object if the provider has one (tcp;ofi_rxm
     /// does, shm 1.17 does not: `wait_fd` stays `None`).
-    pub fn open(provider: &str, node: Option<&str>, cq_min: usize, wait: bool) -> Result<FabricEndpoint> {
-        Self::open_on(provider, node.map(Bind::parse).as_ref(), &Choice::First, cq_min, wait)
+    /// With `hmem`, asks for device memory (`FI_HMEM`), on the NIC's plain
+    /// entry where the provider has none (`hmem()` then says false).
+    pub fn open(provider: &str, node: Option<&str>, cq_min: usize, wait: bool, hmem: bool) -> Result<FabricEndpoint> {
+        Self::open_on(provider, node.map(Bind::parse).as_ref(), &Choice::First, cq_min, wait, hmem)
     }
 
     /// `open`, on the NIC `nic` chooses (a named NIC ignores `bind`).
@@ -136,21 +190,10 @@ impl FabricEndpoint {
         nic: &Choice,
         cq_min: usize,
         wait: bool,
+        hmem: bool,
     ) -> Result<FabricEndpoint> {
         let bind = if matches!(nic, Choice::First) { bind } else { None };
-        let list = Self::getinfo(provider, bind)?;
-        // SAFETY: list is a valid fi_info list from fi_getinfo; the chosen entry
-        // is duplicated before the list is freed.
-        let info = unsafe {
-            let chosen = crate::domain::fabric::nic::choose(list, nic);
-            let info = chosen.as_ref().map(|&e| fi_dupinfo(e)).unwrap_or(null_mut());
-            fi_freeinfo(list);
-            match chosen {
-                Err(m) => return Err(Error::new(Status::InvalidArgument, format!("{provider}: {m}"))),
-                Ok(_) if info.is_null() => return Err(Error::new(Status::Provider, "fi_dupinfo failed")),
-                Ok(_) => info,
-            }
-        };
+        let (info, host_inject) = Self::choose_info(provider, bind, nic, hmem)?;
         // SAFETY: info is a valid single fi_info, and every object opened below
         // is closed in Drop (fields start null).
         unsafe {
@@ -165,12 +208,15 @@ impl FabricEndpoint {
                 addr: Vec::new(),
                 mr_mode: (*(*info).domain_attr).mr_mode as u64,
                 max_msg: (*(*info).ep_attr).max_msg_size,
+                host_inject,
+                dmabuf_refused: false,
                 cq_data_size: (*(*info).domain_attr).cq_data_size,
                 key_mask: key_mask((*(*info).domain_attr).mr_key_size),
                 next_key: 0,
                 wait_fd: None,
                 nic: crate::domain::fabric::nic::describe(info),
             };
+            d.nic.device_memory = d.device_path();
             // Requested keys start at a random point: an engine restarted at the
             // same address registers other keys, so a descriptor of its earlier
             // incarnation names no region of the new one (providers that check
@@ -244,35 +290,43 @@ impl FabricEndpoint {
         }
     }
 
-    /// Whether the provider reaches device memory (`FI_HMEM` in its caps).
+    /// Whether the provider reaches device memory: `FI_HMEM` in the caps of
+    /// the entry it opened on, and a libfabric built with CUDA.
     pub fn hmem(&self) -> bool {
         // SAFETY: info is valid for the endpoint's life.
-        unsafe { (*self.info).caps & FI_HMEM != 0 }
+        unsafe { (*self.info).caps & FI_HMEM != 0 && cuda_support() }
+    }
+
+    /// How device memory reaches this provider (`DeviceMemory`): shm copies
+    /// through CUDA IPC; a NIC takes a dma-buf where the endpoint opened at
+    /// API 1.20 or later and none was refused yet, else the device pointer.
+    pub fn device_path(&self) -> DeviceMemory {
+        if !self.hmem() {
+            DeviceMemory::None
+        } else if self.provider == "shm" {
+            DeviceMemory::Ipc
+        // SAFETY: info is valid for the endpoint's life.
+        } else if unsafe { (*(*self.info).fabric_attr).api_version } >= FI_VERSION_DMABUF && !self.dmabuf_refused {
+            DeviceMemory::DmaBuf
+        } else {
+            DeviceMemory::Pointer
+        }
     }
 
     /// Registers `len` bytes at `ptr` of `mem` memory for local use and remote writes.
     pub fn register(&mut self, ptr: *mut u8, len: usize, mem: Memory) -> Result<LocalMr> {
-        if let Memory::Cuda { device, .. } = mem {
-            if !self.hmem() {
-                return Err(crate::domain::no_device_memory(&self.provider, device));
-            }
-        }
         let access = (FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | FI_SEND | FI_RECV) as u64;
-        // Requested keys must be unique per domain on providers without FI_MR_PROV_KEY.
-        let key = self.next_key;
-        self.next_key = (self.next_key + 1) & self.key_mask;
         let mut mr: *mut fid_mr = null_mut();
         // SAFETY: domain is open; ptr/len describe memory the caller keeps alive
         // until deregister; mr is closed on every error path.
         unsafe {
             match mem {
                 Memory::Host => {
+                    let key = self.take_key();
                     let ret = fi_mr_reg(self.domain, ptr as *const c_void, len, access, 0, key, 0, &mut mr, null_mut());
                     check("fi_mr_reg", ret as i64)?;
                 }
-                Memory::Cuda { device, dmabuf } => {
-                    self.register_cuda(ptr, len, access, key, device, dmabuf, &mut mr)?
-                }
+                Memory::Cuda { device, dmabuf } => self.register_cuda(ptr, len, access, device, dmabuf, &mut mr)?,
             }
             if self.mr_mode & FI_MR_ENDPOINT as u64 != 0 {
                 let r = fi_mr_bind(mr, &mut (*self.ep).fid, 0);
@@ -295,17 +349,27 @@ impl FabricEndpoint {
         }
     }
 
-    /// `fi_mr_regattr` of CUDA device memory: from its dma-buf
-    /// (`FI_MR_DMABUF`) where this libfabric has it (1.20 and later, checked
-    /// at run time), else the device pointer itself (`FI_HMEM_CUDA`).
-    /// Not run here: no provider of this machine's libfabric has `FI_HMEM`.
-    #[allow(clippy::too_many_arguments)]
+    /// The next requested key: unique per domain, as providers without
+    /// `FI_MR_PROV_KEY` need.
+    fn take_key(&mut self) -> u64 {
+        let key = self.next_key;
+        self.next_key = (self.next_key + 1) & self.key_mask;
+        key
+    }
+
+    /// `fi_mr_regattr` of CUDA device memory of `device`, with
+    /// `FI_HMEM_DEVICE_ONLY` (shm moves a region through CUDA IPC only when
+    /// it is registered so; without it, shm bounces every byte through host
+    /// memory): from its dma-buf (`FI_MR_DMABUF`) where `device_path` says
+    /// dma-buf and the driver exported one, and by the device pointer
+    /// (`FI_HMEM_CUDA`) otherwise — also after a refused dma-buf, which never
+    /// fails a registration the pointer path takes. A refusal of both names
+    /// the provider and what each said.
     unsafe fn register_cuda(
         &mut self,
         ptr: *mut u8,
         len: usize,
         access: u64,
-        key: u64,
         device: i32,
         dmabuf: Option<(i32, u64)>,
         mr: &mut *mut fid_mr,
@@ -328,34 +392,67 @@ impl FabricEndpoint {
             sub_mr_cnt: usize,
         }
         const FI_MR_DMABUF: u64 = 1 << 40;
-        let iov = iovec { iov_base: ptr.cast(), iov_len: len };
-        let mut attr = MrAttr {
-            base: fi_mr_attr {
-                mr_iov: &iov,
-                iov_count: 1,
-                access,
-                requested_key: key,
-                iface: fi_hmem_iface_FI_HMEM_CUDA,
-                ..Default::default()
-            },
-            hmem_data: null_mut(),
-            page_size: 0,
-            base_mr: std::ptr::null(),
-            sub_mr_cnt: 0,
-        };
-        attr.base.device.cuda = device;
-        let mut flags = 0;
-        // SAFETY: fi_version only reads a constant.
-        let dmabuf_ok = unsafe { fi_version() } >= (1 << 16 | 20);
-        let buf;
-        if let (Some((fd, offset)), true) = (dmabuf, dmabuf_ok) {
-            buf = FiMrDmabuf { fd, offset, len, base_addr: ptr.cast() };
-            attr.base.mr_iov = (&buf as *const FiMrDmabuf).cast();
-            flags = FI_MR_DMABUF;
+        const FI_HMEM_DEVICE_ONLY: u64 = 1 << 46;
+        if !self.hmem() {
+            return Err(crate::domain::no_device_memory(&self.provider, device));
         }
-        // SAFETY: domain is open; attr (and what it points at) lives across the call.
-        let ret = unsafe { fi_mr_regattr(self.domain, &attr.base, flags, mr) };
-        check(if flags != 0 { "fi_mr_regattr(FI_MR_DMABUF)" } else { "fi_mr_regattr(FI_HMEM_CUDA)" }, ret as i64)
+        let iov = iovec { iov_base: ptr.cast(), iov_len: len };
+        let attr = |key| {
+            let mut a = MrAttr {
+                base: fi_mr_attr {
+                    mr_iov: &iov,
+                    iov_count: 1,
+                    access,
+                    requested_key: key,
+                    iface: fi_hmem_iface_FI_HMEM_CUDA,
+                    ..Default::default()
+                },
+                hmem_data: null_mut(),
+                page_size: 0,
+                base_mr: std::ptr::null(),
+                sub_mr_cnt: 0,
+            };
+            a.base.device.cuda = device;
+            a
+        };
+        let mut refused = None;
+        if let (Some((fd, offset)), DeviceMemory::DmaBuf) = (dmabuf, self.device_path()) {
+            let buf = FiMrDmabuf { fd, offset, len, base_addr: ptr.cast() };
+            let mut a = attr(self.take_key());
+            a.base.mr_iov = (&buf as *const FiMrDmabuf).cast();
+            // SAFETY: domain is open; a (and what it points at) lives across the call.
+            let ret = unsafe { fi_mr_regattr(self.domain, &a.base, FI_MR_DMABUF | FI_HMEM_DEVICE_ONLY, mr) };
+            if ret == 0 {
+                return Ok(());
+            }
+            *mr = null_mut();
+            self.dmabuf_refused = true;
+            self.nic.device_memory = DeviceMemory::Pointer;
+            crate::log!(
+                Warn,
+                "{}: a dma-buf registration was refused ({}); registering device pointers",
+                self.provider,
+                super::strerror(ret)
+            );
+            refused = Some(ret);
+        }
+        let a = attr(self.take_key());
+        // SAFETY: as above.
+        let ret = unsafe { fi_mr_regattr(self.domain, &a.base, FI_HMEM_DEVICE_ONLY, mr) };
+        if ret == 0 {
+            return Ok(());
+        }
+        *mr = null_mut();
+        let dmabuf_said = refused.map_or(String::new(), |r| format!("as a dma-buf: {} ({r}); ", super::strerror(r)));
+        Err(Error::new(
+            if ret == -(FI_ENOSYS as i32) { Status::Unsupported } else { Status::Provider },
+            format!(
+                "the {} provider refused memory of CUDA device {device}: {dmabuf_said}by device pointer \
+                 (fi_mr_regattr FI_HMEM_CUDA): {} ({ret})",
+                self.provider,
+                super::strerror(ret)
+            ),
+        ))
     }
 
     pub fn deregister(&mut self, mr: &LocalMr) {

@@ -14,8 +14,7 @@
 // (the Domain contract), so these methods stay safe to call from it.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
-use super::{Chan, Choice, Completion, Domain, DomainSpec, LocalMr, Memory, Nic, PeerId, Post, SendWr, WriteWr};
-use crate::config::Bind;
+use super::{Chan, Completion, DeviceMemory, Domain, DomainSpec, LocalMr, Memory, Nic, PeerId, Post, SendWr, WriteWr};
 use crate::error::{Error, Result, Status};
 use ctx::{CtxPool, NO_PEER};
 use std::collections::HashMap;
@@ -108,7 +107,9 @@ pub struct FabricDomain {
 /// the main one): a process has one more per shm peer it writes to over
 /// 4 KiB.
 struct PeerEps {
-    inject: usize,
+    /// Writes of more bytes than this go on their peer's endpoint: shm's
+    /// inject size, or 0 with device memory.
+    over: usize,
     /// By peer id (an index of the `FI_AV_TABLE` address vector); null: none yet.
     eps: Vec<*mut fid_ep>,
 }
@@ -153,15 +154,19 @@ impl FabricDomain {
         FabricEndpoint::list_nics(provider)
     }
 
-    fn open_with(provider: &str, bind: Option<&Bind>, nic: &Choice, window: usize, wait: bool) -> Result<FabricDomain> {
-        let fe = FabricEndpoint::open_on(provider, bind, nic, 4096, wait)?;
+    fn open_with(spec: &DomainSpec, provider: &str) -> Result<FabricDomain> {
+        let (bind, nic, window) = (spec.bind.as_ref(), &spec.nic, spec.peer_window);
+        let fe = FabricEndpoint::open_on(provider, bind, nic, 4096, spec.wait, spec.hmem)?;
         let ctx = CtxPool::new(fe.depth().max(256), window);
-        // SAFETY: info is valid for the endpoint's life.
-        let inject = unsafe { (*(*fe.info).tx_attr).inject_size };
+        let inject = fe.host_inject;
         let shm = (fe.provider == "shm").then(shm_writes);
         let answer_free = if shm.is_some_and(|w| w != ShmWrites::Never) { inject } else { usize::MAX };
         let split_over = if shm == Some(ShmWrites::Split) { inject } else { usize::MAX };
-        let peer_eps = (shm == Some(ShmWrites::PeerEndpoints)).then(|| PeerEps { inject, eps: Vec::new() });
+        // With device memory every write of bytes goes on its peer's
+        // endpoint: shm moves a device buffer of any size through CUDA IPC,
+        // which the target answers.
+        let own_ep_over = if fe.hmem() { 0 } else { inject };
+        let peer_eps = (shm == Some(ShmWrites::PeerEndpoints)).then(|| PeerEps { over: own_ep_over, eps: Vec::new() });
         // SAFETY: as above.
         let ip = IP_FORMATS.contains(&unsafe { (*fe.info).addr_format });
         let cq_buf = vec![fi_cq_data_entry::default(); CQ_BATCH];
@@ -191,7 +196,7 @@ impl Domain for FabricDomain {
     fn open(spec: &DomainSpec) -> Result<Self> {
         let mut errors = Vec::new();
         for p in &spec.providers {
-            match Self::open_with(p, spec.bind.as_ref(), &spec.nic, spec.peer_window, spec.wait) {
+            match Self::open_with(spec, p) {
                 Ok(d) => return Ok(d),
                 // The provider is there; the NIC asked for is not.
                 Err(e) if e.status == Status::InvalidArgument => return Err(e),
@@ -248,8 +253,8 @@ impl Domain for FabricDomain {
         self.fe.register(ptr, len, mem)
     }
 
-    fn device_memory(&self) -> bool {
-        self.fe.hmem()
+    fn device_memory(&self) -> DeviceMemory {
+        self.fe.device_path()
     }
 
     fn wait_fd(&self) -> Option<i32> {
@@ -302,7 +307,7 @@ impl Domain for FabricDomain {
         let ep = match &mut self.peer_eps {
             // Without an immediate too: shm copies those itself with CMA (no
             // answer, any endpoint), but through the target where CMA is off.
-            Some(p) if wr.len > p.inject => p.get(wr.peer, &mut self.fe)?,
+            Some(p) if wr.len > p.over => p.get(wr.peer, &mut self.fe)?,
             _ => self.fe.ep,
         };
         let ctx = match self.ctx.take(token, wr.peer, wr.len as u64) {
@@ -468,7 +473,34 @@ pub fn strerror(errno: i32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Bind;
     use crate::domain::Memory;
+
+    /// Asked for device memory, shm opens on its `FI_HMEM` entry (every
+    /// libfabric lists one, with or without CUDA), keeps its host inject
+    /// size (the entry's own says 0), and says it moves device memory
+    /// through CUDA IPC exactly where this libfabric was built with CUDA;
+    /// tcp has no such entry and opens as without asking.
+    #[test]
+    fn asking_for_device_memory_falls_back_per_provider() {
+        let spec =
+            |hmem| DomainSpec { bind: Some(Bind::parse("127.0.0.1")), peer_window: 16, hmem, ..Default::default() };
+        let plain = FabricDomain::open_with(&spec(false), "shm").unwrap();
+        let d = FabricDomain::open_with(&spec(true), "shm").unwrap();
+        // SAFETY: info is valid for the endpoint's life.
+        assert_ne!(unsafe { (*d.fe.info).caps } & FI_HMEM, 0, "shm's FI_HMEM entry");
+        assert_eq!(plain.device_memory(), DeviceMemory::None);
+        assert_eq!(d.answer_free, plain.answer_free, "host memory is still injected");
+        assert_eq!(d.answer_free, 4096);
+        let cuda = sys::cuda_support();
+        assert_eq!(d.device_memory(), if cuda { DeviceMemory::Ipc } else { DeviceMemory::None });
+        assert_eq!(d.nic().device_memory, d.device_memory());
+        let t = FabricDomain::open_with(&spec(true), "tcp;ofi_rxm").unwrap();
+        assert_eq!(t.device_memory(), DeviceMemory::None, "tcp has no FI_HMEM");
+        // SAFETY: as above.
+        assert_eq!(unsafe { (*t.fe.info).caps } & FI_HMEM, 0);
+        eprintln!("libfabric {:#x}: CUDA support {cuda}", unsafe { fi_version() });
+    }
 
     /// A withdrawn receive (a removed pool's buffer) comes back as a failed
     /// completion of its token, on both software providers, and leaves
@@ -476,8 +508,8 @@ mod tests {
     #[test]
     fn withdrawn_receives_come_back_failed() {
         for prov in ["tcp;ofi_rxm", "shm"] {
-            let bind = Bind::parse("127.0.0.1");
-            let mut d = FabricDomain::open_with(prov, Some(&bind), &Choice::First, 16, false).unwrap();
+            let spec = DomainSpec { bind: Some(Bind::parse("127.0.0.1")), peer_window: 16, ..Default::default() };
+            let mut d = FabricDomain::open_with(&spec, prov).unwrap();
             let mut buf = vec![0u8; 4 * 256];
             let mr = d.register(buf.as_mut_ptr(), buf.len(), Memory::Host).unwrap();
             for t in 0..4u64 {

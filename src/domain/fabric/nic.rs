@@ -107,7 +107,7 @@ pub unsafe fn describe(info: *const fi_info) -> Nic {
     };
     let pci = from_provider.or_else(|| pci_of_interface(&name));
     let numa = pci.as_deref().and_then(numa_of_pci);
-    Nic { name, pci, numa }
+    Nic { name, pci, numa, device_memory: Default::default() }
 }
 
 /// The PCI address above network interface `ifname` (sysfs; a virtio NIC's

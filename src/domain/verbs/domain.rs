@@ -54,7 +54,7 @@ use super::lib::{Ah, Channel, Context, Cq, Mr, Pd, Qp, Srq, Verbs};
 use super::rc::{self, Endpoint, Path};
 use super::sys::*;
 use crate::domain::{
-    Chan, Choice, Completion, Domain, DomainSpec, LocalMr, Memory, Nic, PeerId, Post, SendWr, WriteWr,
+    Chan, Choice, Completion, DeviceMemory, Domain, DomainSpec, LocalMr, Memory, Nic, PeerId, Post, SendWr, WriteWr,
 };
 use crate::error::{Error, Result, Status};
 use crate::wire::RemoteKey;
@@ -356,7 +356,7 @@ impl Domain for VerbsDomain {
             addr,
             nonce,
             path,
-            nic: Nic { name: name.clone(), pci: dev.pci.clone(), numa: dev.numa },
+            nic: Nic { name: name.clone(), pci: dev.pci.clone(), numa: dev.numa, device_memory: DeviceMemory::DmaBuf },
             max_msg,
             ops: Ops::new(DEPTH, spec.peer_window.clamp(1, 1 << 16) as u32),
             engine_bufs: VecDeque::new(),
@@ -421,9 +421,10 @@ impl Domain for VerbsDomain {
         n == 0 && self.ready.is_empty()
     }
 
-    fn device_memory(&self) -> bool {
-        // Through dma-buf (the device itself may still refuse: rxe does).
-        Verbs::get().is_ok_and(|v| v.reg_dmabuf_mr.is_some())
+    fn device_memory(&self) -> DeviceMemory {
+        // Registration tries dma-buf first, then the device pointer (a
+        // peer-memory driver); the device may still refuse both (rxe does).
+        self.nic.device_memory
     }
 
     fn orders_sends_after_writes(&self) -> bool {
@@ -433,16 +434,40 @@ impl Domain for VerbsDomain {
     fn register(&mut self, ptr: *mut u8, len: usize, mem: Memory) -> Result<LocalMr> {
         let mr = match mem {
             Memory::Host => self.pd.reg_mr(ptr, len, rc::REMOTE_WRITE)?,
-            // Device memory goes through dma-buf: the NIC reads and writes
-            // the GPU's memory directly (GPUDirect RDMA).
-            Memory::Cuda { dmabuf: Some((fd, offset)), .. } => {
-                self.pd.reg_dmabuf_mr(fd, offset, len, ptr as u64, rc::REMOTE_WRITE)?
+            // Device memory: the NIC reads and writes the GPU's memory
+            // directly (GPUDirect RDMA), through the region's dma-buf where
+            // the driver exported one and this rdma-core and device import
+            // it, else by its device pointer (`ibv_reg_mr`, which a
+            // peer-memory driver such as nvidia-peermem resolves). A refused
+            // dma-buf never fails what the pointer path takes.
+            Memory::Cuda { device, dmabuf } => {
+                let by_dmabuf = match dmabuf {
+                    Some((fd, offset)) => self.pd.reg_dmabuf_mr(fd, offset, len, ptr as u64, rc::REMOTE_WRITE),
+                    None => Err(Error::new(Status::Unsupported, "the CUDA driver exported no dma-buf of the region")),
+                };
+                match by_dmabuf {
+                    Ok(mr) => mr,
+                    Err(dmabuf_err) => {
+                        let mr = self.pd.reg_mr(ptr, len, rc::REMOTE_WRITE).map_err(|e| {
+                            Error::new(
+                                Status::Unsupported,
+                                format!(
+                                    "verbs device {}: cannot register memory of CUDA device {device}: as a dma-buf: \
+                                     {}; by its device pointer: {} (needs a peer-memory driver: nvidia-peermem)",
+                                    self.nic.name, dmabuf_err.message, e.message
+                                ),
+                            )
+                        })?;
+                        crate::log!(
+                            Warn,
+                            "verbs device {}: a dma-buf was refused ({}); registered by device pointer",
+                            self.nic.name,
+                            dmabuf_err.message
+                        );
+                        mr
+                    }
+                }
             }
-            Memory::Cuda { device, dmabuf: None } => crate::bail!(
-                Unsupported,
-                "CUDA device {device}: the verbs backend registers device memory as dma-buf, and the driver did not \
-                 export this region as one (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, CUDA >= 11.7)"
-            ),
         };
         let (lkey, rkey) = (mr.lkey(), mr.rkey());
         Ok(LocalMr {

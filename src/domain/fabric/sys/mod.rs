@@ -21,6 +21,10 @@ use std::sync::OnceLock;
 
 /// `FI_VERSION(1, 17)`: the API level we are written against.
 pub const FI_API_VERSION: u32 = (1 << 16) | 17;
+/// `FI_VERSION(1, 20)`: the API level that reads `FI_MR_DMABUF`
+/// registrations (an endpoint asked for device memory opens at it where the
+/// library has it).
+pub const FI_VERSION_DMABUF: u32 = (1 << 16) | 20;
 /// `FI_ADDR_UNSPEC`.
 pub const FI_ADDR_UNSPEC_: fi_addr_t = u64::MAX;
 
@@ -36,6 +40,9 @@ struct Lib {
     fabric: unsafe extern "C" fn(*mut fi_fabric_attr, *mut *mut fid_fabric, *mut c_void) -> c_int,
     strerror: unsafe extern "C" fn(c_int) -> *const c_char,
     version: unsafe extern "C" fn() -> u32,
+    /// `fi_getparams` / `fi_freeparams`: optional (only `cuda_support` reads them).
+    params:
+        Option<(unsafe extern "C" fn(*mut *mut fi_param, *mut c_int) -> c_int, unsafe extern "C" fn(*mut fi_param))>,
 }
 
 static LIB: OnceLock<Result<Lib, String>> = OnceLock::new();
@@ -90,6 +97,19 @@ fn open() -> Result<Lib, String> {
         fabric: sym!("fi_fabric", "FABRIC_1.1"),
         strerror: sym!("fi_strerror", "FABRIC_1.0"),
         version: sym!("fi_version", "FABRIC_1.0"),
+        params: {
+            // SAFETY: h is an open handle; a missing symbol gives NULL.
+            let (g, f) = unsafe {
+                (
+                    libc::dlvsym(h, c"fi_getparams".as_ptr(), c"FABRIC_1.0".as_ptr()),
+                    libc::dlvsym(h, c"fi_freeparams".as_ptr(), c"FABRIC_1.0".as_ptr()),
+                )
+            };
+            // SAFETY: non-NULL: libfabric's functions of these signatures (fabric.h).
+            (!g.is_null() && !f.is_null()).then(|| unsafe {
+                (std::mem::transmute::<*mut c_void, _>(g), std::mem::transmute::<*mut c_void, _>(f))
+            })
+        },
     })
 }
 
@@ -159,4 +179,30 @@ pub unsafe fn fi_version() -> u32 {
         Ok(l) => (l.version)(),
         Err(_) => 0,
     }
+}
+
+/// Whether this libfabric was built with CUDA support: it defines its CUDA
+/// parameters (`FI_HMEM_CUDA_USE_GDRCOPY` in `fi_info -e`) only then. Without
+/// it no provider moves device memory, though shm still lists an `FI_HMEM`
+/// entry (system memory only) that would turn its host fast paths off.
+pub fn cuda_support() -> bool {
+    static CUDA: OnceLock<bool> = OnceLock::new();
+    *CUDA.get_or_init(|| {
+        let Ok(Some((get, free))) = lib().map(|l| l.params) else {
+            return false;
+        };
+        let (mut params, mut n): (*mut fi_param, c_int) = (std::ptr::null_mut(), 0);
+        // SAFETY: valid out-pointers; the list is freed below.
+        if unsafe { get(&mut params, &mut n) } != 0 || params.is_null() {
+            return false;
+        }
+        // SAFETY: fi_getparams returned `n` entries with NUL-terminated names.
+        let found = (0..n.max(0) as usize).any(|i| unsafe {
+            let name = (*params.add(i)).name;
+            !name.is_null() && CStr::from_ptr(name).to_bytes().eq_ignore_ascii_case(b"FI_HMEM_CUDA_USE_GDRCOPY")
+        });
+        // SAFETY: the list fi_getparams gave, freed once.
+        unsafe { free(params) };
+        found
+    })
 }
