@@ -42,6 +42,13 @@ enum fabriclib_idle
   FABRICLIB_IDLE_BLOCK = 2,
 };
 typedef uint32_t fabriclib_idle;
+enum fabriclib_device_memory_mode
+ {
+  FABRICLIB_DEVICE_MEMORY_MODE_AUTO = 0,
+  FABRICLIB_DEVICE_MEMORY_MODE_ON = 1,
+  FABRICLIB_DEVICE_MEMORY_MODE_OFF = 2,
+};
+typedef uint32_t fabriclib_device_memory_mode;
 enum fabriclib_peer_liveness
  {
   FABRICLIB_PEER_CONNECTING = 0,
@@ -68,6 +75,14 @@ enum fabriclib_memory
   FABRICLIB_MEMORY_CUDA_MAPPED = 2,
 };
 typedef uint32_t fabriclib_memory;
+enum fabriclib_device_path
+ {
+  FABRICLIB_DEVICE_PATH_NONE = 0,
+  FABRICLIB_DEVICE_PATH_IPC = 1,
+  FABRICLIB_DEVICE_PATH_DMABUF = 2,
+  FABRICLIB_DEVICE_PATH_POINTER = 3,
+};
+typedef uint32_t fabriclib_device_path;
 enum fabriclib_log_level
  {
   FABRICLIB_LOG_LEVEL_ERROR = 0,
@@ -235,6 +250,8 @@ fabriclib_status fabriclib_config_set_idle(struct fabriclib_config *config,
 fabriclib_status fabriclib_config_set_manual_progress(struct fabriclib_config *config, bool manual);
 fabriclib_status fabriclib_config_set_idle_policy(struct fabriclib_config *config,
                                                   fabriclib_idle policy);
+fabriclib_status fabriclib_config_set_device_memory(struct fabriclib_config *config,
+                                                    fabriclib_device_memory_mode mode);
 fabriclib_status fabriclib_config_set_watcher_idle(struct fabriclib_config *config,
                                                    uint64_t spin_us,
                                                    uint64_t nap_us);
@@ -427,6 +444,9 @@ fabriclib_status fabriclib_engine_nic(const struct fabriclib_engine *engine,
                                       uint32_t nic,
                                       const char **out,
                                       int32_t *numa);
+fabriclib_status fabriclib_engine_nic_device_memory(const struct fabriclib_engine *engine,
+                                                    uint32_t nic,
+                                                    fabriclib_device_path *out);
 fabriclib_status fabriclib_engine_group_count(const struct fabriclib_engine *engine, uint32_t *out);
 fabriclib_status fabriclib_engine_group_address(const struct fabriclib_engine *engine,
                                                 uint32_t group,
