@@ -123,6 +123,48 @@ impl Backend {
     }
 }
 
+/// Whether an engine asks its providers for device memory (`FI_HMEM`, with
+/// `FI_MR_HMEM`), which `register_memory` of CUDA memory needs. A provider
+/// or NIC without it opens as it would without asking (device memory is
+/// then refused at registration). Asking is not free everywhere: shm with
+/// `FI_HMEM` turns off its single-copy path for host memory too (CMA:
+/// writes of more than 4 KiB of host memory then go through the target, as
+/// with `FI_SHM_DISABLE_CMA=1`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum DeviceMemoryMode {
+    /// Ask where device memory can be moved at all: the machine has a CUDA
+    /// driver (`/dev/nvidiactl`; not with `FABRICLIB_NO_CUDA`) and the
+    /// libfabric in use was built with CUDA. The default.
+    #[default]
+    Auto,
+    /// Always ask.
+    On,
+    /// Never ask: the providers' host-memory configuration, as before 0.5.
+    Off,
+}
+
+impl DeviceMemoryMode {
+    pub fn from_code(code: u32) -> crate::Result<DeviceMemoryMode> {
+        match code {
+            0 => Ok(DeviceMemoryMode::Auto),
+            1 => Ok(DeviceMemoryMode::On),
+            2 => Ok(DeviceMemoryMode::Off),
+            _ => crate::bail!(InvalidArgument, "unknown device-memory mode {code} (0 auto, 1 on, 2 off)"),
+        }
+    }
+
+    /// Whether an engine of this mode asks for `FI_HMEM` on this machine.
+    pub fn asks(self) -> bool {
+        match self {
+            DeviceMemoryMode::On => true,
+            DeviceMemoryMode::Off => false,
+            DeviceMemoryMode::Auto => {
+                crate::gpu::cuda::driver_installed() && crate::domain::fabric::sys::cuda_support()
+            }
+        }
+    }
+}
+
 /// A provider-side handle for one registered region in one domain.
 #[derive(Clone, Copy, Debug)]
 pub struct LocalMr {

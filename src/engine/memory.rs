@@ -51,14 +51,10 @@ impl TransferEngine {
     /// (`GroupConfig::numa`), anything else to the home group (group 0);
     /// `register_in_group` chooses explicitly.
     pub unsafe fn register(&self, ptr: *mut u8, len: usize) -> Result<MrHandle> {
-        // Only a process that uses CUDA can hold device pointers: never load the driver to ask.
-        let device = if crate::gpu::cuda::loaded_by_process() {
-            crate::gpu::cuda::cuda().ok().and_then(|c| c.device_of(ptr))
-        } else {
-            None
-        };
-        // SAFETY: the caller's contract.
-        unsafe { self.register_memory(ptr, len, device) }
+        let device = device_of(ptr);
+        let g = self.group_of_memory(ptr, device);
+        // SAFETY: the caller's contract; `device` is what the driver says of ptr.
+        unsafe { self.register_as(g, ptr, len, device, true) }
     }
 
     /// Registers `len` bytes at `ptr` that the caller says are host memory
@@ -104,6 +100,23 @@ impl TransferEngine {
         len: usize,
         device: Option<i32>,
     ) -> Result<MrHandle> {
+        // SAFETY: the caller's contract.
+        unsafe { self.register_as(group, ptr, len, device, false) }
+    }
+
+    /// `register_in_group`; `looked`: `device` is what the driver says of
+    /// `ptr` already (`register`), so it is not asked again.
+    ///
+    /// # Safety
+    /// As `register`.
+    unsafe fn register_as(
+        &self,
+        group: usize,
+        ptr: *mut u8,
+        len: usize,
+        device: Option<i32>,
+        looked: bool,
+    ) -> Result<MrHandle> {
         let Some(grp) = self.groups.get(group) else {
             bail!(InvalidArgument, "register: group {group}: the engine has {}", self.groups.len());
         };
@@ -118,22 +131,18 @@ impl TransferEngine {
         }
         let mem = match device {
             // Device memory said to be host memory would reach the provider
-            // as host memory: refused where the process uses CUDA (never
-            // loaded to ask).
-            None if crate::gpu::cuda::loaded_by_process() => {
-                match crate::gpu::cuda::cuda().ok().and_then(|c| c.device_of(ptr)) {
-                    Some(d) => bail!(
-                        InvalidArgument,
-                        "register: {ptr:p} is device memory of CUDA device {d}, registered as host memory \
-                         (register it as device memory, or let fabriclib_mr_register detect it)"
-                    ),
-                    None => Memory::Host,
-                }
-            }
-            None => Memory::Host,
+            // as host memory: refused.
+            None => match if looked { None } else { device_of(ptr) } {
+                Some(d) => bail!(
+                    InvalidArgument,
+                    "register: {ptr:p} is device memory of CUDA device {d}, registered as host memory \
+                     (register it as device memory, or let fabriclib_mr_register detect it)"
+                ),
+                None => Memory::Host,
+            },
             Some(d) => {
                 let cuda = crate::gpu::cuda::cuda()?;
-                if cuda.device_of(ptr) != Some(d) {
+                if !looked && cuda.device_of(ptr) != Some(d) {
                     bail!(InvalidArgument, "register: {ptr:p} is not device memory of CUDA device {d}");
                 }
                 if !grp.info.device_memory {
@@ -174,4 +183,14 @@ impl TransferEngine {
         }
         Ok(mr.0.group as usize)
     }
+}
+
+/// The CUDA device whose memory `ptr` is, where the process uses CUDA: only
+/// such a process can hold device pointers, so the driver is never loaded
+/// to ask.
+fn device_of(ptr: *const u8) -> Option<i32> {
+    if !crate::gpu::cuda::loaded_by_process() {
+        return None;
+    }
+    crate::gpu::cuda::cuda().ok().and_then(|c| c.device_of(ptr))
 }

@@ -411,16 +411,10 @@ fn d2d_writes(e: &TransferEngine, src: &fabriclib::MrHandle, dst: &Arc<fabriclib
     let rest = fabriclib::ScatterDst { len: 7 * page, src_offset: 9 * page, dst: dst.clone(), dst_offset: 9 * page };
     e.submit_scatter(None, Some(D2D_IMM), src, &[rest], OnDone::Flag(flags[2].clone())).map_err(e2s)?;
     for (what, f) in ["single", "paged", "scatter"].iter().zip(&flags) {
-        let t = Instant::now();
-        while f.load(Ordering::Acquire) == 0 {
-            if t.elapsed() > Duration::from_secs(20) {
-                return Err(format!("the {what} write never ended"));
-            }
-            std::thread::yield_now();
-        }
-        let v = f.load(Ordering::Acquire);
-        if v != FLAG_DONE {
-            return Err(format!("the {what} write ended with {:?}", Status::from_code((v & 0xffff) as i32)));
+        match fabriclib::wait_flag(f, Some(Duration::from_secs(20))) {
+            None => return Err(format!("the {what} write never ended")),
+            Some(FLAG_DONE) => {}
+            Some(v) => return Err(format!("the {what} write ended with {:?}", Status::from_code((v & 0xffff) as i32))),
         }
     }
     Ok(())

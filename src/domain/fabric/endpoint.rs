@@ -33,9 +33,6 @@ pub struct FabricEndpoint {
     /// target's answer (shm: 4 KiB, also on its `FI_HMEM` entry, whose
     /// `inject_size` says 0 for device buffers' sake).
     pub host_inject: usize,
-    /// A dma-buf registration was refused once: device memory is registered
-    /// by its pointer from then on.
-    dmabuf_refused: bool,
     /// Bytes of completion data an operation may carry (`cq_data_size`).
     pub cq_data_size: usize,
     /// Requested keys stay within the provider's `mr_key_size`, below FI_KEY_NOTAVAIL.
@@ -209,14 +206,13 @@ impl FabricEndpoint {
                 mr_mode: (*(*info).domain_attr).mr_mode as u64,
                 max_msg: (*(*info).ep_attr).max_msg_size,
                 host_inject,
-                dmabuf_refused: false,
                 cq_data_size: (*(*info).domain_attr).cq_data_size,
                 key_mask: key_mask((*(*info).domain_attr).mr_key_size),
                 next_key: 0,
                 wait_fd: None,
                 nic: crate::domain::fabric::nic::describe(info),
             };
-            d.nic.device_memory = d.device_path();
+            d.nic.device_memory = d.path_at_open();
             // Requested keys start at a random point: an engine restarted at the
             // same address registers other keys, so a descriptor of its earlier
             // incarnation names no region of the new one (providers that check
@@ -297,19 +293,23 @@ impl FabricEndpoint {
         unsafe { (*self.info).caps & FI_HMEM != 0 && cuda_support() }
     }
 
-    /// How device memory reaches this provider (`DeviceMemory`): shm copies
-    /// through CUDA IPC; a NIC takes a dma-buf where the endpoint opened at
-    /// API 1.20 or later and none was refused yet, else the device pointer.
+    /// How device memory reaches this provider (`DeviceMemory`, kept in
+    /// `nic`): shm copies through CUDA IPC; a NIC takes a dma-buf where the
+    /// endpoint opened at API 1.20 or later, else (and once a dma-buf was
+    /// refused) the device pointer.
     pub fn device_path(&self) -> DeviceMemory {
-        if !self.hmem() {
-            DeviceMemory::None
-        } else if self.provider == "shm" {
-            DeviceMemory::Ipc
+        self.nic.device_memory
+    }
+
+    /// `device_path` as the endpoint opens.
+    fn path_at_open(&self) -> DeviceMemory {
         // SAFETY: info is valid for the endpoint's life.
-        } else if unsafe { (*(*self.info).fabric_attr).api_version } >= FI_VERSION_DMABUF && !self.dmabuf_refused {
-            DeviceMemory::DmaBuf
-        } else {
-            DeviceMemory::Pointer
+        let api = unsafe { (*(*self.info).fabric_attr).api_version };
+        match (self.hmem(), self.provider == "shm") {
+            (false, _) => DeviceMemory::None,
+            (true, true) => DeviceMemory::Ipc,
+            (true, false) if api >= FI_VERSION_DMABUF => DeviceMemory::DmaBuf,
+            (true, false) => DeviceMemory::Pointer,
         }
     }
 
@@ -426,7 +426,6 @@ impl FabricEndpoint {
                 return Ok(());
             }
             *mr = null_mut();
-            self.dmabuf_refused = true;
             self.nic.device_memory = DeviceMemory::Pointer;
             crate::log!(
                 Warn,

@@ -499,7 +499,9 @@ mod tests {
         assert_eq!(t.device_memory(), DeviceMemory::None, "tcp has no FI_HMEM");
         // SAFETY: as above.
         assert_eq!(unsafe { (*t.fe.info).caps } & FI_HMEM, 0);
-        eprintln!("libfabric {:#x}: CUDA support {cuda}", unsafe { fi_version() });
+        // SAFETY: fi_version only reads a constant.
+        let v = unsafe { fi_version() };
+        eprintln!("libfabric {v:#x}: CUDA support {cuda}");
     }
 
     /// A withdrawn receive (a removed pool's buffer) comes back as a failed

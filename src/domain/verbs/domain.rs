@@ -442,27 +442,30 @@ impl Domain for VerbsDomain {
             // dma-buf never fails what the pointer path takes.
             Memory::Cuda { device, dmabuf } => {
                 let by_dmabuf = match dmabuf {
-                    Some((fd, offset)) => self.pd.reg_dmabuf_mr(fd, offset, len, ptr as u64, rc::REMOTE_WRITE),
-                    None => Err(Error::new(Status::Unsupported, "the CUDA driver exported no dma-buf of the region")),
+                    Some((fd, offset)) => {
+                        self.pd.reg_dmabuf_mr(fd, offset, len, ptr as u64, rc::REMOTE_WRITE).map_err(|e| e.message)
+                    }
+                    None => Err("the CUDA driver exported no dma-buf of the region".to_string()),
                 };
                 match by_dmabuf {
                     Ok(mr) => mr,
-                    Err(dmabuf_err) => {
+                    Err(why) => {
                         let mr = self.pd.reg_mr(ptr, len, rc::REMOTE_WRITE).map_err(|e| {
+                            let name = &self.nic.name;
                             Error::new(
                                 Status::Unsupported,
                                 format!(
-                                    "verbs device {}: cannot register memory of CUDA device {device}: as a dma-buf: \
-                                     {}; by its device pointer: {} (needs a peer-memory driver: nvidia-peermem)",
-                                    self.nic.name, dmabuf_err.message, e.message
+                                    "verbs device {name}: cannot register memory of CUDA device {device}: as a \
+                                     dma-buf: {why}; by its device pointer: {} (needs a peer-memory driver: \
+                                     nvidia-peermem)",
+                                    e.message
                                 ),
                             )
                         })?;
                         crate::log!(
                             Warn,
-                            "verbs device {}: a dma-buf was refused ({}); registered by device pointer",
-                            self.nic.name,
-                            dmabuf_err.message
+                            "verbs device {}: a dma-buf was refused ({why}); registered by device pointer",
+                            self.nic.name
                         );
                         mr
                     }
